@@ -1,0 +1,108 @@
+"""The APIs Headwater speaks, and from which version each one is flexible.
+
+``API_FLEXIBLE_FROM`` comes from the "flexibleVersions" of Kafka's message
+schemas; it decides the request header version (v2 with tagged fields for
+flexible versions) and the compact encodings. ``SUPPORTED`` is what the
+codec can decode and encode, which is the ceiling for what the broker may
+advertise in ApiVersions (the broker may advertise less).
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Final
+
+
+class ApiKey(enum.IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_CONFIGS = 32
+    CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+
+
+# First flexible version per API key ("flexibleVersions": "N+" in Kafka's schemas).
+API_FLEXIBLE_FROM: Final[dict[int, int]] = {
+    ApiKey.PRODUCE: 9,
+    ApiKey.FETCH: 12,
+    ApiKey.LIST_OFFSETS: 6,
+    ApiKey.METADATA: 9,
+    ApiKey.OFFSET_COMMIT: 8,
+    ApiKey.OFFSET_FETCH: 6,
+    ApiKey.FIND_COORDINATOR: 3,
+    ApiKey.JOIN_GROUP: 6,
+    ApiKey.HEARTBEAT: 4,
+    ApiKey.LEAVE_GROUP: 4,
+    ApiKey.SYNC_GROUP: 4,
+    ApiKey.DESCRIBE_GROUPS: 5,
+    ApiKey.LIST_GROUPS: 3,
+    ApiKey.API_VERSIONS: 3,
+    ApiKey.CREATE_TOPICS: 5,
+    ApiKey.DELETE_TOPICS: 4,
+    ApiKey.INIT_PRODUCER_ID: 2,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: 4,
+    ApiKey.DESCRIBE_CONFIGS: 4,
+    ApiKey.CREATE_PARTITIONS: 2,
+    ApiKey.DELETE_GROUPS: 2,
+}
+
+# Inclusive (min, max) versions the codec handles. kio 0.6.5 has no schema for
+# OffsetCommit v0-1 or OffsetFetch v0 (Kafka 4 removed them), hence 2 and 1.
+SUPPORTED: Final[dict[ApiKey, tuple[int, int]]] = {
+    ApiKey.PRODUCE: (3, 10),
+    ApiKey.FETCH: (4, 16),
+    ApiKey.LIST_OFFSETS: (1, 7),
+    ApiKey.METADATA: (0, 13),
+    ApiKey.OFFSET_COMMIT: (2, 9),
+    ApiKey.OFFSET_FETCH: (1, 9),
+    ApiKey.FIND_COORDINATOR: (0, 6),
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.API_VERSIONS: (0, 4),
+    ApiKey.CREATE_TOPICS: (2, 7),
+    ApiKey.DELETE_TOPICS: (1, 6),
+    ApiKey.INIT_PRODUCER_ID: (0, 4),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
+    ApiKey.DELETE_GROUPS: (0, 2),
+}
+
+
+def is_flexible(api_key: int, api_version: int) -> bool:
+    """Whether this version uses compact encodings and tagged fields.
+
+    Unknown keys count as non-flexible: their header is read as v1, which is
+    enough to get the correlation id before the server closes the connection.
+    """
+    first = API_FLEXIBLE_FROM.get(api_key)
+    return first is not None and api_version >= first
+
+
+def is_supported(api_key: int, api_version: int) -> bool:
+    """Whether the codec can handle this API key at this version."""
+    try:
+        low, high = SUPPORTED[ApiKey(api_key)]
+    except ValueError:
+        return False
+    return low <= api_version <= high
