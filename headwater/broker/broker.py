@@ -1,0 +1,245 @@
+"""The broker: a thin asyncio shell around the sans-I/O parts.
+
+It owns the listening socket, the data directory, the fetch-session cache,
+the purgatory and the handler table, and runs periodic housekeeping
+(retention, segment roll, time-based flush). Everything that decides what
+bytes go on the wire lives in ``headwater.protocol``, ``headwater.log`` and
+``headwater.fetch``; this module only wires them together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import itertools
+import logging
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from headwater.broker.config import BrokerConfig
+from headwater.broker.connection import CloseConnection, Connection, RequestContext, Response
+from headwater.broker.handlers.admin import AdminApis
+from headwater.broker.handlers.fetch import FetchApi
+from headwater.broker.handlers.offsets import OffsetApis
+from headwater.broker.handlers.produce import ProduceApi
+from headwater.broker.metrics import BrokerMetrics
+from headwater.broker.producer_ids import ProducerIdAllocator
+from headwater.fetch.purgatory import FetchPurgatory, SessionPartitionWatcher
+from headwater.fetch.session_cache import FetchSessionCache
+from headwater.log.log import Log
+from headwater.log.log_directory import LogDirectory
+from headwater.protocol.apis import SUPPORTED, ApiKey
+from headwater.protocol.header import encode_api_versions_error
+from headwater.protocol.messages import build_response, decode_request, encode_response
+
+log = logging.getLogger(__name__)
+
+RawHandler = Callable[[RequestContext, memoryview, int], "Response | Awaitable[Response]"]
+KioHandler = Callable[[RequestContext, Any], "dict[str, Any] | Awaitable[dict[str, Any]]"]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiEntry:
+    min_version: int
+    max_version: int
+    call: RawHandler
+
+
+def _kio(api_key: int, fn: KioHandler) -> RawHandler:
+    """Adapt a dict-returning handler of kio request entities to the raw interface."""
+
+    def call(ctx: RequestContext, frame: memoryview, offset: int) -> Response | Awaitable[Response]:
+        version = ctx.header.api_version
+        req = decode_request(api_key, version, frame, offset)
+        out = fn(ctx, req)
+        if inspect.isawaitable(out):
+
+            async def finish() -> bytes:
+                return encode_response(build_response(api_key, version, await out))
+
+            return finish()
+        return encode_response(build_response(api_key, version, out))
+
+    return call
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.metrics = BrokerMetrics()
+        self.logs = LogDirectory(config.data_dir, config.log)
+        self.purgatory = FetchPurgatory()
+        self.sessions = FetchSessionCache(
+            max_slots=config.max_incremental_fetch_session_cache_slots,
+            eviction_ms=config.min_incremental_fetch_session_eviction_ms,
+            min_session_size=config.min_incremental_fetch_session_size,
+            consumer_slots=config.incremental_fetch_session_consumer_cache_slots,
+            retransmit_enabled=config.fetch_session_retransmit,
+            watcher=SessionPartitionWatcher(self._lookup, self.purgatory),
+            on_evict=lambda _session: self.metrics.session_evictions.inc(),
+        )
+        self.metrics.bind_session_gauges(
+            lambda: self.sessions.num_incremental_fetch_sessions,
+            lambda: self.sessions.num_incremental_fetch_partitions_cached,
+        )
+        self.handlers: dict[int, ApiEntry] = {}
+        self._server_sock: socket.socket | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._conn_ids = itertools.count(1)
+        self.address: tuple[str, int] = (config.host, config.port)
+        self.extra_apis: list[Callable[[Broker], None]] = []
+
+    # -- wiring ---------------------------------------------------------------------
+
+    def _lookup(self, topic: str, partition: int) -> Log | None:
+        info = self.logs.topics().get(topic)
+        if info is None or not 0 <= partition < info.num_partitions:
+            return None
+        return self.logs.log(topic, partition)
+
+    def register(self, api_key: int, call: RawHandler, versions: tuple[int, int] | None = None) -> None:
+        lo, hi = versions or SUPPORTED[ApiKey(api_key)]
+        self.handlers[api_key] = ApiEntry(lo, hi, call)
+
+    def register_kio(
+        self, api_key: int, fn: KioHandler, versions: tuple[int, int] | None = None
+    ) -> None:
+        self.register(api_key, _kio(api_key, fn), versions)
+
+    def _build_handlers(self) -> None:
+        self.producer_ids = ProducerIdAllocator(self.config.data_dir / "producer_id_block")
+        self.admin = AdminApis(self.config, self.logs, self.producer_ids)
+        self.offsets = OffsetApis(self.logs)
+        self.produce = ProduceApi(self.logs, self.admin, self.metrics)
+        self.fetch = FetchApi(self.config, self.logs, self.sessions, self.purgatory, self.metrics)
+        self.register(ApiKey.API_VERSIONS, self._api_versions)
+        self.register(ApiKey.PRODUCE, self.produce.handle)
+        self.register(ApiKey.FETCH, self.fetch.handle)
+        self.register_kio(ApiKey.METADATA, self.admin.metadata)
+        self.register_kio(ApiKey.CREATE_TOPICS, self.admin.create_topics)
+        self.register_kio(ApiKey.DELETE_TOPICS, self.admin.delete_topics)
+        self.register_kio(ApiKey.CREATE_PARTITIONS, self.admin.create_partitions)
+        self.register_kio(ApiKey.DESCRIBE_CONFIGS, self.admin.describe_configs)
+        self.register_kio(ApiKey.INIT_PRODUCER_ID, self.admin.init_producer_id)
+        self.register_kio(ApiKey.LIST_OFFSETS, self.offsets.list_offsets)
+        self.register_kio(ApiKey.OFFSET_FOR_LEADER_EPOCH, self.offsets.offset_for_leader_epoch)
+        for extra in self.extra_apis:
+            extra(self)
+
+    def advertised_versions(self) -> dict[int, tuple[int, int]]:
+        """Only what is implemented: clients switch features on what they see here."""
+        return {k: (e.min_version, e.max_version) for k, e in sorted(self.handlers.items())}
+
+    def _api_versions(self, ctx: RequestContext, frame: memoryview, offset: int) -> bytes:
+        version = ctx.header.api_version
+        entry = self.handlers[ApiKey.API_VERSIONS]
+        table = self.advertised_versions()
+        if not entry.min_version <= version <= entry.max_version:
+            # Error 35 with a v0 body; the client retries with a version we list.
+            return encode_api_versions_error(table)
+        data = {
+            "error_code": 0,
+            "api_keys": [
+                {"api_key": k, "min_version": lo, "max_version": hi}
+                for k, (lo, hi) in table.items()
+            ],
+        }
+        return encode_response(build_response(ApiKey.API_VERSIONS, version, data))
+
+    def dispatch(
+        self, ctx: RequestContext, frame: memoryview, offset: int
+    ) -> Response | Awaitable[Response]:
+        header = ctx.header
+        entry = self.handlers.get(header.api_key)
+        if entry is None:
+            raise CloseConnection(f"unknown or unsupported API key {header.api_key}")
+        if header.api_key != ApiKey.API_VERSIONS and not (
+            entry.min_version <= header.api_version <= entry.max_version
+        ):
+            raise CloseConnection(
+                f"unsupported version {header.api_version} of API key {header.api_key}"
+            )
+        try:
+            name = ApiKey(header.api_key).name.lower()
+        except ValueError:
+            name = str(header.api_key)
+        self.metrics.requests.labels(name).inc()
+        return entry.call(ctx, frame, offset)
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def start(self) -> tuple[str, int]:
+        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.logs.open()
+        self._build_handlers()
+        family = socket.AF_INET6 if ":" in self.config.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((self.config.host, self.config.port))
+        sock.listen(1024)
+        sock.setblocking(False)
+        self._server_sock = sock
+        self.address = sock.getsockname()[:2]
+        if self.config.metrics_port is not None:
+            port = self.metrics.serve(self.config.metrics_host or "127.0.0.1", self.config.metrics_port)
+            log.info("metrics on http://%s:%d/metrics", self.config.metrics_host, port)
+        self._spawn(self._accept_loop(sock), "accept")
+        self._spawn(self._housekeeping(), "housekeeping")
+        log.info("listening on %s:%d", self.address[0], self.address[1])
+        return self.address
+
+    def _spawn(self, coro: Awaitable[None], name: str) -> None:
+        task = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _accept_loop(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                client, addr = await loop.sock_accept(sock)
+            except OSError as exc:
+                log.warning("accept failed: %s", exc)
+                await asyncio.sleep(0.05)
+                continue
+            client.setblocking(False)
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = Connection(
+                client,
+                f"{addr[0]}:{addr[1]}",
+                next(self._conn_ids),
+                self.dispatch,
+                max_frame_bytes=self.config.socket_request_max_bytes,
+                zero_copy=self.config.zero_copy,
+            )
+            self._spawn(conn.run(), f"conn-{conn.connection_id}")
+
+    async def _housekeeping(self) -> None:
+        interval = self.config.housekeeping_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            now_ms = int(time.time() * 1000)
+            try:
+                self.logs.roll_due(now_ms)
+                self.logs.run_retention(now_ms)
+                self.logs.flush_due(now_ms)
+            except Exception:
+                log.exception("housekeeping failed; will retry")
+
+    async def stop(self) -> None:
+        if self._server_sock is not None:
+            self._server_sock.close()
+            self._server_sock = None
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self.metrics.close()
+        self.logs.close()
+        log.info("stopped")

@@ -1,0 +1,159 @@
+"""Broker configuration under Kafka's own key names.
+
+Operators already know ``log.dirs``, ``listeners`` and ``fetch.max.bytes``;
+Headwater reads the same keys from a ``server.properties`` file and from
+``--override key=value`` flags, so an existing Kafka config mostly works.
+Keys Headwater does not know are kept (and logged) rather than rejected,
+because real Kafka property files carry many keys irrelevant here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from headwater.log.config import LogConfig
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 9092
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java-style ``key=value`` / ``key: value`` lines (comments with # or !)."""
+    props: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        for sep in ("=", ":"):
+            if sep in line:
+                key, _, value = line.partition(sep)
+                props[key.strip()] = value.strip()
+                break
+        else:
+            props[line] = ""
+    return props
+
+
+def parse_host_port(text: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
+    """Accept ``HOST:PORT``, ``PLAINTEXT://HOST:PORT`` or ``[::1]:PORT``."""
+    value = text.split(",")[0].strip()
+    if "://" in value:
+        value = value.split("://", 1)[1]
+    if value.startswith("["):
+        host, _, rest = value[1:].partition("]")
+        port = rest.lstrip(":")
+    else:
+        host, _, port = value.rpartition(":")
+        if not host:
+            host, port = value, ""
+    try:
+        port_number = int(port) if port else default_port
+    except ValueError:
+        raise ValueError(f"bad port in listener {text!r}") from None
+    if not 0 <= port_number <= 65535:
+        raise ValueError(f"port out of range in listener {text!r}")
+    return host or "0.0.0.0", port_number
+
+
+def _bool(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Everything the broker reads at start-up; immutable afterwards."""
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    advertised_host: str | None = None
+    advertised_port: int | None = None
+    data_dir: Path = Path("headwater-data")
+    node_id: int = 0
+    cluster_id: str = "headwater-cluster"
+    num_partitions: int = 1
+    auto_create_topics: bool = True
+    socket_request_max_bytes: int = 104_857_600
+    fetch_max_bytes: int = 57_671_680
+    zero_copy: bool = True
+    event_loop: str = "asyncio"
+    max_incremental_fetch_session_cache_slots: int = 1000
+    min_incremental_fetch_session_eviction_ms: int = 120_000
+    min_incremental_fetch_session_size: int = 0
+    incremental_fetch_session_consumer_cache_slots: int | None = None
+    fetch_session_retransmit: bool = True
+    group_initial_rebalance_delay_ms: int = 3000
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
+    metrics_host: str | None = None
+    metrics_port: int | None = None
+    housekeeping_interval_ms: int = 1000
+    log: LogConfig = field(default_factory=LogConfig)
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        host = self.advertised_host or self.host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return host, self.advertised_port or self.port
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> BrokerConfig:
+        """Build a config from Kafka-named keys; unknown keys are kept in ``extra``."""
+        kw: dict[str, object] = {}
+        extra: dict[str, str] = {}
+        ints = {
+            "node.id": "node_id",
+            "broker.id": "node_id",
+            "num.partitions": "num_partitions",
+            "socket.request.max.bytes": "socket_request_max_bytes",
+            "fetch.max.bytes": "fetch_max_bytes",
+            "max.incremental.fetch.session.cache.slots": "max_incremental_fetch_session_cache_slots",
+            "min.incremental.fetch.session.eviction.ms": "min_incremental_fetch_session_eviction_ms",
+            "min.incremental.fetch.session.size": "min_incremental_fetch_session_size",
+            "incremental.fetch.session.consumer.cache.slots": (
+                "incremental_fetch_session_consumer_cache_slots"
+            ),
+            "group.initial.rebalance.delay.ms": "group_initial_rebalance_delay_ms",
+            "group.min.session.timeout.ms": "group_min_session_timeout_ms",
+            "group.max.session.timeout.ms": "group_max_session_timeout_ms",
+            "headwater.housekeeping.interval.ms": "housekeeping_interval_ms",
+        }
+        bools = {
+            "auto.create.topics.enable": "auto_create_topics",
+            "headwater.zero.copy.enable": "zero_copy",
+            "headwater.fetch.session.retransmit.enable": "fetch_session_retransmit",
+        }
+        log_keys: dict[str, str] = {}
+        for key, value in props.items():
+            if key in ints:
+                kw[ints[key]] = int(value)
+            elif key in bools:
+                kw[bools[key]] = _bool(value)
+            elif key == "listeners":
+                kw["host"], kw["port"] = parse_host_port(value)
+            elif key == "advertised.listeners":
+                kw["advertised_host"], kw["advertised_port"] = parse_host_port(value)
+            elif key in ("log.dirs", "log.dir"):
+                kw["data_dir"] = Path(value.split(",")[0].strip())
+            elif key == "cluster.id":
+                kw["cluster_id"] = value
+            elif key == "headwater.event.loop":
+                if value not in ("asyncio", "uvloop"):
+                    raise ValueError("headwater.event.loop must be asyncio or uvloop")
+                kw["event_loop"] = value
+            elif key == "headwater.metrics.listen":
+                kw["metrics_host"], kw["metrics_port"] = parse_host_port(value, 9308)
+            elif key.startswith(("log.", "message.", "headwater.log.")):
+                log_keys[key] = value
+            else:
+                extra[key] = value
+        kw["log"] = LogConfig.from_properties(log_keys)
+        kw["extra"] = extra
+        if extra:
+            log.debug("config keys not used by Headwater: %s", ", ".join(sorted(extra)))
+        return cls(**kw)  # type: ignore[arg-type]

@@ -1,0 +1,175 @@
+"""One client connection: frames in, responses out in request order.
+
+Kafka clients match responses to requests by position as well as by
+correlation id and drop the connection on a mismatch, so responses must
+leave in the order the requests arrived, even while an earlier Fetch is
+long-polling. Requests are dispatched as they arrive (a Produce is applied
+before the next frame is read, so idempotent sequences keep their order);
+handlers that wait (Fetch, JoinGroup) return awaitables, and a single writer
+task awaits them in arrival order.
+
+A malformed frame, an unknown API or a handler failure closes only this
+connection, with a log line; the broker keeps serving everyone else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import socket
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from headwater.broker.socket_writer import Part, SocketWriter
+from headwater.protocol.fetch_codec import EncodedBody
+from headwater.protocol.frame import FrameDecoder
+from headwater.protocol.header import RequestHeader, encode_response_header, parse_request_header
+
+log = logging.getLogger(__name__)
+
+Response = EncodedBody | bytes | None
+"""A response body without header; None means "send nothing" (Produce acks=0)."""
+
+#: Requests a client may have outstanding on one connection before we stop
+#: reading from it (back-pressure instead of unbounded memory).
+MAX_IN_FLIGHT = 256
+_RECV_SIZE = 256 * 1024
+
+
+class CloseConnection(Exception):
+    """Raised by a handler when the only right answer is to close the connection."""
+
+
+@dataclass(slots=True)
+class RequestContext:
+    header: RequestHeader
+    client_host: str
+    connection_id: int
+
+
+Dispatch = Callable[[RequestContext, memoryview, int], "Response | Awaitable[Response]"]
+
+
+@dataclass(slots=True)
+class _Queued:
+    header: RequestHeader
+    result: Response | asyncio.Future[Response]
+
+
+class Connection:
+    """Reads frames from ``sock`` and writes responses produced by ``dispatch``."""
+
+    def __init__(
+        self,
+        sock: socket.socket,
+        peer: str,
+        connection_id: int,
+        dispatch: Dispatch,
+        *,
+        max_frame_bytes: int,
+        zero_copy: bool,
+    ) -> None:
+        self._sock = sock
+        self.peer = peer
+        self.connection_id = connection_id
+        self._dispatch = dispatch
+        self._decoder = FrameDecoder(max_frame_bytes)
+        self._writer = SocketWriter(sock, zero_copy=zero_copy)
+        self._queue: asyncio.Queue[_Queued | None] = asyncio.Queue(MAX_IN_FLIGHT)
+        self._tasks: set[asyncio.Future[Response]] = set()
+        self._closed = False
+
+    async def run(self) -> None:
+        writer = asyncio.create_task(self._write_loop(), name=f"writer-{self.connection_id}")
+        try:
+            await self._read_loop()
+        except (ConnectionError, OSError) as exc:
+            log.debug("connection %s from %s: %s", self.connection_id, self.peer, exc)
+        except CloseConnection as exc:
+            log.warning("closing connection from %s: %s", self.peer, exc)
+        except Exception:
+            log.exception("closing connection from %s after an internal error", self.peer)
+        finally:
+            self._closed = True
+            for task in self._tasks:
+                task.cancel()
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await writer
+            self._sock.close()
+
+    async def _read_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        buf = bytearray(_RECV_SIZE)
+        view = memoryview(buf)
+        while not self._closed:
+            n = await loop.sock_recv_into(self._sock, buf)
+            if n == 0:
+                return
+            try:
+                frames = self._decoder.feed(bytes(view[:n]))
+            except Exception as exc:  # FrameTooLargeError, InvalidFrameError
+                raise CloseConnection(f"bad frame: {exc}") from exc
+            for frame in frames:
+                await self._handle_frame(frame)
+
+    async def _handle_frame(self, frame: memoryview) -> None:
+        try:
+            header, offset = parse_request_header(frame)
+        except Exception as exc:
+            raise CloseConnection(f"unparseable request header: {exc}") from exc
+        ctx = RequestContext(header, self.peer, self.connection_id)
+        try:
+            result = self._dispatch(ctx, frame, offset)
+        except CloseConnection:
+            raise
+        except Exception as exc:
+            raise CloseConnection(
+                f"request api_key={header.api_key} v{header.api_version} "
+                f"correlation_id={header.correlation_id} failed: {exc!r}"
+            ) from exc
+        if inspect.isawaitable(result):
+            task: asyncio.Future[Response] = asyncio.ensure_future(result)
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            await self._queue.put(_Queued(header, task))
+        else:
+            await self._queue.put(_Queued(header, result))
+
+    async def _write_loop(self) -> None:
+        while True:
+            item = await self._queue.get()
+            if item is None:
+                return
+            result = item.result
+            if isinstance(result, asyncio.Future):
+                try:
+                    body = await result
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    h = item.header
+                    log.exception(
+                        "closing connection from %s: api_key=%s v%s failed",
+                        self.peer,
+                        h.api_key,
+                        h.api_version,
+                    )
+                    self._sock.shutdown(socket.SHUT_RDWR)
+                    return
+            else:
+                body = result
+            if body is None:
+                continue
+            await self._writer.write(self._frame(item.header, body))
+
+    @staticmethod
+    def _frame(header: RequestHeader, body: EncodedBody | bytes) -> list[Part]:
+        head = encode_response_header(header.correlation_id, header.api_key, header.api_version)
+        if isinstance(body, EncodedBody):
+            size = len(head) + body.size
+            return [struct.pack(">i", size) + head, *body.parts]
+        return [struct.pack(">i", len(head) + len(body)) + head, body]

@@ -1,0 +1,335 @@
+"""Cold-path APIs: Metadata, topic administration, configs, producer ids.
+
+Each handler takes a kio request entity and returns a plain dict shaped
+like the response schema; ``headwater.protocol.messages.build_response``
+turns it into the entity of the requested version (fields a version lacks
+are dropped, missing ones defaulted), so one handler serves every version.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from kio.schema.errors import ErrorCode as E
+
+from headwater.broker.config import BrokerConfig
+from headwater.broker.connection import RequestContext
+from headwater.broker.producer_ids import ProducerIdAllocator
+from headwater.log.errors import InvalidTopicError, TopicExistsError
+from headwater.log.log_directory import LogDirectory, TopicInfo
+
+log = logging.getLogger(__name__)
+
+#: Kafka's "authorized operations not requested" sentinel.
+_OPS_NOT_REQUESTED = -(2**31)
+
+#: Topic-level keys DescribeConfigs reports, with the broker-level key they default to.
+TOPIC_CONFIG_DEFAULTS: dict[str, str] = {
+    "cleanup.policy": "delete",
+    "compression.type": "producer",
+    "retention.ms": "604800000",
+    "retention.bytes": "-1",
+    "segment.bytes": "1073741824",
+    "segment.ms": "604800000",
+    "max.message.bytes": "1048588",
+    "message.timestamp.type": "CreateTime",
+    "flush.messages": "9223372036854775807",
+    "flush.ms": "9223372036854775807",
+    "min.insync.replicas": "1",
+}
+
+
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
+
+def is_valid_topic_name(name: str | None) -> bool:
+    """Kafka's rule for topic names (checked before auto-creating one)."""
+    return bool(name) and name not in (".", "..") and _LEGAL_TOPIC.fullmatch(name or "") is not None
+
+
+class AdminApis:
+    """Metadata, CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, InitProducerId."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        logs: LogDirectory,
+        producer_ids: ProducerIdAllocator,
+    ) -> None:
+        self.config = config
+        self.logs = logs
+        self.producer_ids = producer_ids
+
+    # -- Metadata -------------------------------------------------------------
+
+    def _partitions(self, info: TopicInfo) -> list[dict[str, Any]]:
+        node = self.config.node_id
+        return [
+            {
+                "error_code": 0,
+                "partition_index": i,
+                "leader_id": node,
+                "leader_epoch": 0,
+                "replica_nodes": [node],
+                "isr_nodes": [node],
+                "offline_replicas": [],
+            }
+            for i in range(info.num_partitions)
+        ]
+
+    def _topic_entry(self, info: TopicInfo) -> dict[str, Any]:
+        return {
+            "error_code": 0,
+            "name": info.name,
+            "topic_id": info.topic_id,
+            "is_internal": info.name.startswith("__"),
+            "partitions": self._partitions(info),
+            "topic_authorized_operations": _OPS_NOT_REQUESTED,
+        }
+
+    def ensure_topic(self, name: str) -> TopicInfo | None:
+        """Auto-create ``name`` when ``auto.create.topics.enable`` allows it."""
+        info = self.logs.topics().get(name)
+        if info is not None or not self.config.auto_create_topics:
+            return info
+        try:
+            info = self.logs.create_topic(name, self.config.num_partitions)
+        except TopicExistsError:
+            return self.logs.topics().get(name)
+        except InvalidTopicError:
+            return None
+        log.info("auto-created topic %s with %d partitions", name, info.num_partitions)
+        return info
+
+    def metadata(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
+        version = ctx.header.api_version
+        requested = req.topics
+        allow_create = getattr(req, "allow_auto_topic_creation", True)
+        topics: list[dict[str, Any]] = []
+        if requested is None or (version == 0 and not requested):
+            infos: Iterable[TopicInfo] = sorted(self.logs.topics().values(), key=lambda t: t.name)
+            topics = [self._topic_entry(i) for i in infos]
+        else:
+            for t in requested:
+                name = t.name
+                topic_id = getattr(t, "topic_id", None)
+                if not name and topic_id is not None and topic_id.int != 0:
+                    by_id = self.logs.topic_by_id(topic_id)
+                    if by_id is None:
+                        topics.append(
+                            {
+                                "error_code": int(E.unknown_topic_id),
+                                "name": None,
+                                "topic_id": topic_id,
+                                "partitions": [],
+                            }
+                        )
+                    else:
+                        topics.append(self._topic_entry(by_id))
+                    continue
+                info = self.ensure_topic(name) if allow_create else self.logs.topics().get(name)
+                if info is None:
+                    valid = is_valid_topic_name(name)
+                    code = E.unknown_topic_or_partition if valid else E.invalid_topic_exception
+                    topics.append(
+                        {
+                            "error_code": int(code),
+                            "name": name,
+                            "topic_id": uuid.UUID(int=0),
+                            "partitions": [],
+                        }
+                    )
+                else:
+                    topics.append(self._topic_entry(info))
+        host, port = self.config.advertised
+        return {
+            "brokers": [{"node_id": self.config.node_id, "host": host, "port": port, "rack": None}],
+            "cluster_id": self.config.cluster_id,
+            "controller_id": self.config.node_id,
+            "topics": topics,
+            "error_code": 0,
+        }
+
+    # -- Topic administration ---------------------------------------------------
+
+    def create_topics(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
+        results = []
+        for t in req.topics:
+            result: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
+            num = t.num_partitions if t.num_partitions != -1 else self.config.num_partitions
+            configs = {c.name: c.value for c in t.configs if c.value is not None}
+            if t.assignments:
+                num = len(t.assignments)
+            if t.replication_factor not in (-1, 1):
+                result["error_code"] = int(E.invalid_replication_factor)
+                result["error_message"] = (
+                    f"replication factor {t.replication_factor} is larger than the 1 "
+                    "available broker"
+                )
+            elif num < 1:
+                result["error_code"] = int(E.invalid_partitions)
+                result["error_message"] = "number of partitions must be at least 1"
+            elif unknown := sorted(set(configs) - set(TOPIC_CONFIG_DEFAULTS)):
+                result["error_code"] = int(E.invalid_config)
+                result["error_message"] = f"unknown topic config {', '.join(unknown)}"
+            elif t.name in self.logs.topics():
+                result["error_code"] = int(E.topic_already_exists)
+                result["error_message"] = f"topic {t.name!r} already exists"
+            elif not is_valid_topic_name(t.name):
+                result["error_code"] = int(E.invalid_topic_exception)
+                result["error_message"] = f"illegal topic name {t.name!r}"
+            elif req.validate_only:
+                result.update(num_partitions=num, replication_factor=1)
+            else:
+                try:
+                    info = self.logs.create_topic(t.name, num, configs)
+                except (TopicExistsError, InvalidTopicError) as exc:
+                    result["error_code"] = int(exc.kafka_error_code)
+                    result["error_message"] = str(exc)
+                else:
+                    log.info("created topic %s with %d partitions", t.name, num)
+                    result.update(
+                        topic_id=info.topic_id,
+                        num_partitions=num,
+                        replication_factor=1,
+                        configs=[
+                            {
+                                "name": k,
+                                "value": v,
+                                "read_only": False,
+                                "config_source": 1 if k in configs else 5,
+                                "is_sensitive": False,
+                            }
+                            for k, v in self.topic_configs(info).items()
+                        ],
+                    )
+            if result["error_code"]:
+                result.update(num_partitions=-1, replication_factor=-1)
+            results.append(result)
+        return {"topics": results}
+
+    def delete_topics(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
+        names: list[tuple[str | None, uuid.UUID | None]] = []
+        if getattr(req, "topics", None):
+            names = [(t.name, t.topic_id) for t in req.topics]
+        else:
+            names = [(n, None) for n in getattr(req, "topic_names", ())]
+        responses = []
+        for name, topic_id in names:
+            info = None
+            if name:
+                info = self.logs.topics().get(name)
+            elif topic_id is not None and topic_id.int != 0:
+                info = self.logs.topic_by_id(topic_id)
+            if info is None:
+                code = E.unknown_topic_or_partition if name else E.unknown_topic_id
+                responses.append(
+                    {"name": name, "topic_id": topic_id, "error_code": int(code)}
+                )
+                continue
+            self.logs.delete_topic(info.name)
+            log.info("deleted topic %s", info.name)
+            responses.append({"name": info.name, "topic_id": info.topic_id, "error_code": 0})
+        return {"responses": responses}
+
+    def create_partitions(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
+        results = []
+        for t in req.topics:
+            info = self.logs.topics().get(t.name)
+            if info is None:
+                results.append({"name": t.name, "error_code": int(E.unknown_topic_or_partition)})
+            elif t.count <= info.num_partitions:
+                results.append(
+                    {
+                        "name": t.name,
+                        "error_code": int(E.invalid_partitions),
+                        "error_message": (
+                            f"topic has {info.num_partitions} partitions; "
+                            f"new count {t.count} must be larger"
+                        ),
+                    }
+                )
+            else:
+                if not req.validate_only:
+                    self.logs.create_partitions(t.name, t.count)
+                results.append({"name": t.name, "error_code": 0, "error_message": None})
+        return {"results": results}
+
+    # -- Configs -----------------------------------------------------------------
+
+    def topic_configs(self, info: TopicInfo) -> dict[str, str]:
+        merged = dict(TOPIC_CONFIG_DEFAULTS)
+        merged.update(info.configs)
+        return merged
+
+    def describe_configs(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
+        results = []
+        for res in req.resources:
+            keys = set(res.configuration_keys) if res.configuration_keys is not None else None
+            entry: dict[str, Any] = {
+                "resource_type": res.resource_type,
+                "resource_name": res.resource_name,
+                "error_code": 0,
+                "error_message": None,
+                "configs": [],
+            }
+            if res.resource_type == 2:  # TOPIC
+                info = self.logs.topics().get(res.resource_name)
+                if info is None:
+                    entry["error_code"] = int(E.unknown_topic_or_partition)
+                    results.append(entry)
+                    continue
+                values = self.topic_configs(info)
+                overridden = set(info.configs)
+            elif res.resource_type == 4:  # BROKER
+                values = {
+                    "num.partitions": str(self.config.num_partitions),
+                    "auto.create.topics.enable": str(self.config.auto_create_topics).lower(),
+                    "fetch.max.bytes": str(self.config.fetch_max_bytes),
+                    "socket.request.max.bytes": str(self.config.socket_request_max_bytes),
+                    "log.dirs": str(self.config.data_dir),
+                }
+                overridden = set()
+            else:
+                entry["error_code"] = int(E.invalid_request)
+                entry["error_message"] = f"unsupported resource type {res.resource_type}"
+                results.append(entry)
+                continue
+            entry["configs"] = [
+                {
+                    "name": k,
+                    "value": v,
+                    "read_only": False,
+                    "is_default": k not in overridden,
+                    "config_source": 1 if k in overridden else 5,
+                    "is_sensitive": False,
+                    "synonyms": [],
+                    "config_type": 0,
+                    "documentation": None,
+                }
+                for k, v in sorted(values.items())
+                if keys is None or k in keys
+            ]
+            results.append(entry)
+        return {"results": results}
+
+    # -- Idempotent producers ------------------------------------------------------
+
+    def init_producer_id(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
+        if req.transactional_id is not None:
+            # Transactions are not implemented; say so instead of pretending.
+            return {
+                "error_code": int(E.transactional_id_authorization_failed),
+                "producer_id": -1,
+                "producer_epoch": -1,
+            }
+        existing = getattr(req, "producer_id", -1)
+        epoch = getattr(req, "producer_epoch", -1)
+        if existing >= 0 and 0 <= epoch < 32766:
+            # KIP-360: a producer may bump its own epoch to recover from errors.
+            return {"error_code": 0, "producer_id": existing, "producer_epoch": epoch + 1}
+        return {"error_code": 0, "producer_id": self.producer_ids.allocate(), "producer_epoch": 0}

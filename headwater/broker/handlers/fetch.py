@@ -1,0 +1,145 @@
+"""Fetch: the broker side of the chapter's pull mechanism.
+
+decode -> fetch-session context (KIP-227) -> planner (KIP-74 limits,
+isolation) -> long-poll in the purgatory if fewer than ``min_bytes`` are
+ready -> re-read at completion -> encode with ``FileSlice`` parts that the
+connection sends by ``sendfile``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable
+
+from kio.schema.errors import ErrorCode as E
+
+from headwater.broker.config import BrokerConfig
+from headwater.broker.connection import RequestContext
+from headwater.broker.metrics import BrokerMetrics
+from headwater.fetch.contexts import FetchContext
+from headwater.fetch.planner import FetchResult, isolation_for, read_partitions
+from headwater.fetch.purgatory import FetchPurgatory
+from headwater.fetch.session_cache import FetchSessionCache
+from headwater.fetch.types import (
+    ZERO_UUID,
+    FetchRequestData,
+    FetchResponseData,
+    PartitionFetch,
+)
+from headwater.log.log import Log
+from headwater.log.log_directory import LogDirectory
+from headwater.protocol.fetch_codec import EncodedBody, decode_fetch_request, encode_fetch_response
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class FetchApi:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        logs: LogDirectory,
+        sessions: FetchSessionCache,
+        purgatory: FetchPurgatory,
+        metrics: BrokerMetrics,
+    ) -> None:
+        self.config = config
+        self.logs = logs
+        self.sessions = sessions
+        self.purgatory = purgatory
+        self.metrics = metrics
+
+    def lookup(self, topic: str, partition: int) -> Log | None:
+        info = self.logs.topics().get(topic)
+        if info is None or not 0 <= partition < info.num_partitions:
+            return None
+        return self.logs.log(topic, partition)
+
+    def _topic_id_of(self, topic: str) -> ZERO_UUID.__class__:
+        info = self.logs.topics().get(topic)
+        return info.topic_id if info is not None else ZERO_UUID
+
+    def _resolve_names(self, req: FetchRequestData) -> None:
+        """v13+ addresses topics by id: fill in names; unknown ids keep ''."""
+        if not req.uses_topic_ids:
+            return
+        names: dict[object, str] = {}
+        for p in req.partitions:
+            name = names.get(p.topic_id)
+            if name is None:
+                info = self.logs.topic_by_id(p.topic_id)
+                name = names[p.topic_id] = info.name if info is not None else ""
+            p.topic = name
+        for i, f in enumerate(req.forgotten):
+            info = self.logs.topic_by_id(f.topic_id)
+            if info is not None:
+                req.forgotten[i] = f._replace(topic=info.name)
+
+    def handle(
+        self, ctx: RequestContext, frame: memoryview, offset: int
+    ) -> Awaitable[EncodedBody]:
+        req = decode_fetch_request(frame, offset, ctx.header.api_version)
+        self.metrics.fetch_request_bytes.inc(len(frame) + 4)
+        self._resolve_names(req)
+        return self._fetch(req)
+
+    def _read(self, req: FetchRequestData, partitions: list[PartitionFetch]) -> FetchResult:
+        max_bytes = req.max_bytes if req.max_bytes > 0 else self.config.fetch_max_bytes
+        result = read_partitions(
+            partitions,
+            self.lookup,
+            max_bytes=min(max_bytes, self.config.fetch_max_bytes),
+            isolation=isolation_for(req.replica_id, req.isolation_level),
+            topic_id_of=self._topic_id_of,
+            aborted_list=req.isolation_level == 1,
+        )
+        self.metrics.fetch_partitions_read.inc(len(partitions))
+        return result
+
+    async def _fetch(self, req: FetchRequestData) -> EncodedBody:
+        now = _now_ms()
+        ctx: FetchContext = self.sessions.new_context(req, now)
+        if ctx.error_code:
+            return self._encode(
+                FetchResponseData(error_code=ctx.error_code, session_id=0), req.version
+            )
+        self.metrics.fetch_requests.labels("incremental" if ctx.is_incremental else "full").inc()
+        to_read = ctx.partitions_to_read()
+        result = self._read(req, to_read)
+        if not self._ready(req, result, ctx):
+            deadline = now + req.max_wait_ms
+            async with self.purgatory.watch(ctx, to_read, self.lookup) as waiter:
+                while not self._ready(req, result, ctx):
+                    remaining = deadline - _now_ms()
+                    if remaining <= 0 or not await waiter.wait(remaining / 1000):
+                        break
+                    # Re-read at completion (the chapter's DelayedFetch.onComplete):
+                    # more data may have arrived since the wake-up.
+                    to_read = ctx.partitions_to_read()
+                    result = self._read(req, to_read)
+            if not self.sessions.still_current(ctx):
+                # A newer request on the same session overtook this one while
+                # it was parked: answering would desynchronise the epochs.
+                return self._encode(
+                    FetchResponseData(error_code=int(E.invalid_fetch_session_epoch)),
+                    req.version,
+                )
+        response = ctx.update_and_generate_response(result.partitions, _now_ms())
+        self.metrics.bytes_out.inc(sum(p.records_size for p in response.partitions))
+        return self._encode(response, req.version)
+
+    @staticmethod
+    def _ready(req: FetchRequestData, result: FetchResult, ctx: FetchContext) -> bool:
+        if req.max_wait_ms <= 0 or result.has_error:
+            return True
+        if result.bytes_read >= max(1, req.min_bytes):
+            return True
+        # A sessionless or full fetch that names no partitions has nothing to wait for.
+        return not ctx.is_incremental and not req.partitions
+
+    def _encode(self, response: FetchResponseData, version: int) -> EncodedBody:
+        body = encode_fetch_response(response, version)
+        self.metrics.fetch_response_bytes.inc(body.size + 4)
+        return body

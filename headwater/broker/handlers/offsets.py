@@ -1,0 +1,96 @@
+"""ListOffsets and OffsetForLeaderEpoch: where a consumer may start reading.
+
+A single broker has one leader epoch, 0, for every partition; it answers
+OffsetForLeaderEpoch so librdkafka's KIP-320 position validation succeeds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode as E
+
+from headwater.broker.connection import RequestContext
+from headwater.fetch.planner import LEADER_EPOCH
+from headwater.log.log_directory import LogDirectory
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+
+
+def _leader_epoch_error(current: int) -> int:
+    if current < 0 or current == LEADER_EPOCH:
+        return 0
+    return int(E.fenced_leader_epoch if current < LEADER_EPOCH else E.unknown_leader_epoch)
+
+
+class OffsetApis:
+    def __init__(self, logs: LogDirectory) -> None:
+        self.logs = logs
+
+    def list_offsets(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
+        read_committed = getattr(req, "isolation_level", 0) == 1
+        topics = []
+        for t in req.topics:
+            info = self.logs.topics().get(t.name)
+            parts = []
+            for p in t.partitions:
+                out: dict[str, Any] = {
+                    "partition_index": p.partition_index,
+                    "error_code": 0,
+                    "timestamp": -1,
+                    "offset": -1,
+                    "leader_epoch": LEADER_EPOCH,
+                }
+                if info is None or not 0 <= p.partition_index < info.num_partitions:
+                    out["error_code"] = int(E.unknown_topic_or_partition)
+                    parts.append(out)
+                    continue
+                error = _leader_epoch_error(getattr(p, "current_leader_epoch", -1))
+                if error:
+                    out["error_code"] = error
+                    parts.append(out)
+                    continue
+                log = self.logs.log(t.name, p.partition_index)
+                ts = p.timestamp
+                if ts == LATEST:
+                    out["offset"] = log.last_stable_offset if read_committed else log.high_watermark
+                elif ts == EARLIEST:
+                    out["offset"] = log.log_start_offset
+                elif ts == MAX_TIMESTAMP:
+                    found = log.max_timestamp_offset()
+                    if found is not None:
+                        out["offset"], out["timestamp"] = found
+                elif ts >= 0:
+                    found = log.offset_for_timestamp(ts)
+                    if found is not None:
+                        out["offset"], out["timestamp"] = found
+                else:
+                    out["error_code"] = int(E.invalid_request)
+                parts.append(out)
+            topics.append({"name": t.name, "partitions": parts})
+        return {"topics": topics}
+
+    def offset_for_leader_epoch(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
+        topics = []
+        for t in req.topics:
+            info = self.logs.topics().get(t.topic)
+            parts = []
+            for p in t.partitions:
+                out: dict[str, Any] = {
+                    "error_code": 0,
+                    "partition": p.partition,
+                    "leader_epoch": -1,
+                    "end_offset": -1,
+                }
+                if info is None or not 0 <= p.partition < info.num_partitions:
+                    out["error_code"] = int(E.unknown_topic_or_partition)
+                elif error := _leader_epoch_error(getattr(p, "current_leader_epoch", -1)):
+                    out["error_code"] = error
+                elif p.leader_epoch <= LEADER_EPOCH:
+                    out["leader_epoch"] = LEADER_EPOCH
+                    out["end_offset"] = self.logs.log(t.topic, p.partition).log_end_offset
+                parts.append(out)
+            topics.append({"topic": t.topic, "partitions": parts})
+        return {"topics": topics}

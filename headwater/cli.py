@@ -1,0 +1,130 @@
+"""``headwater`` command line: serve, topics, produce, consume, groups, demo.
+
+The ``serve`` contract other tools rely on: ``headwater serve --listen
+HOST:PORT --data-dir DIR`` runs in the foreground, logs exactly one line
+``listening on HOST:PORT`` when ready, and stops cleanly on SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from headwater.broker.config import BrokerConfig, parse_host_port, parse_properties
+
+log = logging.getLogger("headwater")
+
+
+class _Formatter(logging.Formatter):
+    """Bare messages at INFO (so the ready line reads exactly ``listening on H:P``);
+    level and logger name on everything louder, where they help."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.levelno == logging.INFO:
+            return record.getMessage()
+        return f"{record.levelname} {record.name}: {super().format(record)}"
+
+
+def _add_serve_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--listen", metavar="HOST:PORT", help="listener (Kafka key: listeners)")
+    p.add_argument("--data-dir", metavar="DIR", help="data directory (Kafka key: log.dirs)")
+    p.add_argument("--config", metavar="FILE", help="a server.properties file with Kafka keys")
+    p.add_argument(
+        "--override",
+        "-o",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a config key, e.g. -o log.segment.bytes=1048576 (repeatable)",
+    )
+    p.add_argument("--metrics-listen", metavar="HOST:PORT", help="serve Prometheus /metrics")
+    p.add_argument("--log-level", default="INFO")
+
+
+def broker_config(args: argparse.Namespace, default_data_dir: str | None = None) -> BrokerConfig:
+    props: dict[str, str] = {}
+    if args.config:
+        props.update(parse_properties(Path(args.config).read_text()))
+    for item in args.override:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--override needs KEY=VALUE, got {item!r}")
+        props[key.strip()] = value.strip()
+    if args.listen:
+        host, port = parse_host_port(args.listen)
+        props["listeners"] = f"PLAINTEXT://{host}:{port}"
+    if args.data_dir:
+        props["log.dirs"] = args.data_dir
+    elif default_data_dir and "log.dirs" not in props and "log.dir" not in props:
+        props["log.dirs"] = default_data_dir
+    if args.metrics_listen:
+        props["headwater.metrics.listen"] = args.metrics_listen
+    return BrokerConfig.from_properties(props)
+
+
+async def run_broker(config: BrokerConfig) -> None:
+    """Run until SIGTERM/SIGINT, then stop cleanly (flush, clean-shutdown marker)."""
+    from headwater.broker.broker import Broker
+
+    broker = Broker(config)
+    await broker.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await broker.stop()
+
+
+def _run(config: BrokerConfig) -> int:
+    if config.event_loop == "uvloop":
+        import uvloop
+
+        uvloop.run(run_broker(config))
+    else:
+        asyncio.run(run_broker(config))
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    return _run(broker_config(args, default_data_dir="headwater-data"))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="headwater", description="A Kafka-compatible log broker with incremental fetch"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run a broker in the foreground")
+    _add_serve_args(serve)
+    serve.set_defaults(func=cmd_serve)
+    try:
+        from headwater import tools
+    except ImportError:  # the client-side commands need headwater.client
+        pass
+    else:
+        tools.add_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_Formatter())
+    logging.basicConfig(level=getattr(args, "log_level", "INFO").upper(), handlers=[handler])
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Start a real Headwater broker process on 127.0.0.1 for integration tests.
+
+The broker runs as ``python -m headwater.cli serve`` exactly as a user runs
+it, so the tests also hold the CLI contract: one ``listening on HOST:PORT``
+line when ready, clean stop on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class BrokerProcess:
+    def __init__(
+        self, data_dir: Path, port: int | None = None, overrides: Sequence[str] = ()
+    ) -> None:
+        self.data_dir = data_dir
+        self.port = port or free_port()
+        self.overrides = list(overrides)
+        self.proc: subprocess.Popen[str] | None = None
+        self.lines: list[str] = []
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 20.0) -> BrokerProcess:
+        cmd = [
+            sys.executable,
+            "-m",
+            "headwater.cli",
+            "serve",
+            "--listen",
+            self.bootstrap,
+            "--data-dir",
+            str(self.data_dir),
+        ]
+        for o in self.overrides:
+            cmd += ["--override", o]
+        self.lines = []
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        ready = threading.Event()
+        proc = self.proc
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                self.lines.append(line.rstrip("\n"))
+                if line.strip() == f"listening on {self.bootstrap}":
+                    ready.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while not ready.wait(0.05):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError("broker did not start:\n" + "\n".join(self.lines))
+        return self
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM and wait: the clean-shutdown path."""
+        if self.proc is None:
+            return 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL: the crash path (kill -9)."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def restart(self) -> BrokerProcess:
+        self.stop()
+        return self.start()
