@@ -1,0 +1,96 @@
+"""Splitting a TCP byte stream into Kafka frames (int32 length + payload).
+
+Sans-I/O: the connection feeds whatever ``recv`` returned and gets back the
+frames completed so far. Frames that arrive whole inside one chunk are
+returned as views of that chunk (no copy); a frame that spans chunks is
+assembled into one buffer of its declared size, so a 100 MB produce that
+arrives in 64 KB pieces is copied once, not once per piece.
+"""
+
+from __future__ import annotations
+
+from headwater.protocol.errors import FrameTooLargeError, InvalidFrameError
+from headwater.protocol.wire import INT32
+
+# The smallest request: api_key, api_version, correlation_id (a v1 header
+# without client id bytes). A client reading responses passes 4.
+MIN_REQUEST_FRAME_BYTES = 8
+
+
+class FrameDecoder:
+    """Accumulates stream bytes and yields complete frames, length prefix stripped.
+
+    Returned views are read-only. They stay valid for as long as the caller
+    keeps them; the decoder never writes into a buffer it has handed out.
+    After an exception the stream cannot be resynchronised: close it.
+    """
+
+    __slots__ = ("_body", "_filled", "_length_bytes", "max_frame_bytes", "min_frame_bytes")
+
+    def __init__(
+        self, max_frame_bytes: int, min_frame_bytes: int = MIN_REQUEST_FRAME_BYTES
+    ) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self.min_frame_bytes = min_frame_bytes
+        self._length_bytes = bytearray()  # a length prefix split across chunks
+        self._body: bytearray | None = None  # the frame being assembled
+        self._filled = 0
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received that belong to a frame not yet complete."""
+        return len(self._length_bytes) + (self._filled if self._body is not None else 0)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
+        """Take the next chunk of the stream; return the frames it completes."""
+        if not isinstance(data, bytes):
+            # Views into ``data`` outlive this call; a caller's reusable
+            # receive buffer would be overwritten under them.
+            data = bytes(data)
+        view = memoryview(data)
+        end = len(view)
+        pos = 0
+        frames: list[memoryview] = []
+        while pos < end:
+            body = self._body
+            if body is not None:
+                take = min(len(body) - self._filled, end - pos)
+                body[self._filled : self._filled + take] = view[pos : pos + take]
+                self._filled += take
+                pos += take
+                if self._filled == len(body):
+                    frames.append(memoryview(body).toreadonly())
+                    self._body = None
+                continue
+            if self._length_bytes or end - pos < 4:
+                take = min(4 - len(self._length_bytes), end - pos)
+                self._length_bytes += view[pos : pos + take]
+                pos += take
+                if len(self._length_bytes) < 4:
+                    break
+                length = INT32.unpack(self._length_bytes)[0]
+                self._length_bytes.clear()
+            else:
+                length = INT32.unpack_from(view, pos)[0]
+                pos += 4
+            self._check(length)
+            if end - pos >= length:
+                frames.append(view[pos : pos + length])
+                pos += length
+            else:
+                self._body = bytearray(length)
+                self._filled = 0
+        return frames
+
+    def _check(self, length: int) -> None:
+        if length > self.max_frame_bytes:
+            raise FrameTooLargeError(
+                f"frame of {length} bytes exceeds the limit of {self.max_frame_bytes}"
+            )
+        if length < self.min_frame_bytes:
+            raise InvalidFrameError(f"frame of {length} bytes is shorter than any message")
+
+
+def encode_frame(payload: bytes) -> bytes:
+    """Prefix ``payload`` (header + body) with its int32 length."""
+    return INT32.pack(len(payload)) + payload
