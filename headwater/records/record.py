@@ -232,6 +232,10 @@ def decode_records(data: bytes, header: BatchHeader) -> list[Record]:
         raise CorruptRecordError(
             f"batch at offset {header.base_offset} ends inside a record"
         ) from exc
+    if header.timestamp_type == 1:
+        # LogAppendTime: the broker stamped only the batch, every record shares it.
+        stamped = header.max_timestamp
+        records = [r._replace(timestamp=stamped) for r in records]
     return records
 
 

@@ -30,6 +30,7 @@ from headwater.records import (
     patch_partition_leader_epoch,
     validate_batches,
 )
+from headwater.records.batch import write_batch_crc
 from headwater.records.record import decode_varint, encode_varint
 
 BIG = 1 << 30
@@ -174,8 +175,6 @@ def test_validate_rejects_a_batch_over_the_size_limit() -> None:
 def test_validate_rejects_inconsistent_record_count() -> None:
     data = bytearray(build())
     struct.pack_into(">i", data, 57, 0)  # record count, covered by the CRC: fix it up
-    from headwater.records.batch import write_batch_crc
-
     write_batch_crc(data, 0, len(data))
     with pytest.raises(CorruptRecordError, match="record count"):
         validate_batches(data, BIG)
@@ -201,8 +200,6 @@ def test_truncated_record_inside_a_valid_crc_is_corrupt() -> None:
     data = bytearray(build())
     struct.pack_into(">i", data, 57, 5)  # claim one record more than present
     struct.pack_into(">i", data, 23, 4)
-    from headwater.records.batch import write_batch_crc
-
     write_batch_crc(data, 0, len(data))
     with pytest.raises(CorruptRecordError):
         list(decode_batches(data))
@@ -288,3 +285,15 @@ def test_any_records_round_trip(
     assert as_tuples(batch.records) == [
         (base_offset + i, ts, k, v, h) for i, (ts, k, v, h) in enumerate(records)
     ]
+
+
+def test_log_append_time_batches_give_every_record_the_batch_timestamp() -> None:
+    builder = RecordBatchBuilder(timestamp_type=1)
+    builder.append(10, b"a", b"1")
+    builder.append(20, b"b", b"2")
+    data = bytearray(builder.build())
+    struct.pack_into(">q", data, 35, 999)  # the broker's append time in maxTimestamp
+    write_batch_crc(data, 0, len(data))
+    [batch] = decode_batches(data)
+    assert batch.header.timestamp_type == 1
+    assert [r.timestamp for r in batch.records] == [999, 999]
