@@ -1,0 +1,372 @@
+"""How one FetchRequest is served: one class per case of KIP-227's (session id, epoch) table.
+
+==========  ==========  =============================================  =======================
+session id  epoch       meaning                                        context
+==========  ==========  =============================================  =======================
+0           -1          full fetch, no session (every request < v7)    SessionlessFetchContext
+0           0           full fetch, create a session if admitted       FullFetchContext
+id          0           close id, full fetch, create a new session     FullFetchContext
+id          -1          close id, full fetch, no session               SessionlessFetchContext
+id          n > 0       incremental fetch on session id at epoch n     IncrementalFetchContext
+unknown id  n > 0       error 70 FETCH_SESSION_ID_NOT_FOUND            SessionErrorContext
+id          wrong n     error 71 INVALID_FETCH_SESSION_EPOCH           SessionErrorContext
+id          n > 0       error 106 FETCH_SESSION_TOPIC_ID_ERROR when    SessionErrorContext
+                        the request's topic-id mode (v13+) differs
+==========  ==========  =============================================  =======================
+
+Beyond Kafka: an incremental request that repeats the previous epoch with
+identical content is a client's retry after a lost response (seed 001); with
+retransmission on it is answered again, with at least what the lost response
+carried, instead of error 71.
+
+Every context is used the same way by the broker::
+
+    ctx = cache.new_context(request, now_ms, watcher)
+    if ctx.error_code: ...                      # answer the error, session id 0
+    results = planner(ctx.partitions_to_read())  # same order; KIP-74 applied there
+    response = ctx.update_and_generate_response(results, now_ms)
+
+Call ``update_and_generate_response`` in the same event-loop step as the
+final read, so no log notification can fall between them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from headwater.fetch.session import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    INVALID_SESSION_ID,
+    ChangeListener,
+    FetchSession,
+    PartitionWatcher,
+    SessionKey,
+    next_epoch,
+    session_key,
+)
+from headwater.fetch.types import FetchRequestData, FetchResponseData, PartitionData, PartitionFetch
+
+if TYPE_CHECKING:
+    from headwater.fetch.session_cache import FetchSessionCache
+
+FETCH_SESSION_ID_NOT_FOUND = 70
+INVALID_FETCH_SESSION_EPOCH = 71
+FETCH_SESSION_TOPIC_ID_ERROR = 106
+
+
+class FetchContext:
+    """The common shape: what to read, and how to turn what was read into a response."""
+
+    error_code = 0
+    """Non-zero: answer ``FetchResponseData(error_code=..., session_id=0)`` at once."""
+
+    def __init__(self, request: FetchRequestData) -> None:
+        self.request = request
+        self.partitions_read = 0
+        """How many partitions the last ``partitions_to_read`` handed out."""
+
+    @property
+    def session(self) -> FetchSession | None:
+        """The session this fetch runs on, if it runs on one already."""
+        return None
+
+    @property
+    def read_committed(self) -> bool:
+        return self.request.replica_id < 0 and self.request.isolation_level == 1
+
+    def partitions_to_read(self) -> list[PartitionFetch]:
+        """The partitions the planner must read, in the order it must serve them."""
+        return []
+
+    def update_and_generate_response(
+        self, results: Sequence[PartitionData], now_ms: int
+    ) -> FetchResponseData:
+        """Fold the planner's results into the session state and build the response."""
+        raise NotImplementedError
+
+    def has_news(self) -> bool:
+        """Whether a session partition changed since ``partitions_to_read``.
+
+        A long-polling broker re-reads when this turns true. Contexts without
+        a session answer False: the broker watches the logs of a full fetch's
+        partitions itself.
+        """
+        return False
+
+    def add_change_listener(self, listener: ChangeListener) -> bool:
+        """Wake ``listener`` when the session has news; False if there is no session."""
+        session = self.session
+        if session is None:
+            return False
+        session.add_listener(listener)
+        return True
+
+    def remove_change_listener(self, listener: ChangeListener) -> None:
+        session = self.session
+        if session is not None:
+            session.remove_listener(listener)
+
+    def completion_error(self) -> int:
+        """The error a response must carry if the session moved on while this fetch waited."""
+        return self.error_code
+
+
+class SessionErrorContext(FetchContext):
+    """A request the session table refuses (70, 71 or 106): no partitions, session id 0."""
+
+    def __init__(self, request: FetchRequestData, error_code: int) -> None:
+        super().__init__(request)
+        self.error_code = error_code
+
+    def update_and_generate_response(
+        self, results: Sequence[PartitionData], now_ms: int
+    ) -> FetchResponseData:
+        return FetchResponseData(error_code=self.error_code, session_id=INVALID_SESSION_ID)
+
+
+class SessionlessFetchContext(FetchContext):
+    """A full fetch that neither uses nor creates a session: answer exactly what was asked."""
+
+    def __init__(self, request: FetchRequestData, partitions: list[PartitionFetch]) -> None:
+        super().__init__(request)
+        self._partitions = partitions
+
+    def partitions_to_read(self) -> list[PartitionFetch]:
+        self.partitions_read = len(self._partitions)
+        return list(self._partitions)
+
+    def update_and_generate_response(
+        self, results: Sequence[PartitionData], now_ms: int
+    ) -> FetchResponseData:
+        return FetchResponseData(session_id=INVALID_SESSION_ID, partitions=list(results))
+
+
+class FullFetchContext(FetchContext):
+    """A full fetch that asks for a session: created when the response is built.
+
+    Like Kafka, the session is created from the read results (so it knows
+    what the client was told) and only if the cache admits it; the response
+    carries its id, or 0 when declined.
+    """
+
+    def __init__(
+        self,
+        cache: FetchSessionCache,
+        request: FetchRequestData,
+        partitions: list[PartitionFetch],
+        watcher: PartitionWatcher,
+    ) -> None:
+        super().__init__(request)
+        self._cache = cache
+        self._partitions = partitions
+        self._watcher = watcher
+        self._created: FetchSession | None = None
+        self._answered = False
+
+    @property
+    def session(self) -> FetchSession | None:
+        return self._created
+
+    def partitions_to_read(self) -> list[PartitionFetch]:
+        self.partitions_read = len(self._partitions)
+        return list(self._partitions)
+
+    def update_and_generate_response(
+        self, results: Sequence[PartitionData], now_ms: int
+    ) -> FetchResponseData:
+        if not self._answered:
+            self._answered = True
+            self._created = self._cache.maybe_create_session(
+                now_ms,
+                privileged=self.request.replica_id >= 0,
+                size=len(self._partitions),
+                uses_topic_ids=self.request.uses_topic_ids,
+                watcher=self._watcher,
+                populate=lambda session: self._populate(session, results),
+            )
+        session_id = INVALID_SESSION_ID if self._created is None else self._created.id
+        return FetchResponseData(session_id=session_id, partitions=list(results))
+
+    def _populate(self, session: FetchSession, results: Sequence[PartitionData]) -> None:
+        session.update(self._partitions, ())
+        session.absorb_results(
+            results,
+            read_since=session.change_clock,
+            read_committed=self.read_committed,
+            rotate=False,
+        )
+
+
+class IncrementalFetchContext(FetchContext):
+    """An incremental fetch: read only the session's pending partitions.
+
+    Kafka reads every partition of the session here; this context hands the
+    planner only the partitions that may have news, in session order.
+    A retransmitted request (``retransmission``) also reads and re-sends
+    the partitions the lost response carried, whatever their state.
+    """
+
+    def __init__(
+        self,
+        cache: FetchSessionCache,
+        request: FetchRequestData,
+        session: FetchSession,
+        *,
+        retransmission: bool = False,
+    ) -> None:
+        super().__init__(request)
+        self._cache = cache
+        self._session = session
+        self.is_retransmission = retransmission
+        self._resend: frozenset[SessionKey] = (
+            frozenset(session.last_response_keys) if retransmission else frozenset()
+        )
+        self.expected_epoch = session.epoch
+        """The session epoch this fetch leaves behind; a newer request moves it on."""
+        self._read_since = session.change_clock
+
+    @property
+    def session(self) -> FetchSession:
+        return self._session
+
+    def partitions_to_read(self) -> list[PartitionFetch]:
+        session = self._session
+        self._read_since = session.change_clock
+        chosen = session.pending_in_order(self._resend)
+        self.partitions_read = len(chosen)
+        session.partitions_read_total += len(chosen)
+        self._cache.incremental_partitions_read_total += len(chosen)
+        return [cached.request for cached in chosen]
+
+    def has_news(self) -> bool:
+        return self._session.closed or self._session.change_clock > self._read_since
+
+    def completion_error(self) -> int:
+        """70 if the session was closed or evicted meanwhile, 71 if a newer request overtook."""
+        if self._session.closed:
+            return FETCH_SESSION_ID_NOT_FOUND
+        if self._session.epoch != self.expected_epoch:
+            return INVALID_FETCH_SESSION_EPOCH
+        return 0
+
+    def update_and_generate_response(
+        self, results: Sequence[PartitionData], now_ms: int
+    ) -> FetchResponseData:
+        error = self.completion_error()
+        if error:
+            return FetchResponseData(error_code=error, session_id=INVALID_SESSION_ID)
+        session = self._session
+        answer = session.absorb_results(
+            results,
+            read_since=self._read_since,
+            read_committed=self.read_committed,
+            always_send=self._resend,
+        )
+        session.last_response_keys = [session.key_of(data.key) for data in answer]
+        return FetchResponseData(session_id=session.id, partitions=answer)
+
+
+def new_fetch_context(
+    cache: FetchSessionCache,
+    request: FetchRequestData,
+    now_ms: int,
+    watcher: PartitionWatcher,
+) -> FetchContext:
+    """Pick the context for ``request`` (the table in this module's docstring)."""
+    session_id, epoch = request.session_id, request.session_epoch
+    if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
+        if session_id != INVALID_SESSION_ID:
+            cache.remove(session_id)
+        cache.full_fetches_total += 1
+        partitions = unique_partitions(request.partitions, request.uses_topic_ids)
+        if epoch == FINAL_EPOCH:
+            return SessionlessFetchContext(request, partitions)
+        return FullFetchContext(cache, request, partitions, watcher)
+
+    session = cache.get(session_id)
+    if session is None:
+        cache.session_errors_total += 1
+        return SessionErrorContext(request, FETCH_SESSION_ID_NOT_FOUND)
+    if epoch != session.epoch:
+        if cache.retransmit_enabled and _is_retransmission(session, request):
+            cache.incremental_fetches_total += 1
+            cache.touch(session, now_ms)
+            return IncrementalFetchContext(cache, request, session, retransmission=True)
+        cache.session_errors_total += 1
+        return SessionErrorContext(request, INVALID_FETCH_SESSION_EPOCH)
+    if session.uses_topic_ids != request.uses_topic_ids:
+        cache.session_errors_total += 1
+        return SessionErrorContext(request, FETCH_SESSION_TOPIC_ID_ERROR)
+
+    session.update(request.partitions, request.forgotten)
+    if not len(session):
+        # Everything was forgotten: Kafka drops the session and serves sessionless.
+        cache.remove(session_id)
+        cache.full_fetches_total += 1
+        return SessionlessFetchContext(
+            request, unique_partitions(request.partitions, request.uses_topic_ids)
+        )
+    cache.incremental_fetches_total += 1
+    cache.touch(session, now_ms)
+    if cache.retransmit_enabled:
+        session.last_request_epoch = epoch
+        session.last_request_fingerprint = request_fingerprint(request)
+    session.epoch = next_epoch(session.epoch)
+    return IncrementalFetchContext(cache, request, session)
+
+
+def unique_partitions(
+    partitions: Iterable[PartitionFetch], uses_topic_ids: bool
+) -> list[PartitionFetch]:
+    """The request's partitions without repeats, each at its first position.
+
+    librdkafka can list a topic twice in one request; a full response must
+    name each partition once. A repeat's values win (as in Kafka's map).
+    """
+    unique: dict[SessionKey, PartitionFetch] = {}
+    for fetch in partitions:
+        unique[session_key(fetch.key, uses_topic_ids)] = fetch
+    return list(unique.values())
+
+
+def request_fingerprint(request: FetchRequestData) -> int:
+    """A digest of everything a retried request repeats (not its correlation id).
+
+    A hash, not a copy, so a 100,000-partition session does not keep its
+    last request twice; a collision needs a repeated epoch, which real
+    clients never send.
+    """
+    return hash(
+        (
+            request.version,
+            request.replica_id,
+            request.max_wait_ms,
+            request.min_bytes,
+            request.max_bytes,
+            request.isolation_level,
+            request.rack_id,
+            tuple(
+                (
+                    p.topic_id,
+                    p.topic,
+                    p.partition,
+                    p.fetch_offset,
+                    p.log_start_offset,
+                    p.partition_max_bytes,
+                    p.current_leader_epoch,
+                    p.last_fetched_epoch,
+                )
+                for p in request.partitions
+            ),
+            tuple(request.forgotten),
+        )
+    )
+
+
+def _is_retransmission(session: FetchSession, request: FetchRequestData) -> bool:
+    return (
+        session.last_request_epoch == request.session_epoch
+        and session.last_request_fingerprint == request_fingerprint(request)
+    )

@@ -1,0 +1,313 @@
+"""The broker's bounded set of fetch sessions and its eviction rule (KIP-227).
+
+Sessions cost broker memory, so there are at most
+``max.incremental.fetch.session.cache.slots`` of them. A newcomer that
+finds the cache full may evict one session, and only:
+
+1. the least recently used session, if it has been idle longer than
+   ``min.incremental.fetch.session.eviction.ms``; otherwise
+2. the smallest by (privileged, partition count, id) among the *evictable*
+   sessions, if the newcomer is bigger by the same ordering. For a follower
+   newcomer every consumer session is evictable, and follower sessions
+   created longer ago than the eviction time; for a consumer newcomer only
+   sessions created longer ago than the eviction time (so a consumer never
+   evicts a follower, and evicts a consumer only when strictly larger).
+
+Otherwise the newcomer is declined and served without a session (id 0).
+This is Kafka's rule; seed 004 adds an optional minimum session size and a
+separate, smaller pool of slots for consumers.
+
+Each of those decisions costs O(log n) compares, not a scan of the sessions:
+an ``OrderedDict`` keeps use order, and per kind of session (consumer,
+follower) two sorted lists of (size, id) hold the sessions younger and older
+than the eviction time; a queue in creation order moves sessions from the
+first to the second as they age.
+"""
+
+from __future__ import annotations
+
+import bisect
+import secrets
+from collections import OrderedDict, deque
+from collections.abc import Callable
+
+from headwater.fetch.contexts import FetchContext, new_fetch_context
+from headwater.fetch.session import MAX_EPOCH, FetchSession, PartitionWatcher
+from headwater.fetch.types import FetchRequestData
+
+SizeKey = tuple[int, int]
+"""(partition count, session id): eviction order within one kind of session."""
+
+
+def random_session_id() -> int:
+    """A fresh id: random in 1..2^31-1, so ids leak nothing and cannot be guessed."""
+    return secrets.randbelow(MAX_EPOCH) + 1
+
+
+class _Slot:
+    """The cache's bookkeeping for one session (what it is indexed under)."""
+
+    __slots__ = ("mature", "removed", "session", "size")
+
+    def __init__(self, session: FetchSession) -> None:
+        self.session = session
+        self.size = len(session)
+        self.mature = False
+        """Created longer ago than the eviction time (as of the last ripening)."""
+        self.removed = False
+
+    @property
+    def size_key(self) -> SizeKey:
+        return (self.size, self.session.id)
+
+
+class _Pool:
+    """The sessions of one kind, indexed for the eviction rule.
+
+    A plain sorted list with ``bisect`` rather than a balanced tree: the
+    lists hold at most one entry per cache slot (1,000 by default), so an
+    insert or delete is a binary search plus a short C-level memmove, with
+    no dependency.
+    """
+
+    __slots__ = ("lru", "mature", "young")
+
+    def __init__(self) -> None:
+        self.lru: OrderedDict[int, _Slot] = OrderedDict()
+        self.young: list[SizeKey] = []
+        self.mature: list[SizeKey] = []
+
+    def __len__(self) -> int:
+        return len(self.lru)
+
+    def index(self, slot: _Slot) -> None:
+        bisect.insort(self.mature if slot.mature else self.young, slot.size_key)
+
+    def unindex(self, slot: _Slot) -> None:
+        keys = self.mature if slot.mature else self.young
+        i = bisect.bisect_left(keys, slot.size_key)
+        if i < len(keys) and keys[i] == slot.size_key:
+            del keys[i]
+
+
+class FetchSessionCache:
+    """All incremental fetch sessions of a broker, and the fetch-context factory.
+
+    ``new_context`` is the entry point for every FetchRequest; the rest of
+    the public methods serve the contexts and tests. Metrics are plain
+    attributes the broker exports (names follow Kafka's FetchSessionCache
+    group).
+    """
+
+    def __init__(
+        self,
+        *,
+        max_slots: int = 1000,
+        eviction_ms: int = 120_000,
+        min_session_size: int = 0,
+        consumer_slots: int | None = None,
+        retransmit_enabled: bool = True,
+        new_session_id: Callable[[], int] = random_session_id,
+    ) -> None:
+        """Settings map to broker config keys.
+
+        ``max_slots``: max.incremental.fetch.session.cache.slots;
+        ``eviction_ms``: min.incremental.fetch.session.eviction.ms;
+        ``min_session_size``: min.incremental.fetch.session.size (0 = any);
+        ``consumer_slots``: incremental.fetch.session.consumer.cache.slots
+        (None = all slots); ``retransmit_enabled``:
+        headwater.fetch.session.retransmit.enable.
+        """
+        self.max_slots = max_slots
+        self.eviction_ms = eviction_ms
+        self.min_session_size = min_session_size
+        self.consumer_slots = max_slots if consumer_slots is None else consumer_slots
+        self.retransmit_enabled = retransmit_enabled
+        self._new_session_id = new_session_id
+
+        self._slots: dict[int, _Slot] = {}
+        self._lru: OrderedDict[int, _Slot] = OrderedDict()
+        self._consumers = _Pool()
+        self._followers = _Pool()
+        self._ripening: deque[_Slot] = deque()
+
+        # Metrics.
+        self.num_incremental_fetch_partitions_cached = 0
+        """NumIncrementalFetchPartitionsCached: sum of the sessions' sizes."""
+        self.evictions_total = 0
+        """Sessions evicted for a newcomer (IncrementalFetchSessionEvictionsPerSec
+        is its rate); a client closing its own session does not count."""
+        self.full_fetches_total = 0
+        """Fetches answered in full: sessionless, or creating/resetting a session."""
+        self.incremental_fetches_total = 0
+        self.session_errors_total = 0
+        """Fetches refused with a top-level session error (70, 71, 106)."""
+        self.incremental_partitions_read_total = 0
+        """Partitions handed to the planner by incremental fetches: O(changed)."""
+
+    # -- the entry point --------------------------------------------------
+
+    def new_context(
+        self, request: FetchRequestData, now_ms: int, watcher: PartitionWatcher
+    ) -> FetchContext:
+        """The context that serves ``request``: one class per case of the KIP-227 table."""
+        return new_fetch_context(self, request, now_ms, watcher)
+
+    # -- lookup and metrics -----------------------------------------------
+
+    @property
+    def num_incremental_fetch_sessions(self) -> int:
+        """NumIncrementalFetchSessions."""
+        return len(self._slots)
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def __contains__(self, session_id: int) -> bool:
+        return session_id in self._slots
+
+    def get(self, session_id: int) -> FetchSession | None:
+        slot = self._slots.get(session_id)
+        return None if slot is None else slot.session
+
+    def sessions(self) -> list[FetchSession]:
+        return [slot.session for slot in self._slots.values()]
+
+    # -- life cycle -------------------------------------------------------
+
+    def maybe_create_session(
+        self,
+        now_ms: int,
+        *,
+        privileged: bool,
+        size: int,
+        uses_topic_ids: bool,
+        watcher: PartitionWatcher,
+        populate: Callable[[FetchSession], None],
+    ) -> FetchSession | None:
+        """Admit a new session of ``size`` partitions if there is or can be made room.
+
+        ``populate`` fills the session (and starts watching its partitions)
+        only once it is admitted, so a declined fetch costs nothing extra.
+        """
+        if size < self.min_session_size or not self._make_room(privileged, size, now_ms):
+            return None
+        session = FetchSession(
+            self._unused_session_id(),
+            privileged=privileged,
+            uses_topic_ids=uses_topic_ids,
+            now_ms=now_ms,
+            watcher=watcher,
+        )
+        populate(session)
+        slot = _Slot(session)
+        self._slots[session.id] = slot
+        self._lru[session.id] = slot
+        pool = self._pool(session)
+        pool.lru[session.id] = slot
+        pool.index(slot)
+        self._ripening.append(slot)
+        self.num_incremental_fetch_partitions_cached += slot.size
+        return session
+
+    def touch(self, session: FetchSession, now_ms: int) -> None:
+        """Mark ``session`` used now and re-index it under its current size."""
+        slot = self._slots.get(session.id)
+        if slot is None or slot.session is not session:
+            return
+        session.last_used_ms = now_ms
+        self._lru.move_to_end(session.id)
+        pool = self._pool(session)
+        pool.lru.move_to_end(session.id)
+        size = len(session)
+        if size != slot.size:
+            pool.unindex(slot)
+            self.num_incremental_fetch_partitions_cached += size - slot.size
+            slot.size = size
+            pool.index(slot)
+
+    def remove(self, session_id: int) -> FetchSession | None:
+        """Close a session at its client's request (not an eviction)."""
+        slot = self._slots.get(session_id)
+        if slot is None:
+            return None
+        self._drop(slot)
+        return slot.session
+
+    # -- eviction ---------------------------------------------------------
+
+    def _make_room(self, privileged: bool, size: int, now_ms: int) -> bool:
+        self._ripen(now_ms)
+        consumer_pool_full = len(self._consumers) >= self.consumer_slots
+        if not privileged and consumer_pool_full:
+            return self._evict_for(privileged, size, now_ms, consumers_only=True)
+        if len(self._slots) < self.max_slots:
+            return True
+        return self._evict_for(privileged, size, now_ms, consumers_only=False)
+
+    def _evict_for(self, privileged: bool, size: int, now_ms: int, *, consumers_only: bool) -> bool:
+        lru = self._consumers.lru if consumers_only else self._lru
+        if lru:
+            stalest = next(iter(lru.values()))
+            if now_ms - stalest.session.last_used_ms > self.eviction_ms:
+                self._evict(stalest)
+                return True
+        victim = self._smallest_evictable(privileged, consumers_only)
+        if victim is None:
+            return False
+        newcomer = (privileged, size, 0)
+        if newcomer > (victim.session.privileged, victim.size, victim.session.id):
+            self._evict(victim)
+            return True
+        return False
+
+    def _smallest_evictable(self, privileged: bool, consumers_only: bool) -> _Slot | None:
+        consumers, followers = self._consumers, self._followers
+        if privileged:
+            # Every consumer session, and follower sessions past the eviction time.
+            firsts = consumers.young[:1] + consumers.mature[:1]
+            if firsts:
+                return self._slots[min(firsts)[1]]
+            return self._slots[followers.mature[0][1]] if followers.mature else None
+        # Only sessions past the eviction time; consumers sort before followers.
+        if consumers.mature:
+            return self._slots[consumers.mature[0][1]]
+        if consumers_only or not followers.mature:
+            return None
+        return self._slots[followers.mature[0][1]]
+
+    def _ripen(self, now_ms: int) -> None:
+        """Move sessions created longer ago than the eviction time to the mature lists."""
+        queue = self._ripening
+        while queue and now_ms - queue[0].session.created_ms > self.eviction_ms:
+            slot = queue.popleft()
+            if slot.removed:
+                continue
+            pool = self._pool(slot.session)
+            pool.unindex(slot)
+            slot.mature = True
+            pool.index(slot)
+
+    def _evict(self, slot: _Slot) -> None:
+        self.evictions_total += 1
+        self._drop(slot)
+
+    def _drop(self, slot: _Slot) -> None:
+        session = slot.session
+        del self._slots[session.id]
+        del self._lru[session.id]
+        pool = self._pool(session)
+        del pool.lru[session.id]
+        pool.unindex(slot)
+        slot.removed = True
+        self.num_incremental_fetch_partitions_cached -= slot.size
+        session.close()
+
+    def _pool(self, session: FetchSession) -> _Pool:
+        return self._followers if session.privileged else self._consumers
+
+    def _unused_session_id(self) -> int:
+        while True:
+            session_id = self._new_session_id()
+            if session_id > 0 and session_id not in self._slots:
+                return session_id
