@@ -12,6 +12,7 @@ import itertools
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -174,7 +175,7 @@ def request(
     epoch: int,
     partitions: Sequence[PartitionFetch] = (),
     forgotten: Sequence[TopicIdPartition] = (),
-    **kw: int,
+    **kw: Any,
 ) -> FetchRequestData:
     kw.setdefault("version", 12)
     return FetchRequestData(
