@@ -175,6 +175,7 @@ class FetchSession:
         """Partitions handed to the planner by incremental fetches of this session."""
         self._partitions: OrderedDict[SessionKey, CachedPartition] = OrderedDict()
         self._pending: dict[SessionKey, CachedPartition] = {}
+        self._pending_removals = 0
         self._next_position = 0
         self._listeners: list[ChangeListener] = []
         # Retransmission memory (seed 001): the last incremental request's
@@ -235,7 +236,7 @@ class FetchSession:
             k = self.key_of(key)
             gone = self._partitions.pop(k, None)
             if gone is not None:
-                self._pending.pop(k, None)
+                self._unpend(k)
                 self.watcher.unwatch(gone.key, self)
 
     def close(self) -> None:
@@ -324,12 +325,29 @@ class FetchSession:
                 and cached.caught_up(data, read_committed)
             )
             if settled:
-                self._pending.pop(k, None)
+                self._unpend(k)
             else:
                 self._pending[k] = cached
         for k in served:
             self._move_to_end(k)
         return answer
+
+    def _unpend(self, k: SessionKey) -> None:
+        """Drop ``k`` from the pending set, compacting the dict now and then.
+
+        A dict never shrinks on deletion and iterating it walks every slot
+        it ever used: after 100,000 partitions were pending once, even an
+        empty pending set would cost 100,000 steps per fetch. Rebuilding it
+        once removals outnumber what is left keeps iteration O(pending) at an
+        amortised O(1) per removal.
+        """
+        if self._pending.pop(k, None) is None:
+            return
+        self._pending_removals += 1
+        if self._pending_removals > 2 * len(self._pending) + 64:
+            # A comprehension re-inserts entry by entry; dict() may copy the table as is.
+            self._pending = {key: cached for key, cached in self._pending.items()}
+            self._pending_removals = 0
 
     def _take_position(self) -> int:
         self._next_position += 1
