@@ -105,12 +105,6 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run a broker in the foreground")
     _add_serve_args(serve)
     serve.set_defaults(func=cmd_serve)
-    try:
-        from headwater import tools
-    except ImportError:  # the client-side commands need headwater.client
-        pass
-    else:
-        tools.add_commands(sub)
     return parser
 
 

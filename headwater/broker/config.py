@@ -112,8 +112,12 @@ class BrokerConfig:
             "num.partitions": "num_partitions",
             "socket.request.max.bytes": "socket_request_max_bytes",
             "fetch.max.bytes": "fetch_max_bytes",
-            "max.incremental.fetch.session.cache.slots": "max_incremental_fetch_session_cache_slots",
-            "min.incremental.fetch.session.eviction.ms": "min_incremental_fetch_session_eviction_ms",
+            "max.incremental.fetch.session.cache.slots": (
+                "max_incremental_fetch_session_cache_slots"
+            ),
+            "min.incremental.fetch.session.eviction.ms": (
+                "min_incremental_fetch_session_eviction_ms"
+            ),
             "min.incremental.fetch.session.size": "min_incremental_fetch_session_size",
             "incremental.fetch.session.consumer.cache.slots": (
                 "incremental_fetch_session_consumer_cache_slots"

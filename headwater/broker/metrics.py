@@ -10,10 +10,14 @@ prefix that Kafka's JMX exporter would produce.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Iterator
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from headwater.fetch.session_cache import FetchSessionCache
 
 
 class BrokerMetrics:
@@ -27,12 +31,6 @@ class BrokerMetrics:
         self.bytes_out = Counter(
             "headwater_bytes_out", "Record bytes sent in fetch responses", registry=r
         )
-        self.fetch_requests = Counter(
-            "headwater_fetch_requests",
-            "Fetch requests by kind: full (sessionless or session-creating) or incremental",
-            ["kind"],
-            registry=r,
-        )
         self.fetch_request_bytes = Counter(
             "headwater_fetch_request_bytes", "Bytes of fetch requests received", registry=r
         )
@@ -44,29 +42,12 @@ class BrokerMetrics:
             "Partitions the broker read to answer fetches (O(changed) with sessions)",
             registry=r,
         )
-        self.num_sessions = Gauge(
-            "kafka_server_fetchsessioncache_numincrementalfetchsessions",
-            "NumIncrementalFetchSessions: incremental fetch sessions in the cache",
-            registry=r,
-        )
-        self.num_partitions_cached = Gauge(
-            "kafka_server_fetchsessioncache_numincrementalfetchpartitionscached",
-            "NumIncrementalFetchPartitionsCached: partitions held by all fetch sessions",
-            registry=r,
-        )
-        self.session_evictions = Counter(
-            "kafka_server_fetchsessioncache_incrementalfetchsessionevictions",
-            "IncrementalFetchSessionEvictionsPerSec as a counter: take rate() of it",
-            registry=r,
-        )
         self._http: WSGIServer | None = None
         self._thread: threading.Thread | None = None
 
-    def bind_session_gauges(
-        self, sessions: Callable[[], float], partitions: Callable[[], float]
-    ) -> None:
-        self.num_sessions.set_function(sessions)
-        self.num_partitions_cached.set_function(partitions)
+    def bind_session_cache(self, cache: FetchSessionCache) -> None:
+        """Export the cache's own counters at scrape time (no double bookkeeping)."""
+        self.registry.register(_SessionCacheCollector(cache))
 
     def serve(self, host: str, port: int) -> int:
         """Serve ``/metrics`` over HTTP in a daemon thread; returns the bound port."""
@@ -79,3 +60,39 @@ class BrokerMetrics:
             self._http.shutdown()
             self._http.server_close()
             self._http = None
+
+
+class _SessionCacheCollector(Collector):
+    """KIP-227's three metrics plus full/incremental counts, read from the cache."""
+
+    def __init__(self, cache: FetchSessionCache) -> None:
+        self._cache = cache
+
+    def collect(self) -> Iterator[Metric]:
+        c = self._cache
+        prefix = "kafka_server_fetchsessioncache_"
+        yield GaugeMetricFamily(
+            prefix + "numincrementalfetchsessions",
+            "NumIncrementalFetchSessions: incremental fetch sessions in the cache",
+            value=c.num_incremental_fetch_sessions,
+        )
+        yield GaugeMetricFamily(
+            prefix + "numincrementalfetchpartitionscached",
+            "NumIncrementalFetchPartitionsCached: partitions held by all sessions",
+            value=c.num_incremental_fetch_partitions_cached,
+        )
+        yield CounterMetricFamily(
+            prefix + "incrementalfetchsessionevictions",
+            "IncrementalFetchSessionEvictionsPerSec as a counter (take rate()); "
+            "a client closing its own session does not count",
+            value=c.evictions_total,
+        )
+        kinds = CounterMetricFamily(
+            "headwater_fetch_requests",
+            "Fetch requests: full (sessionless or session-creating) vs incremental",
+            labels=["kind"],
+        )
+        kinds.add_metric(["full"], c.full_fetches_total)
+        kinds.add_metric(["incremental"], c.incremental_fetches_total)
+        kinds.add_metric(["session_error"], c.session_errors_total)
+        yield kinds

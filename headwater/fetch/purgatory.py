@@ -17,15 +17,14 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
+from headwater.fetch.session import FetchSession
 from headwater.fetch.types import PartitionFetch, TopicIdPartition
 from headwater.log.log import Log
 
 
 class _Context(Protocol):
-    @property
-    def session_id(self) -> int: ...
-    @property
-    def is_incremental(self) -> bool: ...
+    def add_change_listener(self, listener: Callable[[], None]) -> bool: ...
+    def remove_change_listener(self, listener: Callable[[], None]) -> None: ...
 
 
 class FetchWaiter:
@@ -49,8 +48,7 @@ class FetchWaiter:
 
 
 class FetchPurgatory:
-    def __init__(self) -> None:
-        self._session_waiters: dict[int, set[FetchWaiter]] = {}
+    """Parks fetches until their data grows or their time runs out."""
 
     @asynccontextmanager
     async def watch(
@@ -60,11 +58,9 @@ class FetchPurgatory:
         lookup: Callable[[str, int], Log | None],
     ) -> AsyncIterator[FetchWaiter]:
         waiter = FetchWaiter()
-        session_id = ctx.session_id if ctx.is_incremental else 0
         logs: list[Log] = []
-        if session_id:
-            self._session_waiters.setdefault(session_id, set()).add(waiter)
-        else:
+        on_session = ctx.add_change_listener(waiter.wake)
+        if not on_session:
             for p in partitions:
                 log = lookup(p.topic, p.partition) if p.topic else None
                 if log is not None:
@@ -75,17 +71,8 @@ class FetchPurgatory:
         finally:
             for log in logs:
                 log.remove_listener(waiter.wake)
-            if session_id:
-                waiters = self._session_waiters.get(session_id)
-                if waiters is not None:
-                    waiters.discard(waiter)
-                    if not waiters:
-                        del self._session_waiters[session_id]
-
-    def session_changed(self, session_id: int) -> None:
-        """Called when any partition of a session changes: wake its parked fetch."""
-        for waiter in self._session_waiters.get(session_id, ()):
-            waiter.wake()
+            if on_session:
+                ctx.remove_change_listener(waiter.wake)
 
 
 class SessionPartitionWatcher:
@@ -95,21 +82,18 @@ class SessionPartitionWatcher:
     notifications, so an incremental fetch reads only what changed.
     """
 
-    def __init__(self, lookup: Callable[[str, int], Log | None], purgatory: FetchPurgatory) -> None:
+    def __init__(self, lookup: Callable[[str, int], Log | None]) -> None:
         self._lookup = lookup
-        self._purgatory = purgatory
         self._listeners: dict[tuple[TopicIdPartition, int], tuple[Log, Callable[[Log], None]]] = {}
 
-    def watch(self, key: TopicIdPartition, session: Any) -> None:
+    def watch(self, key: TopicIdPartition, session: FetchSession) -> None:
         log = self._lookup(key.topic, key.partition) if key.topic else None
         if log is None:
             return
         session_id = int(session.id)
-        purgatory = self._purgatory
 
         def changed(_log: Log) -> None:
             session.partition_changed(key)
-            purgatory.session_changed(session_id)
 
         log.add_listener(changed)
         old = self._listeners.pop((key, session_id), None)
@@ -117,7 +101,7 @@ class SessionPartitionWatcher:
             old[0].remove_listener(old[1])
         self._listeners[(key, session_id)] = (log, changed)
 
-    def unwatch(self, key: TopicIdPartition, session: Any) -> None:
+    def unwatch(self, key: TopicIdPartition, session: FetchSession) -> None:
         entry = self._listeners.pop((key, int(session.id)), None)
         if entry is not None:
             entry[0].remove_listener(entry[1])

@@ -26,8 +26,9 @@ def _create(broker: BrokerProcess, topic: str, partitions: int = PARTITIONS) -> 
 
 def _confluent_consume(broker: BrokerProcess, topic: str, partitions: int, n: int) -> list:
     # Default isolation.level is read_committed: the broker must give a last stable offset.
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "unused",
-                  "enable.auto.commit": False})
+    c = Consumer(
+        {"bootstrap.servers": broker.bootstrap, "group.id": "unused", "enable.auto.commit": False}
+    )
     try:
         c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
         got = []
@@ -47,17 +48,22 @@ def _confluent_consume(broker: BrokerProcess, topic: str, partitions: int, n: in
 def test_confluent_round_trip_every_codec(broker: BrokerProcess, codec: str) -> None:
     topic = f"ck-{codec}"
     _create(broker, topic)
-    p = Producer({"bootstrap.servers": broker.bootstrap, "compression.type": codec,
-                  "linger.ms": 5})
+    p = Producer({"bootstrap.servers": broker.bootstrap, "compression.type": codec, "linger.ms": 5})
     sent = {q: [] for q in range(PARTITIONS)}
     acked: list = []
     for i in range(N):
         q = i % PARTITIONS
         key, value = f"k{i}".encode(), (f"v{i}-" * (1 + i % 5)).encode()
         headers = [("idx", str(i).encode())]
-        p.produce(topic, value=value, key=key, partition=q, headers=headers,
-                  timestamp=1_700_000_000_000 + i,
-                  on_delivery=lambda err, msg: acked.append((err, msg)))
+        p.produce(
+            topic,
+            value=value,
+            key=key,
+            partition=q,
+            headers=headers,
+            timestamp=1_700_000_000_000 + i,
+            on_delivery=lambda err, msg: acked.append((err, msg)),
+        )
         sent[q].append((key, value, 1_700_000_000_000 + i))
     assert p.flush(30) == 0
     assert all(err is None for err, _ in acked)
@@ -82,13 +88,21 @@ def test_aiokafka_round_trip(broker: BrokerProcess) -> None:
         await prod.start()
         try:
             for i in range(N):
-                await prod.send(topic, key=b"k%d" % i, value=b"v%d" % i, partition=i % PARTITIONS,
-                                headers=[("h", b"%d" % i)])
+                await prod.send(
+                    topic,
+                    key=b"k%d" % i,
+                    value=b"v%d" % i,
+                    partition=i % PARTITIONS,
+                    headers=[("h", b"%d" % i)],
+                )
             await prod.flush()
         finally:
             await prod.stop()
-        cons = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False,
-                                auto_offset_reset="earliest")
+        cons = AIOKafkaConsumer(
+            bootstrap_servers=broker.bootstrap,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
         await cons.start()
         try:
             cons.assign([ATP(topic, q) for q in range(PARTITIONS)])
@@ -111,19 +125,29 @@ def test_aiokafka_round_trip(broker: BrokerProcess) -> None:
         assert all(r.value == b"v%d" % int(r.key[1:]) for r in recs)
 
 
-@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat not installed (make test installs it)")
+@pytest.mark.skipif(
+    shutil.which("kcat") is None, reason="kcat not installed (make test installs it)"
+)
 def test_kcat_produce_and_consume(broker: BrokerProcess) -> None:
     topic = "kcat"
     _create(broker, topic, 1)
     lines = "".join(f"key{i}:value{i}\n" for i in range(1000))
     subprocess.run(
         ["kcat", "-P", "-b", broker.bootstrap, "-t", topic, "-K:", "-z", "snappy"],
-        input=lines, text=True, check=True, timeout=60,
+        input=lines,
+        text=True,
+        check=True,
+        timeout=60,
     )
     out = subprocess.run(
         ["kcat", "-C", "-b", broker.bootstrap, "-t", topic, "-e", "-J"],
-        capture_output=True, text=True, check=True, timeout=60,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     ).stdout
     msgs = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert [m["offset"] for m in msgs] == list(range(1000))
-    assert [(m["key"], m["payload"]) for m in msgs] == [(f"key{i}", f"value{i}") for i in range(1000)]
+    assert [(m["key"], m["payload"]) for m in msgs] == [
+        (f"key{i}", f"value{i}") for i in range(1000)
+    ]

@@ -51,11 +51,15 @@ def test_idempotent_producer_and_assigned_consumer_round_trip(
     for i in range(PER_CODEC):
         p = i % PARTITIONS
         key, value = f"k{i}".encode(), f"value-{i}-".encode() * (1 + i % 7)
-        headers = [("h", str(i).encode()), ("n", None)] if i % 3 == 0 else []
+        headers = [("h", str(i).encode()), ("n", b"")] if i % 3 == 0 else []
         ts = base_ts + i
         futures.append(
-            (p, producer.send(topic, key=key, value=value, headers=headers, partition=p,
-                              timestamp_ms=ts))
+            (
+                p,
+                producer.send(
+                    topic, key=key, value=value, headers=headers, partition=p, timestamp_ms=ts
+                ),
+            )
         )
         sent[p].append((key, value, headers, ts))
     metas = [(p, f.get(timeout=30)) for p, f in futures]

@@ -31,8 +31,14 @@ def _fetch_req(topic: str, offset: int, **kw: object) -> FetchRequestData:
     defaults: dict = dict(version=11, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20)
     defaults.update(kw)
     return FetchRequestData(
-        partitions=[PartitionFetch(topic_id=__import__("uuid").UUID(int=0), topic=topic,
-                                   partition=0, fetch_offset=offset)],
+        partitions=[
+            PartitionFetch(
+                topic_id=__import__("uuid").UUID(int=0),
+                topic=topic,
+                partition=0,
+                fetch_offset=offset,
+            )
+        ],
         **defaults,
     )
 
@@ -144,8 +150,12 @@ def test_acknowledged_records_survive_kill_9(tmp_path: Path, round_: int) -> Non
     stop = threading.Event()
 
     def produce() -> None:
-        producer = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all",
-                                 max_block_ms=2000, request_timeout_ms=2000)
+        producer = KafkaProducer(
+            bootstrap_servers=broker.bootstrap,
+            acks="all",
+            max_block_ms=2000,
+            request_timeout_ms=2000,
+        )
         i = 0
         try:
             while not stop.is_set():

@@ -9,7 +9,6 @@ are dropped, missing ones defaulted), so one handler serves every version.
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -20,7 +19,7 @@ from headwater.broker.config import BrokerConfig
 from headwater.broker.connection import RequestContext
 from headwater.broker.producer_ids import ProducerIdAllocator
 from headwater.log.errors import InvalidTopicError, TopicExistsError
-from headwater.log.log_directory import LogDirectory, TopicInfo
+from headwater.log.log_directory import LogDirectory, TopicInfo, validate_topic_name
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +42,12 @@ TOPIC_CONFIG_DEFAULTS: dict[str, str] = {
 }
 
 
-_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
-
-
 def is_valid_topic_name(name: str | None) -> bool:
-    """Kafka's rule for topic names (checked before auto-creating one)."""
-    return bool(name) and name not in (".", "..") and _LEGAL_TOPIC.fullmatch(name or "") is not None
+    try:
+        validate_topic_name(name or "")
+    except InvalidTopicError:
+        return False
+    return True
 
 
 class AdminApis:
@@ -227,9 +226,7 @@ class AdminApis:
                 info = self.logs.topic_by_id(topic_id)
             if info is None:
                 code = E.unknown_topic_or_partition if name else E.unknown_topic_id
-                responses.append(
-                    {"name": name, "topic_id": topic_id, "error_code": int(code)}
-                )
+                responses.append({"name": name, "topic_id": topic_id, "error_code": int(code)})
                 continue
             self.logs.delete_topic(info.name)
             log.info("deleted topic %s", info.name)

@@ -8,18 +8,16 @@ connection sends by ``sendfile``.
 
 from __future__ import annotations
 
-import asyncio
 import time
+import uuid
 from collections.abc import Awaitable
-
-from kio.schema.errors import ErrorCode as E
 
 from headwater.broker.config import BrokerConfig
 from headwater.broker.connection import RequestContext
 from headwater.broker.metrics import BrokerMetrics
 from headwater.fetch.contexts import FetchContext
 from headwater.fetch.planner import FetchResult, isolation_for, read_partitions
-from headwater.fetch.purgatory import FetchPurgatory
+from headwater.fetch.purgatory import FetchPurgatory, SessionPartitionWatcher
 from headwater.fetch.session_cache import FetchSessionCache
 from headwater.fetch.types import (
     ZERO_UUID,
@@ -45,11 +43,14 @@ class FetchApi:
         purgatory: FetchPurgatory,
         metrics: BrokerMetrics,
     ) -> None:
+        # The response re-checks the session epoch (an overtaken parked fetch
+        # gets 71); the update below handles that inside the context.
         self.config = config
         self.logs = logs
         self.sessions = sessions
         self.purgatory = purgatory
         self.metrics = metrics
+        self.watcher = SessionPartitionWatcher(self.lookup)
 
     def lookup(self, topic: str, partition: int) -> Log | None:
         info = self.logs.topics().get(topic)
@@ -57,7 +58,7 @@ class FetchApi:
             return None
         return self.logs.log(topic, partition)
 
-    def _topic_id_of(self, topic: str) -> ZERO_UUID.__class__:
+    def _topic_id_of(self, topic: str) -> uuid.UUID:
         info = self.logs.topics().get(topic)
         return info.topic_id if info is not None else ZERO_UUID
 
@@ -77,9 +78,7 @@ class FetchApi:
             if info is not None:
                 req.forgotten[i] = f._replace(topic=info.name)
 
-    def handle(
-        self, ctx: RequestContext, frame: memoryview, offset: int
-    ) -> Awaitable[EncodedBody]:
+    def handle(self, ctx: RequestContext, frame: memoryview, offset: int) -> Awaitable[EncodedBody]:
         req = decode_fetch_request(frame, offset, ctx.header.api_version)
         self.metrics.fetch_request_bytes.inc(len(frame) + 4)
         self._resolve_names(req)
@@ -100,18 +99,17 @@ class FetchApi:
 
     async def _fetch(self, req: FetchRequestData) -> EncodedBody:
         now = _now_ms()
-        ctx: FetchContext = self.sessions.new_context(req, now)
+        ctx: FetchContext = self.sessions.new_context(req, now, self.watcher)
         if ctx.error_code:
             return self._encode(
                 FetchResponseData(error_code=ctx.error_code, session_id=0), req.version
             )
-        self.metrics.fetch_requests.labels("incremental" if ctx.is_incremental else "full").inc()
         to_read = ctx.partitions_to_read()
         result = self._read(req, to_read)
         if not self._ready(req, result, ctx):
             deadline = now + req.max_wait_ms
             async with self.purgatory.watch(ctx, to_read, self.lookup) as waiter:
-                while not self._ready(req, result, ctx):
+                while not self._ready(req, result, ctx) and not ctx.completion_error():
                     remaining = deadline - _now_ms()
                     if remaining <= 0 or not await waiter.wait(remaining / 1000):
                         break
@@ -119,13 +117,6 @@ class FetchApi:
                     # more data may have arrived since the wake-up.
                     to_read = ctx.partitions_to_read()
                     result = self._read(req, to_read)
-            if not self.sessions.still_current(ctx):
-                # A newer request on the same session overtook this one while
-                # it was parked: answering would desynchronise the epochs.
-                return self._encode(
-                    FetchResponseData(error_code=int(E.invalid_fetch_session_epoch)),
-                    req.version,
-                )
         response = ctx.update_and_generate_response(result.partitions, _now_ms())
         self.metrics.bytes_out.inc(sum(p.records_size for p in response.partitions))
         return self._encode(response, req.version)
@@ -136,8 +127,9 @@ class FetchApi:
             return True
         if result.bytes_read >= max(1, req.min_bytes):
             return True
-        # A sessionless or full fetch that names no partitions has nothing to wait for.
-        return not ctx.is_incremental and not req.partitions
+        # A sessionless or full fetch that names no partitions has nothing to wait for;
+        # an incremental one waits on its session (its partitions are cached).
+        return ctx.session is None and not req.partitions
 
     def _encode(self, response: FetchResponseData, version: int) -> EncodedBody:
         body = encode_fetch_response(response, version)

@@ -16,7 +16,6 @@ from headwater.log.log_directory import LogDirectory
 
 LATEST = -1
 EARLIEST = -2
-MAX_TIMESTAMP = -3
 
 
 def _leader_epoch_error(current: int) -> int:
@@ -58,10 +57,6 @@ class OffsetApis:
                     out["offset"] = log.last_stable_offset if read_committed else log.high_watermark
                 elif ts == EARLIEST:
                     out["offset"] = log.log_start_offset
-                elif ts == MAX_TIMESTAMP:
-                    found = log.max_timestamp_offset()
-                    if found is not None:
-                        out["offset"], out["timestamp"] = found
                 elif ts >= 0:
                     found = log.offset_for_timestamp(ts)
                     if found is not None:

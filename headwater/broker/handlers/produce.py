@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode as E
 from headwater.broker.connection import RequestContext
 from headwater.broker.handlers.admin import AdminApis
 from headwater.broker.metrics import BrokerMetrics
-from headwater.log.errors import LogError
+from headwater.log.errors import KafkaApiError
 from headwater.log.log_directory import LogDirectory
 from headwater.protocol.produce_codec import (
     ProducePartitionResponse,
@@ -57,7 +57,7 @@ class ProduceApi:
                     plog = self.logs.log(topic.name, index)
                     try:
                         result = plog.append(records, now_ms)
-                    except LogError as exc:
+                    except KafkaApiError as exc:
                         out.error_code = int(exc.kafka_error_code)
                         out.error_message = str(exc)
                         log.info("produce to %s-%d rejected: %s", topic.name, index, exc)
