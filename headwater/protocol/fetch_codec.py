@@ -165,6 +165,8 @@ def _decode_fetch_request(buf: Buffer, pos: int, version: int) -> FetchRequestDa
             pass
         elif not flexible:
             end = pos + count * step
+            if end > len(view):
+                raise ValueError("partitions run past the end of the buffer")
             partitions.extend(_partition_fetches(view[pos:end], version, topic_id, topic))
             pos = end
         else:

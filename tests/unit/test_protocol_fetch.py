@@ -475,3 +475,14 @@ def test_kafka_python_reads_our_fetch_response(version: int) -> None:
     assert (second.error_code, bytes(second.records)) == (1, b"")
     assert second.aborted_transactions is None
     assert decoded.session_id == (77 if version >= 7 else 0)
+
+
+@pytest.mark.parametrize("version", [4, 5, 6])
+def test_request_cut_at_a_partition_boundary_is_invalid_not_shorter(version: int) -> None:
+    req = FetchRequestData(
+        version, partitions=[PartitionFetch(ZERO_UUID, "t", p, 0) for p in range(3)]
+    )
+    encoded = encode_fetch_request(req, version)
+    partition_size = 16 if version == 4 else 24
+    with pytest.raises(InvalidRequestError):
+        decode_fetch_request(encoded[:-partition_size], 0, version)
