@@ -86,6 +86,8 @@ class GroupConfig:
     initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
     max_size: int = 2**31 - 1  # group.max.size
     max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES  # offset.metadata.max.bytes
+    # How long an empty group without offsets is remembered (offsets.retention.minutes).
+    empty_group_retention_ms: int = 7 * 24 * 3600 * 1000
 
 
 def random_member_id(prefix: str) -> str:
@@ -370,6 +372,7 @@ class GroupCoordinator:
         if not group.members:
             group.protocol_name = None
             group.transition_to(GroupState.EMPTY)
+            group.empty_since_ms = now_ms
             self._store_group(group)
             return
         group.protocol_name = group.select_protocol()
@@ -628,7 +631,7 @@ class GroupCoordinator:
                         self._expire_join(now_ms, group)
                 elif group.sync_deadline_ms == deadline:
                     self._expire_sync(now_ms, group)
-            self._remove_idle_groups()
+            self._remove_idle_groups(now_ms)
 
     def next_deadline_ms(self) -> int | None:
         """When `tick` next has work, or None if no timer is set."""
@@ -680,14 +683,23 @@ class GroupCoordinator:
         self._prepare_rebalance(now_ms, group)
         self._maybe_complete_join(now_ms, group)
 
-    def _remove_idle_groups(self) -> None:
-        """Forget empty groups that hold no offsets (Kafka does so on its cleanup timer)."""
+    def _remove_idle_groups(self, now_ms: int) -> None:
+        """Forget empty groups that hold nothing.
+
+        A group that never completed a generation (say, a MEMBER_ID_REQUIRED
+        that was never claimed) goes at once; one with a history is kept for
+        the retention period, so its generation keeps rising if it comes back.
+        """
         for group in list(self._groups.values()):
             if (
-                group.state is GroupState.EMPTY
-                and not group.pending_members
-                and not self.offsets.has_offsets(group.group_id)
+                group.state is not GroupState.EMPTY
+                or group.pending_members
+                or self.offsets.has_offsets(group.group_id)
             ):
+                continue
+            never_used = group.generation_id == 0 and not group.persisted
+            expired = now_ms - group.empty_since_ms >= self.config.empty_group_retention_ms
+            if never_used or expired:
                 self._delete_group(group)
 
     # ------------------------------------------------------------------ offsets
@@ -736,7 +748,7 @@ class GroupCoordinator:
         if group is None:
             if not valid:
                 return partition_errors
-            group = self._groups[group_id] = Group(group_id)
+            group = self._groups[group_id] = Group(group_id, empty_since_ms=now_ms)
         member = group.members.get(member_id)
         if member is not None:
             self._touch(now_ms, member)
@@ -887,7 +899,7 @@ class GroupCoordinator:
                 )
         for group_id in self.offsets.group_ids():
             if group_id not in self._groups:
-                self._groups[group_id] = Group(group_id)
+                self._groups[group_id] = Group(group_id, empty_since_ms=now_ms)
 
     # --------------------------------------------------------------- answering
 
@@ -982,6 +994,7 @@ def _group_from_record(group_id: str, record: GroupRecord, now_ms: int) -> Group
         protocol_name=record.protocol_name,
         leader_id=record.leader_id if record.members else None,
         persisted=True,
+        empty_since_ms=now_ms,
     )
     for m in record.members:
         group.members[m.member_id] = Member(

@@ -112,6 +112,8 @@ class Group:
     new_member_added: bool = False
     # A group record is in the log (so deleting the group needs a tombstone).
     persisted: bool = False
+    # When the group last became Empty (for empty-group retention).
+    empty_since_ms: int = 0
 
     def transition_to(self, state: GroupState) -> None:
         if self.state not in LEGAL_PREVIOUS_STATES[state]:

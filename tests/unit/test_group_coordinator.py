@@ -456,14 +456,28 @@ def test_leaving_while_waiting_for_join_answers_unknown_member() -> None:
     assert join(coordinator, 30, follower.member_id).result().generation_id == 2
 
 
-def test_empty_group_without_offsets_is_forgotten_on_tick() -> None:
+def test_unclaimed_new_group_is_forgotten_on_tick() -> None:
+    coordinator = make_coordinator()
+    new_member(coordinator, 0, "a")
+    coordinator.tick(SESSION_MS)  # the member id lapses, leaving a group that never ran
+    assert coordinator.describe_group(GROUP).state == "Dead"
+    assert coordinator.list_groups() == []
+
+
+def test_empty_group_with_a_history_is_kept_for_the_retention_period() -> None:
     coordinator = make_coordinator()
     a_id = new_member(coordinator, 0, "a")
     join(coordinator, 0, a_id)
     coordinator.leave_group(10, group_id=GROUP, members=[(a_id, None)])
     coordinator.tick(20)
+    assert coordinator.describe_group(GROUP).state == "Empty"
+    # Coming back continues the generation count.
+    assert join(coordinator, 30, require_known_member_id=False).result().generation_id == 3
+    coordinator.leave_group(
+        40, group_id=GROUP, members=[(coordinator.describe_group(GROUP).members[0].member_id, None)]
+    )
+    coordinator.tick(40 + coordinator.config.empty_group_retention_ms)
     assert coordinator.describe_group(GROUP).state == "Dead"
-    assert coordinator.list_groups() == []
 
 
 def test_next_deadline_tracks_the_earliest_timer() -> None:

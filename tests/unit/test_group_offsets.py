@@ -261,7 +261,7 @@ def test_group_generation_survives_replay_so_members_keep_heartbeating() -> None
     assert restarted.describe_group("g").state == "Stable"
     # Its session restarted at load time and lapses if it stays silent.
     restarted.tick(1000 + 2 * SESSION_MS)
-    assert restarted.describe_group("g").state == "Dead"  # left empty, then forgotten
+    assert restarted.describe_group("g").state == "Empty"
 
 
 def test_delete_groups_refuses_groups_with_members() -> None:
