@@ -1,0 +1,108 @@
+"""Per-log settings with Kafka's defaults and Kafka's property names.
+
+Operators and clients configure logs with Kafka's keys: broker-wide
+(``log.segment.bytes``) in the server properties and per topic
+(``segment.bytes``) in CreateTopics. Both spellings land on the same field,
+so one ``LogConfig`` is the base config with the topic's overrides on top.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from headwater.log.errors import InvalidConfigError
+
+_HOUR_MS = 3_600_000
+_DAY_MS = 24 * _HOUR_MS
+LONG_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    segment_bytes: int = 1 << 30  # log.segment.bytes
+    segment_ms: int = 7 * _DAY_MS  # log.roll.ms
+    index_interval_bytes: int = 4096  # log.index.interval.bytes
+    retention_ms: int = 7 * _DAY_MS  # log.retention.ms; -1 keeps data forever
+    retention_bytes: int = -1  # log.retention.bytes; -1 means no size limit
+    flush_interval_messages: int = LONG_MAX  # log.flush.interval.messages
+    flush_interval_ms: int | None = None  # log.flush.interval.ms; None: leave it to the OS
+    max_message_bytes: int = 1_048_588  # message.max.bytes: the largest batch accepted
+    file_handle_cache_size: int = 1024  # headwater.log.open.files.max
+    producer_id_expiration_ms: int = _DAY_MS  # producer.id.expiration.ms
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str], base: LogConfig | None = None) -> LogConfig:
+        """Apply Kafka-named properties over ``base`` (default: Kafka's defaults).
+
+        Keys Headwater does not act on (``cleanup.policy``, ``segment.index.bytes``,
+        ...) are accepted and ignored, as a client may send any topic config.
+        Where Kafka has several units for one setting, the finest wins.
+        """
+        changes: dict[str, int | None] = {}
+        # Coarse units first so that a finer key given alongside overrides them.
+        for key in sorted(props, key=lambda k: _PRECEDENCE.get(k, 0)):
+            spec = _KEYS.get(key)
+            if spec is None:
+                continue
+            field_name, parse = spec
+            try:
+                changes[field_name] = parse(props[key])
+            except ValueError as exc:
+                raise InvalidConfigError(f"invalid value {props[key]!r} for {key}: {exc}") from exc
+        return dataclasses.replace(base or cls(), **changes)  # type: ignore[arg-type]
+
+    def with_topic_overrides(self, topic_configs: Mapping[str, str]) -> LogConfig:
+        return LogConfig.from_properties(topic_configs, base=self)
+
+
+def _integer(minimum: int, scale: int = 1) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        value = int(text.strip())
+        if value < minimum:
+            raise ValueError(f"must be at least {minimum}")
+        return min(value * scale, LONG_MAX) if value > 0 else value
+
+    return parse
+
+
+def _optional_ms(text: str) -> int | None:
+    value = int(text.strip())
+    if value < 0:
+        raise ValueError("must be at least 0")
+    return None if value >= LONG_MAX else value
+
+
+_KEYS: dict[str, tuple[str, Callable[[str], int | None]]] = {
+    # broker keys
+    "log.segment.bytes": ("segment_bytes", _integer(14)),
+    "log.roll.hours": ("segment_ms", _integer(1, _HOUR_MS)),
+    "log.roll.ms": ("segment_ms", _integer(1)),
+    "log.index.interval.bytes": ("index_interval_bytes", _integer(0)),
+    "log.retention.hours": ("retention_ms", _integer(-1, _HOUR_MS)),
+    "log.retention.minutes": ("retention_ms", _integer(-1, 60_000)),
+    "log.retention.ms": ("retention_ms", _integer(-1)),
+    "log.retention.bytes": ("retention_bytes", _integer(-1)),
+    "log.flush.interval.messages": ("flush_interval_messages", _integer(1)),
+    "log.flush.interval.ms": ("flush_interval_ms", _optional_ms),
+    "message.max.bytes": ("max_message_bytes", _integer(0)),
+    "headwater.log.open.files.max": ("file_handle_cache_size", _integer(1)),
+    "producer.id.expiration.ms": ("producer_id_expiration_ms", _integer(1)),
+    # topic keys
+    "segment.bytes": ("segment_bytes", _integer(14)),
+    "segment.ms": ("segment_ms", _integer(1)),
+    "index.interval.bytes": ("index_interval_bytes", _integer(0)),
+    "retention.ms": ("retention_ms", _integer(-1)),
+    "retention.bytes": ("retention_bytes", _integer(-1)),
+    "flush.messages": ("flush_interval_messages", _integer(1)),
+    "flush.ms": ("flush_interval_ms", _optional_ms),
+    "max.message.bytes": ("max_message_bytes", _integer(0)),
+}
+
+# Higher applies later: the finer unit of the same setting wins.
+_PRECEDENCE = {
+    "log.roll.hours": -2,
+    "log.retention.hours": -2,
+    "log.retention.minutes": -1,
+}

@@ -1,0 +1,71 @@
+"""Errors the log layer raises, each carrying the Kafka error code the broker answers with."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from headwater.records.errors import (
+    CorruptRecordError,
+    KafkaApiError,
+    RecordBatchTooLargeError,
+    RecordTooLargeError,
+)
+
+__all__ = [
+    "CorruptRecordError",
+    "InvalidConfigError",
+    "InvalidPartitionsError",
+    "InvalidProducerEpochError",
+    "InvalidTopicError",
+    "KafkaApiError",
+    "OffsetOutOfRangeError",
+    "OutOfOrderSequenceError",
+    "RecordBatchTooLargeError",
+    "RecordTooLargeError",
+    "TopicExistsError",
+    "UnknownTopicOrPartitionError",
+]
+
+
+class OffsetOutOfRangeError(KafkaApiError):
+    """A fetch offset below the log start or past the readable end."""
+
+    kafka_error_code: ClassVar[int] = 1
+
+
+class UnknownTopicOrPartitionError(KafkaApiError):
+    kafka_error_code: ClassVar[int] = 3
+
+
+class InvalidTopicError(KafkaApiError):
+    """A topic name Kafka would refuse (characters, length, '.'/'..', collisions)."""
+
+    kafka_error_code: ClassVar[int] = 17
+
+
+class TopicExistsError(KafkaApiError):
+    kafka_error_code: ClassVar[int] = 36
+
+
+class InvalidPartitionsError(KafkaApiError):
+    """A partition count below 1, or not above the current one when adding partitions."""
+
+    kafka_error_code: ClassVar[int] = 37
+
+
+class InvalidConfigError(KafkaApiError):
+    """A log config value that does not parse or is out of range."""
+
+    kafka_error_code: ClassVar[int] = 40
+
+
+class OutOfOrderSequenceError(KafkaApiError):
+    """An idempotent producer skipped or reordered sequence numbers."""
+
+    kafka_error_code: ClassVar[int] = 45
+
+
+class InvalidProducerEpochError(KafkaApiError):
+    """A batch from a producer epoch older than one already seen (a fenced producer)."""
+
+    kafka_error_code: ClassVar[int] = 47

@@ -1,0 +1,269 @@
+"""The broker's data directory: the topic registry, the partition logs, housekeeping.
+
+Topics live in ``topics.json`` (name, random topic id, partition count,
+configs), written atomically so a crash leaves the old or the new registry,
+never half of one; topic ids must survive restarts because Fetch v13+ and
+Metadata v10+ clients address topics by id. Partition data lives in
+``<topic>-<partition>/`` directories, each a lazily loaded :class:`Log`.
+
+A ``.clean_shutdown`` marker written by :meth:`close` and consumed by
+:meth:`open` tells whether the active segments must be recovered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from headwater.log.config import LogConfig
+from headwater.log.errors import (
+    InvalidPartitionsError,
+    InvalidTopicError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+from headwater.log.handles import FileHandleCache
+from headwater.log.log import Log
+
+REGISTRY_FILE = "topics.json"
+CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+REGISTRY_VERSION = 1
+MAX_TOPIC_NAME_LENGTH = 249
+_LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    num_partitions: int
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's rule: 1..249 of [a-zA-Z0-9._-], and not "." or ".."."""
+    if not name:
+        raise InvalidTopicError("topic name is empty")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise InvalidTopicError(
+            f"topic name is {len(name)} characters, more than {MAX_TOPIC_NAME_LENGTH}"
+        )
+    if not _LEGAL_TOPIC_NAME.fullmatch(name):
+        raise InvalidTopicError(f"topic name {name!r} has characters outside [a-zA-Z0-9._-]")
+
+
+def _collision_key(name: str) -> str:
+    # Kafka's metric names turn '.' into '_', so it refuses names that differ only there.
+    return name.replace(".", "_")
+
+
+def _fsync_directory(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LogDirectory:
+    """Topics and the logs of their partitions under one data directory."""
+
+    def __init__(self, path: Path, config: LogConfig) -> None:
+        self.path = Path(path)
+        self.config = config
+        self.handles = FileHandleCache(config.file_handle_cache_size)
+        self.clean_shutdown = False  # known after open()
+        self._topics: dict[str, TopicInfo] = {}
+        self._topic_ids: dict[uuid.UUID, TopicInfo] = {}
+        self._topic_configs: dict[str, LogConfig] = {}
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._opened = False
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Read the registry and note (and consume) the clean-shutdown marker."""
+        self.path.mkdir(parents=True, exist_ok=True)
+        marker = self.path / CLEAN_SHUTDOWN_FILE
+        self.clean_shutdown = marker.exists()
+        if self.clean_shutdown:
+            marker.unlink()
+            _fsync_directory(self.path)
+        self._topics = {}
+        registry = self.path / REGISTRY_FILE
+        if registry.exists():
+            data = json.loads(registry.read_text())
+            for name, entry in data["topics"].items():
+                self._topics[name] = TopicInfo(
+                    name=name,
+                    topic_id=uuid.UUID(entry["topic_id"]),
+                    num_partitions=int(entry["num_partitions"]),
+                    configs=dict(entry.get("configs", {})),
+                )
+        self._topic_ids = {info.topic_id: info for info in self._topics.values()}
+        self._topic_configs = {
+            name: self.config.with_topic_overrides(info.configs)
+            for name, info in self._topics.items()
+        }
+        self._logs = {}
+        self._opened = True
+
+    def close(self) -> None:
+        """Flush and release every loaded log, then mark the shutdown as clean."""
+        for log in self._logs.values():
+            log.close()
+        self.handles.clear()
+        (self.path / CLEAN_SHUTDOWN_FILE).touch()
+        _fsync_directory(self.path)
+        self._opened = False
+
+    # -- topics ---------------------------------------------------------------------------
+
+    def topics(self) -> Mapping[str, TopicInfo]:
+        return MappingProxyType(self._topics)
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return self._topic_ids.get(topic_id)
+
+    def create_topic(
+        self, name: str, num_partitions: int, configs: Mapping[str, str] | None = None
+    ) -> TopicInfo:
+        validate_topic_name(name)
+        if name in self._topics:
+            raise TopicExistsError(f"topic {name!r} already exists")
+        key = _collision_key(name)
+        for existing in self._topics:
+            if _collision_key(existing) == key:
+                raise InvalidTopicError(f"topic {name!r} collides with existing topic {existing!r}")
+        if num_partitions < 1:
+            raise InvalidPartitionsError(
+                f"number of partitions must be at least 1, not {num_partitions}"
+            )
+        configs = dict(configs or {})
+        topic_config = self.config.with_topic_overrides(configs)  # raises on a bad value
+        for partition in range(num_partitions):
+            # Left behind by a delete that crashed before removing the data.
+            shutil.rmtree(self._partition_path(name, partition), ignore_errors=True)
+        info = TopicInfo(name, uuid.uuid4(), num_partitions, configs)
+        self._topics[name] = info
+        self._topic_ids[info.topic_id] = info
+        self._topic_configs[name] = topic_config
+        self._write_registry()
+        return info
+
+    def delete_topic(self, name: str) -> None:
+        """Forget the topic, then remove its partition directories."""
+        info = self._require_topic(name)
+        del self._topics[name]
+        del self._topic_ids[info.topic_id]
+        del self._topic_configs[name]
+        self._write_registry()
+        for partition in range(info.num_partitions):
+            log = self._logs.pop((name, partition), None)
+            if log is not None:
+                log.delete()
+            else:
+                path = self._partition_path(name, partition)
+                self.handles.forget_under(path)
+                shutil.rmtree(path, ignore_errors=True)
+
+    def create_partitions(self, name: str, new_total: int) -> TopicInfo:
+        info = self._require_topic(name)
+        if new_total <= info.num_partitions:
+            raise InvalidPartitionsError(
+                f"topic {name!r} has {info.num_partitions} partitions; {new_total} is not more"
+            )
+        for partition in range(info.num_partitions, new_total):
+            shutil.rmtree(self._partition_path(name, partition), ignore_errors=True)
+        updated = TopicInfo(name, info.topic_id, new_total, info.configs)
+        self._topics[name] = updated
+        self._topic_ids[info.topic_id] = updated
+        self._write_registry()
+        return updated
+
+    def _require_topic(self, name: str) -> TopicInfo:
+        info = self._topics.get(name)
+        if info is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+        return info
+
+    def _write_registry(self) -> None:
+        data = {
+            "version": REGISTRY_VERSION,
+            "topics": {
+                name: {
+                    "topic_id": str(info.topic_id),
+                    "num_partitions": info.num_partitions,
+                    "configs": dict(info.configs),
+                }
+                for name, info in sorted(self._topics.items())
+            },
+        }
+        target = self.path / REGISTRY_FILE
+        tmp = self.path / (REGISTRY_FILE + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+        _fsync_directory(self.path)
+
+    # -- logs -----------------------------------------------------------------------------
+
+    def _partition_path(self, topic: str, partition: int) -> Path:
+        return self.path / f"{topic}-{partition}"
+
+    def log(self, topic: str, partition: int) -> Log:
+        """The partition's log, created (not loaded) on first request."""
+        log = self._logs.get((topic, partition))
+        if log is not None:
+            return log
+        info = self._topics.get(topic)
+        if info is None or not 0 <= partition < info.num_partitions:
+            raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{partition}")
+        log = Log(
+            self._partition_path(topic, partition),
+            self._topic_configs[topic],
+            self.handles,
+            topic_id=info.topic_id,
+            recover=not self.clean_shutdown,
+        )
+        self._logs[(topic, partition)] = log
+        return log
+
+    def loaded_logs(self) -> Iterator[tuple[str, int, Log]]:
+        """(topic, partition, log) for every log handed out since open()."""
+        for (topic, partition), log in list(self._logs.items()):
+            yield topic, partition, log
+
+    # -- housekeeping for the broker's timer ----------------------------------------------
+
+    def run_retention(self, now_ms: int) -> int:
+        """Apply retention to every partition that has data; returns segments deleted."""
+        deleted = 0
+        for name, info in list(self._topics.items()):
+            for partition in range(info.num_partitions):
+                if (name, partition) in self._logs or self._partition_path(
+                    name, partition
+                ).is_dir():
+                    deleted += self.log(name, partition).apply_retention(now_ms)
+        return deleted
+
+    def flush_due(self, now_ms: int) -> int:
+        """Flush the logs whose oldest unflushed data has waited ``flush.ms``."""
+        return sum(1 for _, _, log in self.loaded_logs() if log.maybe_flush(now_ms))
+
+    def roll_due(self, now_ms: int) -> int:
+        """Roll active segments older than ``segment.ms`` in logs in use."""
+        return sum(
+            1 for _, _, log in self.loaded_logs() if log.is_loaded and log.maybe_roll(now_ms)
+        )

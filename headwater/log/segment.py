@@ -1,0 +1,421 @@
+"""One segment of a partition log: a ``.log`` file of batches plus its two sparse indexes.
+
+The segment finds a batch by index lookup and then a short scan of batch
+headers (one ``pread`` of a small window), and returns a FileSlice over the
+file: the record bytes are never read into Python on the fetch path. What it
+must know to append (size, next offset, max timestamp) is kept in memory,
+computed on first use from the index's last entry and a scan of the bytes
+after it, so opening a segment costs a ``stat`` and nothing more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+
+from headwater.log.handles import FileHandleCache
+from headwater.log.index import MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex
+from headwater.log.slice import FileSlice
+from headwater.records.batch import (
+    HEADER_SIZE,
+    MAGIC_V2,
+    MIN_BATCH_LENGTH,
+    BatchHeader,
+    batch_crc_is_valid,
+    iter_batch_headers,
+    parse_batch_header,
+)
+from headwater.records.errors import CorruptRecordError
+from headwater.records.record import decode_batches
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+
+# A fetch lands within one index interval (4 KiB by default) of its batch, so
+# a window this size usually finds it in one pread; recovery reads in big chunks.
+READ_WINDOW = 16 * 1024
+SCAN_WINDOW = 1 << 20
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    """Kafka's naming: the base offset as 20 digits, so names sort as offsets do."""
+    return f"{base_offset:020d}{suffix}"
+
+
+def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, position)
+        view = view[written:]
+        position += written
+
+
+class Segment:
+    """A ``<base>.log`` with ``.index`` and ``.timeindex``; opens no file until used."""
+
+    __slots__ = (
+        "_bytes_since_index_entry",
+        "_created_ms",
+        "_handles",
+        "_index_interval_bytes",
+        "_indexes_checked",
+        "_max_timestamp",
+        "_next_offset",
+        "_offset_of_max_timestamp",
+        "_rolling_timestamp",
+        "_tail_loaded",
+        "base_offset",
+        "log_path",
+        "offset_index",
+        "size",
+        "time_index",
+    )
+
+    def __init__(
+        self,
+        directory: str,
+        base_offset: int,
+        handles: FileHandleCache,
+        index_interval_bytes: int,
+        size: int,
+        created_ms: int,
+    ) -> None:
+        self.base_offset = base_offset
+        self.log_path = os.path.join(directory, segment_file_name(base_offset, LOG_SUFFIX))
+        self.offset_index = OffsetIndex(
+            os.path.join(directory, segment_file_name(base_offset, INDEX_SUFFIX)),
+            base_offset,
+            handles,
+        )
+        self.time_index = TimeIndex(
+            os.path.join(directory, segment_file_name(base_offset, TIME_INDEX_SUFFIX)),
+            base_offset,
+            handles,
+        )
+        self.size = size  # bytes of whole batches: the only bytes readers may see
+        self._handles = handles
+        self._index_interval_bytes = index_interval_bytes
+        self._created_ms = created_ms
+        self._indexes_checked = False
+        self._tail_loaded = False
+        self._next_offset = base_offset
+        self._max_timestamp = -1
+        self._offset_of_max_timestamp = base_offset
+        self._bytes_since_index_entry = 0
+        self._rolling_timestamp: int | None = None
+
+    @classmethod
+    def create(
+        cls,
+        directory: str,
+        base_offset: int,
+        handles: FileHandleCache,
+        index_interval_bytes: int,
+        now_ms: int,
+    ) -> Segment:
+        """A new empty segment with its three files on disk."""
+        segment = cls(directory, base_offset, handles, index_interval_bytes, 0, now_ms)
+        handle = handles.get(segment.log_path, create=True)
+        os.ftruncate(handle.fileno(), 0)
+        segment.offset_index.reset()
+        segment.time_index.reset()
+        segment._indexes_checked = True
+        segment._tail_loaded = True
+        return segment
+
+    @classmethod
+    def open(
+        cls, directory: str, base_offset: int, handles: FileHandleCache, index_interval_bytes: int
+    ) -> Segment:
+        """An existing segment: one ``stat``, everything else on first use."""
+        path = os.path.join(directory, segment_file_name(base_offset, LOG_SUFFIX))
+        st = os.stat(path)
+        return cls(
+            directory,
+            base_offset,
+            handles,
+            index_interval_bytes,
+            st.st_size,
+            int(st.st_mtime * 1000),
+        )
+
+    # -- state derived from the file, loaded on first use --------------------------------
+
+    def _ensure_indexes(self) -> None:
+        if self._indexes_checked:
+            return
+        self._indexes_checked = True
+        if not (self.offset_index.is_consistent(self.size) and self.time_index.is_consistent()):
+            self.rebuild_indexes()
+
+    def _load_tail(self) -> None:
+        """Find next offset and max timestamp from the last index entries onward."""
+        if self._tail_loaded:
+            return
+        self._ensure_indexes()
+        if self._tail_loaded:  # a rebuild just computed it
+            return
+        self._tail_loaded = True
+        entry = self.offset_index.last_entry()
+        start = entry[1] if entry else 0
+        time_entry = self.time_index.last_entry()
+        if time_entry is not None:
+            self._max_timestamp, self._offset_of_max_timestamp = time_entry
+        self._next_offset = entry[0] if entry else self.base_offset
+        end = start
+        try:
+            for header, _ in self._scan(start, self.size, READ_WINDOW, with_bytes=False):
+                self._next_offset = header.next_offset
+                if header.max_timestamp > self._max_timestamp:
+                    self._max_timestamp = header.max_timestamp
+                    self._offset_of_max_timestamp = header.base_offset
+                end = header.position + header.size
+        except CorruptRecordError:
+            pass
+        if end != self.size:
+            self._truncate_file(end)  # a torn tail the caller did not ask to recover
+        self._bytes_since_index_entry = self.size - start
+
+    @property
+    def next_offset(self) -> int:
+        """The offset the next appended batch gets (base offset when empty)."""
+        self._load_tail()
+        return self._next_offset
+
+    @property
+    def max_timestamp(self) -> int:
+        """Largest batch max timestamp in the segment; -1 when it has none."""
+        self._load_tail()
+        return self._max_timestamp
+
+    @property
+    def last_modified_ms(self) -> int:
+        return int(os.stat(self.log_path).st_mtime * 1000)
+
+    @property
+    def rolling_timestamp(self) -> int:
+        """What ``segment.ms`` counts from: the first batch's timestamp, as in Kafka."""
+        if self._rolling_timestamp is None:
+            timestamp = -1
+            if self.size >= HEADER_SIZE:
+                fd = self._handles.get(self.log_path).fileno()
+                timestamp = parse_batch_header(os.pread(fd, HEADER_SIZE, 0)).max_timestamp
+            self._rolling_timestamp = timestamp if timestamp >= 0 else self._created_ms
+        return self._rolling_timestamp
+
+    # -- writing --------------------------------------------------------------------------
+
+    def can_hold_offset(self, offset: int) -> bool:
+        return 0 <= offset - self.base_offset <= MAX_RELATIVE_OFFSET
+
+    def append(self, data: bytes | bytearray | memoryview, batches: Sequence[BatchHeader]) -> None:
+        """Write whole batches whose headers (positions relative to ``data``) are given.
+
+        The bytes are written first and the size advanced last, so a failed
+        write leaves nothing visible and the next append overwrites it.
+        """
+        self._load_tail()
+        if self.size == 0:
+            self._rolling_timestamp = None
+        position = self.size
+        _pwrite_all(self._handles.get(self.log_path).fileno(), data, position)
+        for header in batches:
+            self._track(header, position + header.position)
+        self._next_offset = batches[-1].next_offset
+        self.size = position + len(data)
+
+    def _track(self, header: BatchHeader, position: int) -> None:
+        """Kafka's index policy: an entry for the first batch after each interval of bytes."""
+        if header.max_timestamp > self._max_timestamp:
+            self._max_timestamp = header.max_timestamp
+            self._offset_of_max_timestamp = header.base_offset
+        if self._bytes_since_index_entry > self._index_interval_bytes:
+            self.offset_index.append(header.base_offset, position)
+            self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+            self._bytes_since_index_entry = 0
+        self._bytes_since_index_entry += header.size
+
+    def on_become_inactive(self) -> None:
+        """Called when the log rolls past this segment: record its final max timestamp."""
+        self._load_tail()
+        if self.size > 0 and self._max_timestamp >= 0:
+            self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
+
+    def flush(self) -> None:
+        os.fsync(self._handles.get(self.log_path).fileno())
+        self.offset_index.flush()
+        self.time_index.flush()
+
+    def delete(self) -> None:
+        self._handles.forget(self.log_path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.log_path)
+        self.offset_index.delete()
+        self.time_index.delete()
+        self.size = 0
+
+    # -- reading --------------------------------------------------------------------------
+
+    def _scan(
+        self, start: int, end: int, window: int, *, with_bytes: bool
+    ) -> Iterator[tuple[BatchHeader, memoryview | None]]:
+        """Whole batches between two file positions, header first, reading ``window`` at a time.
+
+        Batches larger than the window are stepped over by their header alone
+        unless ``with_bytes`` asks for their contents (recovery checks CRCs).
+        A header whose length is impossible raises CorruptRecordError.
+        """
+        fd = self._handles.get(self.log_path).fileno()
+        position = start
+        while end - position >= HEADER_SIZE:
+            chunk = memoryview(os.pread(fd, min(window, end - position), position))
+            if len(chunk) < HEADER_SIZE:
+                return  # the file is shorter than we were told
+            consumed = 0
+            for header in iter_batch_headers(chunk):
+                batch = (
+                    chunk[header.position : header.position + header.size] if with_bytes else None
+                )
+                yield header._replace(position=position + header.position), batch
+                consumed = header.position + header.size
+            if consumed == 0:  # the first batch does not fit the window
+                header = parse_batch_header(chunk)
+                if header.batch_length < MIN_BATCH_LENGTH:
+                    raise CorruptRecordError(f"impossible batch length at position {position}")
+                if position + header.size > end:
+                    return
+                batch = None
+                if with_bytes:
+                    batch = memoryview(os.pread(fd, header.size, position))
+                    if len(batch) < header.size:
+                        return
+                yield header._replace(position=position), batch
+                consumed = header.size
+            position += consumed
+
+    def iter_headers(self, start: int = 0) -> Iterator[BatchHeader]:
+        """Headers of the whole batches from file position ``start`` (a batch start)."""
+        self._ensure_indexes()
+        for header, _ in self._scan(start, self.size, SCAN_WINDOW, with_bytes=False):
+            yield header
+
+    def batch_position_at_or_after(self, position: int) -> int:
+        """A batch start at or after ``position``, found by index (``size`` if none)."""
+        self._ensure_indexes()
+        entry = self.offset_index.entry_at_or_after_position(position)
+        return self.size if entry is None else entry[1]
+
+    def find_batch(self, offset: int, max_position: int | None = None) -> BatchHeader | None:
+        """The first batch ending at or after ``offset``: index lookup, then a short scan."""
+        self._ensure_indexes()
+        end = self.size if max_position is None else max_position
+        _, position = self.offset_index.lookup(offset)
+        for header, _ in self._scan(position, end, READ_WINDOW, with_bytes=False):
+            if header.last_offset >= offset:
+                return header
+        return None
+
+    def read(
+        self, start_offset: int, max_bytes: int, max_position: int, min_one_batch: bool
+    ) -> FileSlice | None:
+        """A slice from the batch holding ``start_offset``; None if no batch here holds it.
+
+        The slice is cut at ``max_bytes`` and may end inside a batch (clients
+        skip a partial tail, as with Kafka); with ``min_one_batch`` it covers
+        at least the whole first batch so a consumer always makes progress.
+        """
+        header = self.find_batch(start_offset, max_position)
+        if header is None:
+            return None
+        limit = max(max_bytes, header.size) if min_one_batch else max_bytes
+        size = max(0, min(max_position - header.position, limit))
+        return FileSlice(self._handles.get(self.log_path), header.position, size)
+
+    def find_offset_for_timestamp(
+        self, timestamp: int, start_offset: int
+    ) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after both ``timestamp`` and offset."""
+        self._ensure_indexes()
+        _, indexed_offset = self.time_index.lookup(timestamp)
+        _, position = self.offset_index.lookup(max(indexed_offset, start_offset))
+        fd = self._handles.get(self.log_path).fileno()
+        for header, _ in self._scan(position, self.size, READ_WINDOW, with_bytes=False):
+            if header.max_timestamp < timestamp or header.last_offset < start_offset:
+                continue
+            for batch in decode_batches(os.pread(fd, header.size, header.position)):
+                for record in batch.records:
+                    if record.timestamp >= timestamp and record.offset >= start_offset:
+                        return record.offset, record.timestamp
+        return None
+
+    # -- repair ---------------------------------------------------------------------------
+
+    def recover(self) -> int:
+        """Check every batch from the start (CRC included), cut at the first bad one.
+
+        Returns the number of bytes truncated. Both indexes are rebuilt on the way.
+        """
+        file_size = os.fstat(self._handles.get(self.log_path).fileno()).st_size
+        self.size = file_size
+        return self._rebuild(validate=True)
+
+    def rebuild_indexes(self) -> int:
+        """Rebuild both indexes from the batch headers; returns bytes of torn tail dropped."""
+        return self._rebuild(validate=False)
+
+    def _rebuild(self, *, validate: bool) -> int:
+        self._indexes_checked = True
+        self._tail_loaded = True
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._next_offset = self.base_offset
+        self._max_timestamp = -1
+        self._offset_of_max_timestamp = self.base_offset
+        self._bytes_since_index_entry = 0
+        self._rolling_timestamp = None
+        end = 0
+        try:
+            for header, batch in self._scan(0, self.size, SCAN_WINDOW, with_bytes=validate):
+                if validate and not self._batch_is_sound(header, batch):
+                    break
+                self._track(header, header.position)
+                self._next_offset = header.next_offset
+                end = header.position + header.size
+        except CorruptRecordError:
+            pass
+        truncated = self.size - end
+        if truncated:
+            self._truncate_file(end)
+        return truncated
+
+    def _batch_is_sound(self, header: BatchHeader, batch: memoryview | None) -> bool:
+        return (
+            batch is not None
+            and header.magic == MAGIC_V2
+            and header.record_count >= 1
+            and header.last_offset_delta == header.record_count - 1
+            and header.base_offset >= self._next_offset
+            and self.can_hold_offset(header.last_offset)
+            and batch_crc_is_valid(batch, header._replace(position=0))
+        )
+
+    def truncate_to(self, offset: int) -> int:
+        """Drop the batch holding ``offset`` and everything after; returns bytes removed."""
+        header = self.find_batch(offset)
+        if header is None:
+            return 0
+        removed = self.size - header.position
+        self.offset_index.truncate_to(header.base_offset)
+        self.time_index.truncate_to(header.base_offset)
+        self._truncate_file(header.position)
+        self._tail_loaded = False
+        self._rolling_timestamp = None
+        self._max_timestamp = -1
+        self._offset_of_max_timestamp = self.base_offset
+        return removed
+
+    def _truncate_file(self, size: int) -> None:
+        os.ftruncate(self._handles.get(self.log_path).fileno(), size)
+        self.size = size
