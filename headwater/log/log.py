@@ -264,7 +264,8 @@ class Log:
             patch_partition_leader_epoch(buf, header.position, epoch)
             assigned.append(header._replace(base_offset=offset, partition_leader_epoch=epoch))
             offset += header.last_offset_delta + 1
-        segment = self._segment_for_append(len(buf), offset - 1, now_ms)
+        newest = max(header.max_timestamp for header in assigned)
+        segment = self._segment_for_append(len(buf), offset - 1, newest, now_ms)
         segment.append(buf, assigned)
         self._log_end_offset = offset
         messages = 0
@@ -279,14 +280,16 @@ class Log:
         self._notify()
         return AppendResult(assigned[0].base_offset, offset - 1, -1, self._log_start_offset)
 
-    def _segment_for_append(self, size: int, last_offset: int, now_ms: int) -> Segment:
+    def _segment_for_append(
+        self, size: int, last_offset: int, max_timestamp: int, now_ms: int
+    ) -> Segment:
         if not self._segments:
             os.makedirs(self._path, exist_ok=True)
             return self._roll(now_ms)
         active = self._segments[-1]
         if active.size > 0 and (
             active.size + size > self.config.segment_bytes
-            or now_ms - active.rolling_timestamp > self.config.segment_ms
+            or active.time_waited_for_roll(now_ms, max_timestamp) > self.config.segment_ms
             or not active.can_hold_offset(last_offset)
         ):
             return self._roll(now_ms)
@@ -311,7 +314,7 @@ class Log:
         if not self._segments:
             return False
         active = self._segments[-1]
-        if active.size > 0 and now_ms - active.rolling_timestamp > self.config.segment_ms:
+        if active.size > 0 and active.time_waited_for_roll(now_ms, now_ms) > self.config.segment_ms:
             self._roll(now_ms)
             return True
         return False

@@ -158,6 +158,16 @@ class Segment:
         if self._tail_loaded:  # a rebuild just computed it
             return
         self._tail_loaded = True
+        if not self._load_tail_from_indexes():
+            self.rebuild_indexes()
+
+    def _load_tail_from_indexes(self) -> bool:
+        """Scan from the last index entry; False when the tail or the time index is off.
+
+        A tail that does not end on a batch boundary means the file was torn
+        although nobody asked for recovery; a full rebuild then finds the
+        last whole batch, which the index entries may point past.
+        """
         entry = self.offset_index.last_entry()
         start = entry[1] if entry else 0
         time_entry = self.time_index.last_entry()
@@ -175,8 +185,9 @@ class Segment:
         except CorruptRecordError:
             pass
         if end != self.size:
-            self._truncate_file(end)  # a torn tail the caller did not ask to recover
+            return False
         self._bytes_since_index_entry = self.size - start
+        return time_entry is None or time_entry[1] < self._next_offset
 
     @property
     def next_offset(self) -> int:
@@ -194,16 +205,27 @@ class Segment:
     def last_modified_ms(self) -> int:
         return int(os.stat(self.log_path).st_mtime * 1000)
 
-    @property
-    def rolling_timestamp(self) -> int:
-        """What ``segment.ms`` counts from: the first batch's timestamp, as in Kafka."""
+    def _first_batch_timestamp(self) -> int:
+        """The first batch's max timestamp (-1 when empty or unstamped), read once."""
         if self._rolling_timestamp is None:
             timestamp = -1
             if self.size >= HEADER_SIZE:
                 fd = self._handles.get(self.log_path).fileno()
                 timestamp = parse_batch_header(os.pread(fd, HEADER_SIZE, 0)).max_timestamp
-            self._rolling_timestamp = timestamp if timestamp >= 0 else self._created_ms
+            self._rolling_timestamp = timestamp
         return self._rolling_timestamp
+
+    def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
+        """How old the segment is for ``segment.ms``, measured as Kafka does.
+
+        Kafka compares the incoming batch's timestamp with the segment's first
+        batch, not the wall clock, so replaying old data does not roll a
+        segment per append; only unstamped segments fall back to file time.
+        """
+        first = self._first_batch_timestamp()
+        if first >= 0:
+            return message_timestamp - first
+        return now_ms - self._created_ms
 
     # -- writing --------------------------------------------------------------------------
 

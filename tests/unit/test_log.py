@@ -590,3 +590,25 @@ def test_only_the_last_five_batches_are_recognised_as_retries(tmp_path: Path) ->
     with pytest.raises(OutOfOrderSequenceError):
         log.append(batches[0], NOW)  # too old to be a retry we can answer
     assert log.log_end_offset == 6
+
+
+def test_old_timestamps_do_not_roll_a_segment_per_append(tmp_path: Path) -> None:
+    log = make_log(tmp_path, segment_ms=1000)
+    for i in range(5):
+        log.append(batch(1, ts=1000 + i), NOW)  # replayed data stamped long ago
+    assert len(log.segments) == 1
+    log.append(batch(1, ts=1000 + 1001), NOW)  # a second newer than the first batch
+    assert len(log.segments) == 2
+
+
+def test_a_torn_tail_is_dropped_even_without_recovery(tmp_path: Path) -> None:
+    log = make_log(tmp_path, index_interval_bytes=0)
+    for _ in range(4):
+        log.append(batch(1), NOW)
+    log.close()
+    path = tmp_path / "topic-0" / "00000000000000000000.log"
+    os.truncate(path, path.stat().st_size - 10)
+    again = make_log(tmp_path, index_interval_bytes=0)
+    assert again.log_end_offset == 3
+    assert again.append(batch(1), NOW).base_offset == 3
+    assert [offsets_in(again, o, 1) for o in range(4)] == [[0], [1], [2], [3]]
