@@ -190,13 +190,7 @@ class FullFetchContext(FetchContext):
         return FetchResponseData(session_id=session_id, partitions=list(results))
 
     def _populate(self, session: FetchSession, results: Sequence[PartitionData]) -> None:
-        session.update(self._partitions, ())
-        session.absorb_results(
-            results,
-            read_since=session.change_clock,
-            read_committed=self.read_committed,
-            rotate=False,
-        )
+        session.populate(self._partitions, results, read_committed=self.read_committed)
 
 
 class IncrementalFetchContext(FetchContext):
@@ -301,7 +295,7 @@ def new_fetch_context(
         return SessionErrorContext(request, FETCH_SESSION_TOPIC_ID_ERROR)
 
     session.update(request.partitions, request.forgotten)
-    if not len(session):
+    if session.size == 0:
         # Everything was forgotten: Kafka drops the session and serves sessionless.
         cache.remove(session_id)
         cache.full_fetches_total += 1
@@ -327,7 +321,8 @@ def unique_partitions(
     """
     unique: dict[SessionKey, PartitionFetch] = {}
     for fetch in partitions:
-        unique[session_key(fetch.key, uses_topic_ids)] = fetch
+        k = session_key(fetch, uses_topic_ids)
+        unique[k] = fetch
     return list(unique.values())
 
 

@@ -51,7 +51,7 @@ class _Slot:
 
     def __init__(self, session: FetchSession) -> None:
         self.session = session
-        self.size = len(session)
+        self.size = session.size
         self.mature = False
         """Created longer ago than the eviction time (as of the last ripening)."""
         self.removed = False
@@ -160,9 +160,6 @@ class FetchSessionCache:
         """NumIncrementalFetchSessions."""
         return len(self._slots)
 
-    def __len__(self) -> int:
-        return len(self._slots)
-
     def __contains__(self, session_id: int) -> bool:
         return session_id in self._slots
 
@@ -219,7 +216,7 @@ class FetchSessionCache:
         self._lru.move_to_end(session.id)
         pool = self._pool(session)
         pool.lru.move_to_end(session.id)
-        size = len(session)
+        size = session.size
         if size != slot.size:
             pool.unindex(slot)
             self.num_incremental_fetch_partitions_cached += size - slot.size

@@ -216,7 +216,7 @@ class Client:
         self.version = version
         self.wanted: list[TP] = list(partitions)
         self.offsets: dict[TP, int] = dict.fromkeys(self.wanted, 0)
-        self.view: dict[TP, tuple[int, int]] = {}  # (high watermark, log start) last heard
+        self.view: dict[TP, tuple[int, int, int]] = {}  # (high watermark, log start, error)
         self.session_id = 0
         self.epoch = 0
         self.in_session: dict[TP, int] = {}  # what the broker's session holds: offset
@@ -230,8 +230,7 @@ class Client:
     def drop(self, tp: TP) -> None:
         if tp in self.offsets:
             self.wanted.remove(tp)
-            del self.offsets[tp]
-            self.view.pop(tp, None)
+            del self.offsets[tp]  # what it last heard stays: it may want it back
 
     def build(self) -> FetchRequestData:
         full = self.epoch in (0, -1)
@@ -283,8 +282,10 @@ class Client:
             tp = (data.topic, data.partition)
             if tp not in self.offsets:
                 continue
-            self.view[tp] = (data.high_watermark, data.log_start_offset)
-            if self.consume and data.records_size:
+            self.view[tp] = (data.high_watermark, data.log_start_offset, data.error_code)
+            if data.error_code == OFFSET_OUT_OF_RANGE:  # auto.offset.reset=earliest
+                self.offsets[tp] = data.log_start_offset
+            elif self.consume and data.records_size:
                 self.offsets[tp] += data.records_size // RECORD_SIZE
 
 
@@ -307,7 +308,7 @@ def test_sessionless_full_fetch_answers_every_partition_without_a_session() -> N
     assert isinstance(ctx, SessionlessFetchContext)
     assert resp.session_id == 0 and resp.error_code == 0
     assert tps(resp) == [("t", 2), ("t", 0)]
-    assert len(cache) == 0 and cache.full_fetches_total == 1
+    assert cache.num_incremental_fetch_sessions == 0 and cache.full_fetches_total == 1
 
 
 def test_requests_before_v7_are_sessionless() -> None:
@@ -324,7 +325,7 @@ def test_initial_full_fetch_creates_a_session_at_epoch_one() -> None:
     assert isinstance(ctx, FullFetchContext)
     assert resp.session_id > 0 and tps(resp) == [("t", 0), ("t", 1)]
     session = cache.get(resp.session_id)
-    assert session is not None and session.epoch == 1 and len(session) == 2
+    assert session is not None and session.epoch == 1 and session.size == 2
     assert cache.num_incremental_fetch_sessions == 1
     assert cache.num_incremental_fetch_partitions_cached == 2
     assert world.watching(("t", 0)) == {session}
@@ -354,7 +355,11 @@ def test_final_epoch_closes_the_session_and_serves_sessionless() -> None:
     ctx, resp = world.serve(cache, request(old.id, -1, [fetch("t", 0)]))
     assert isinstance(ctx, SessionlessFetchContext)
     assert resp.session_id == 0 and tps(resp) == [("t", 0)]
-    assert len(cache) == 0 and old.closed and world.watching(("t", 0)) == set()
+    assert (
+        cache.num_incremental_fetch_sessions == 0
+        and old.closed
+        and world.watching(("t", 0)) == set()
+    )
 
 
 def test_incremental_fetch_on_an_unknown_session_gets_70() -> None:
@@ -483,7 +488,7 @@ def test_forgetting_every_partition_drops_the_session_and_serves_sessionless() -
     ctx, resp = world.serve(cache, request(session.id, 1, forgotten=[tpkey("t", 0)]))
     assert isinstance(ctx, SessionlessFetchContext)
     assert resp.session_id == 0 and resp.error_code == 0 and resp.partitions == []
-    assert len(cache) == 0 and cache.evictions_total == 0
+    assert cache.num_incremental_fetch_sessions == 0 and cache.evictions_total == 0
     assert cache.num_incremental_fetch_partitions_cached == 0
 
 

@@ -136,7 +136,7 @@ def test_a_session_shrinking_by_forgetting_partitions_is_reindexed() -> None:
     assert a is not None and b is not None
     forget = [fetch("t", p).key for p in range(1, 5)]
     _, resp = WORLD.serve(cache, request(a.id, 1, forgotten=forget), EVICTION_MS + 1)
-    assert resp.error_code == 0 and len(a) == 1
+    assert resp.error_code == 0 and a.size == 1
     use(cache, b, EVICTION_MS + 1)
     assert cache.num_incremental_fetch_partitions_cached == 4
     new = open_session(cache, 2, EVICTION_MS + 1)  # beats a (1 partition), not b (3)
@@ -155,7 +155,7 @@ def test_consumer_slots_keep_room_for_followers() -> None:
     assert consumer is not None
     assert open_session(cache, 9, 0) is None  # consumer pool full, nothing evictable
     f1, f2 = open_session(cache, 1, 0, follower=True), open_session(cache, 1, 0, follower=True)
-    assert f1 is not None and f2 is not None and len(cache) == 3
+    assert f1 is not None and f2 is not None and cache.num_incremental_fetch_sessions == 3
     use(cache, consumer, EVICTION_MS + 1)
     # An old consumer session yields to a bigger consumer, within the consumer pool.
     bigger = open_session(cache, 6, EVICTION_MS + 1)

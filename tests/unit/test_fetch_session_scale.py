@@ -21,7 +21,7 @@ def big_session(count: int) -> tuple[FetchSessionCache, World, FetchSession]:
     cache, world = FetchSessionCache(), World.with_partitions(count)
     _, resp = world.serve(cache, request(0, 0, [fetch("t", p) for p in range(count)]))
     session = cache.get(resp.session_id)
-    assert session is not None and len(session) == count
+    assert session is not None and session.size == count
     return cache, world, session
 
 
