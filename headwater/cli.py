@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -73,6 +74,10 @@ async def run_broker(config: BrokerConfig) -> None:
 
     broker = Broker(config)
     await broker.start()
+    # Start-up objects (topic registry, handler tables, imported modules) live for
+    # the whole run: move them out of the collector's way so that decoding a large
+    # Fetch request does not pay for rescanning them (measured: most of its cost).
+    gc.freeze()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -13,11 +13,19 @@ import threading
 from collections.abc import Iterator
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    disable_created_metrics,
+    start_http_server,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from headwater.fetch.session_cache import FetchSessionCache
+
+# The *_created series double every counter for no use here.
+disable_created_metrics()
 
 
 class BrokerMetrics:
