@@ -133,7 +133,7 @@ class FetchSpy:
         self, frame: bytes, pending: dict[int, tuple[int, int, FetchExchange | None]]
     ) -> None:
         (correlation,) = struct.unpack_from(">i", frame, 0)
-        api_key, version, ex = pending.pop(correlation, (-1, -1, None))
+        _api_key, version, ex = pending.pop(correlation, (-1, -1, None))
         if ex is None:
             return
         offset = 4 + (1 if version >= API_FLEXIBLE_FROM[ApiKey.FETCH] else 0)
