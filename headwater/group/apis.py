@@ -1,0 +1,538 @@
+"""The group APIs on the wire: kio request entities in, response dicts out.
+
+Each handler reads a decoded kio request of any supported version and returns
+a plain nested dict keyed by the kio field names of the response of the same
+version; the broker builds the entity with
+`headwater.protocol.messages.build_response(api_key, version, data)`, which
+fills missing keys with defaults and drops keys a version lacks. So handlers
+may include fields newer versions have; they only take care where a field's
+type changes between versions (JoinGroup's protocol_name is nullable only
+from v7).
+
+JoinGroup and SyncGroup answers may be delayed, so `GroupApis.handle` returns
+every response as a `Pending`; `group/service.py` awaits it.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from typing import Protocol, cast
+
+from kio.schema.errors import ErrorCode
+
+from headwater.group.coordinator import ALL_GROUP_OPERATIONS, GroupCoordinator
+from headwater.group.offsets import OffsetCommitEntry, TopicPartition
+from headwater.group.pending import Pending
+from headwater.group.results import JoinResult, SyncResult
+from headwater.group.storage import CommittedOffset
+
+Response = dict[str, object]
+
+OFFSET_COMMIT = 8
+OFFSET_FETCH = 9
+FIND_COORDINATOR = 10
+JOIN_GROUP = 11
+HEARTBEAT = 12
+LEAVE_GROUP = 13
+SYNC_GROUP = 14
+DESCRIBE_GROUPS = 15
+LIST_GROUPS = 16
+DELETE_GROUPS = 42
+OFFSET_DELETE = 47
+
+# API key -> (min, max) version handled here, for the broker's ApiVersions table.
+# OffsetCommit v0-1 and OffsetFetch v0 are gone from Kafka 4 and from kio; none
+# of the supported clients sends them.
+SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
+    OFFSET_COMMIT: (2, 9),
+    OFFSET_FETCH: (1, 9),
+    FIND_COORDINATOR: (0, 6),
+    JOIN_GROUP: (0, 9),
+    HEARTBEAT: (0, 4),
+    LEAVE_GROUP: (0, 5),
+    SYNC_GROUP: (0, 5),
+    DESCRIBE_GROUPS: (0, 5),
+    LIST_GROUPS: (0, 4),
+    DELETE_GROUPS: (0, 2),
+    OFFSET_DELETE: (0, 0),
+}
+
+_NO_AUTHORIZED_OPERATIONS = -(2**31)  # "not requested" in DescribeGroups v3+
+_GROUP_KEY_TYPE = 0
+_TRANSACTION_KEY_TYPE = 1
+
+
+def api_key_of(request: object) -> int:
+    return int(type(request).__api_key__)  # type: ignore[attr-defined]
+
+
+def version_of(request: object) -> int:
+    return int(type(request).__version__)  # type: ignore[attr-defined]
+
+
+def _ms(value: datetime.timedelta) -> int:
+    return value // datetime.timedelta(milliseconds=1)
+
+
+# The fields the handlers read, common to every version of a request; fields
+# that only some versions have are read with getattr and a default.
+
+
+class _JoinProtocol(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def metadata(self) -> bytes: ...
+
+
+class JoinGroupRequestLike(Protocol):
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def session_timeout(self) -> datetime.timedelta: ...
+    @property
+    def member_id(self) -> str: ...
+    @property
+    def protocol_type(self) -> str: ...
+    @property
+    def protocols(self) -> Sequence[_JoinProtocol]: ...
+
+
+class _SyncAssignment(Protocol):
+    @property
+    def member_id(self) -> str: ...
+    @property
+    def assignment(self) -> bytes: ...
+
+
+class SyncGroupRequestLike(Protocol):
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def generation_id(self) -> int: ...
+    @property
+    def member_id(self) -> str: ...
+    @property
+    def assignments(self) -> Sequence[_SyncAssignment]: ...
+
+
+class HeartbeatRequestLike(Protocol):
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def generation_id(self) -> int: ...
+    @property
+    def member_id(self) -> str: ...
+
+
+class LeaveGroupRequestLike(Protocol):
+    @property
+    def group_id(self) -> str: ...
+
+
+class _CommitPartition(Protocol):
+    @property
+    def partition_index(self) -> int: ...
+    @property
+    def committed_offset(self) -> int: ...
+    @property
+    def committed_metadata(self) -> str | None: ...
+
+
+class _CommitTopic(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def partitions(self) -> Sequence[_CommitPartition]: ...
+
+
+class OffsetCommitRequestLike(Protocol):
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def generation_id_or_member_epoch(self) -> int: ...
+    @property
+    def member_id(self) -> str: ...
+    @property
+    def topics(self) -> Sequence[_CommitTopic]: ...
+
+
+class _FetchTopic(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def partition_indexes(self) -> Sequence[int]: ...
+
+
+class _TopicPartitions(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def partitions(self) -> Sequence[_PartitionIndex]: ...
+
+
+class _PartitionIndex(Protocol):
+    @property
+    def partition_index(self) -> int: ...
+
+
+class OffsetDeleteRequestLike(Protocol):
+    @property
+    def group_id(self) -> str: ...
+    @property
+    def topics(self) -> Sequence[_TopicPartitions]: ...
+
+
+class FindCoordinatorRequestLike(Protocol):
+    @property
+    def key_type(self) -> int: ...
+
+
+class GroupApis:
+    """Request handlers for the group coordinator of a single-broker cluster."""
+
+    def __init__(self, coordinator: GroupCoordinator, *, node_id: int, host: str, port: int):
+        self.coordinator = coordinator
+        self._node_id = node_id
+        self._host = host
+        self._port = port
+
+    def handle(
+        self,
+        request: object,
+        *,
+        now_ms: int,
+        timestamp_ms: int,
+        client_id: str = "",
+        client_host: str = "",
+    ) -> Pending[Response]:
+        """Answer any group API request; `timestamp_ms` is wall-clock time for commits."""
+        api_key = api_key_of(request)
+        if api_key == JOIN_GROUP:
+            return self.join_group(
+                cast(JoinGroupRequestLike, request),
+                now_ms=now_ms,
+                client_id=client_id,
+                client_host=client_host,
+            )
+        if api_key == SYNC_GROUP:
+            return self.sync_group(cast(SyncGroupRequestLike, request), now_ms=now_ms)
+        response: Response
+        if api_key == FIND_COORDINATOR:
+            response = self.find_coordinator(cast(FindCoordinatorRequestLike, request))
+        elif api_key == HEARTBEAT:
+            response = self.heartbeat(cast(HeartbeatRequestLike, request), now_ms=now_ms)
+        elif api_key == LEAVE_GROUP:
+            response = self.leave_group(cast(LeaveGroupRequestLike, request), now_ms=now_ms)
+        elif api_key == OFFSET_COMMIT:
+            response = self.offset_commit(
+                cast(OffsetCommitRequestLike, request), now_ms=now_ms, timestamp_ms=timestamp_ms
+            )
+        elif api_key == OFFSET_FETCH:
+            response = self.offset_fetch(request)
+        elif api_key == DESCRIBE_GROUPS:
+            response = self.describe_groups(request)
+        elif api_key == LIST_GROUPS:
+            response = self.list_groups(request)
+        elif api_key == DELETE_GROUPS:
+            response = self.delete_groups(request)
+        elif api_key == OFFSET_DELETE:
+            response = self.offset_delete(cast(OffsetDeleteRequestLike, request))
+        else:
+            raise ValueError(f"not a group API: key {api_key}")
+        return Pending.completed(response)
+
+    # -------------------------------------------------------------- coordinator
+
+    def find_coordinator(self, request: FindCoordinatorRequestLike) -> Response:
+        """Every group (and transactional id) is coordinated by this one broker."""
+        key_type = request.key_type if version_of(request) >= 1 else _GROUP_KEY_TYPE
+        valid = key_type in (_GROUP_KEY_TYPE, _TRANSACTION_KEY_TYPE)
+        answer: Response = {
+            "error_code": ErrorCode.none if valid else ErrorCode.invalid_request,
+            "error_message": None if valid else f"unsupported key type {key_type}",
+            "node_id": self._node_id if valid else -1,
+            "host": self._host if valid else "",
+            "port": self._port if valid else -1,
+        }
+        if version_of(request) < 4:
+            return answer
+        keys: Sequence[str] = getattr(request, "coordinator_keys", ())
+        return {"coordinators": [{"key": key, **answer} for key in keys]}
+
+    # ------------------------------------------------------------- membership
+
+    def join_group(
+        self,
+        request: JoinGroupRequestLike,
+        *,
+        now_ms: int,
+        client_id: str = "",
+        client_host: str = "",
+    ) -> Pending[Response]:
+        version = version_of(request)
+        rebalance_timeout: datetime.timedelta | None = getattr(request, "rebalance_timeout", None)
+        pending = self.coordinator.join_group(
+            now_ms,
+            group_id=request.group_id,
+            member_id=request.member_id,
+            group_instance_id=getattr(request, "group_instance_id", None),
+            client_id=client_id,
+            client_host=client_host,
+            session_timeout_ms=_ms(request.session_timeout),
+            rebalance_timeout_ms=-1 if rebalance_timeout is None else _ms(rebalance_timeout),
+            protocol_type=request.protocol_type,
+            protocols=[(p.name, p.metadata) for p in request.protocols],
+            require_known_member_id=version >= 4,
+            supports_skip_assignment=version >= 9,
+        )
+        return pending.map(lambda result: join_group_response(result, version))
+
+    def sync_group(self, request: SyncGroupRequestLike, *, now_ms: int) -> Pending[Response]:
+        pending = self.coordinator.sync_group(
+            now_ms,
+            group_id=request.group_id,
+            generation_id=request.generation_id,
+            member_id=request.member_id,
+            group_instance_id=getattr(request, "group_instance_id", None),
+            protocol_type=getattr(request, "protocol_type", None),
+            protocol_name=getattr(request, "protocol_name", None),
+            assignments=[(a.member_id, a.assignment) for a in request.assignments],
+        )
+        return pending.map(sync_group_response)
+
+    def heartbeat(self, request: HeartbeatRequestLike, *, now_ms: int) -> Response:
+        error = self.coordinator.heartbeat(
+            now_ms,
+            group_id=request.group_id,
+            generation_id=request.generation_id,
+            member_id=request.member_id,
+            group_instance_id=getattr(request, "group_instance_id", None),
+        )
+        return {"error_code": error}
+
+    def leave_group(self, request: LeaveGroupRequestLike, *, now_ms: int) -> Response:
+        if version_of(request) < 3:
+            member_id: str = getattr(request, "member_id", "")
+            result = self.coordinator.leave_group(
+                now_ms, group_id=request.group_id, members=[(member_id, None)]
+            )
+            error = result.error
+            if error is ErrorCode.none and result.members:
+                error = result.members[0].error
+            return {"error_code": error}
+        leaving: Sequence[object] = getattr(request, "members", ())
+        result = self.coordinator.leave_group(
+            now_ms,
+            group_id=request.group_id,
+            members=[
+                (getattr(m, "member_id", ""), getattr(m, "group_instance_id", None))
+                for m in leaving
+            ],
+        )
+        return {
+            "error_code": result.error,
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "group_instance_id": m.group_instance_id,
+                    "error_code": m.error,
+                }
+                for m in result.members
+            ],
+        }
+
+    # ----------------------------------------------------------------- offsets
+
+    def offset_commit(
+        self, request: OffsetCommitRequestLike, *, now_ms: int, timestamp_ms: int
+    ) -> Response:
+        entries = [
+            OffsetCommitEntry(
+                topic=topic.name,
+                partition=partition.partition_index,
+                offset=partition.committed_offset,
+                leader_epoch=getattr(partition, "committed_leader_epoch", -1),
+                metadata=partition.committed_metadata,
+            )
+            for topic in request.topics
+            for partition in topic.partitions
+        ]
+        errors = iter(
+            self.coordinator.commit_offsets(
+                now_ms,
+                group_id=request.group_id,
+                generation_id=request.generation_id_or_member_epoch,
+                member_id=request.member_id,
+                group_instance_id=getattr(request, "group_instance_id", None),
+                entries=entries,
+                timestamp_ms=timestamp_ms,
+            )
+        )
+        return {
+            "topics": [
+                {
+                    "name": topic.name,
+                    "partitions": [
+                        {"partition_index": p.partition_index, "error_code": next(errors)}
+                        for p in topic.partitions
+                    ],
+                }
+                for topic in request.topics
+            ]
+        }
+
+    def offset_fetch(self, request: object) -> Response:
+        version = version_of(request)
+        if version >= 8:
+            groups: Sequence[object] = getattr(request, "groups", ())
+            return {
+                "groups": [
+                    {
+                        "group_id": getattr(group, "group_id", ""),
+                        "topics": self._fetched_topics(
+                            getattr(group, "group_id", ""), getattr(group, "topics", None)
+                        ),
+                        "error_code": ErrorCode.none,
+                    }
+                    for group in groups
+                ]
+            }
+        return {
+            "topics": self._fetched_topics(
+                getattr(request, "group_id", ""), getattr(request, "topics", None)
+            ),
+            "error_code": ErrorCode.none,
+        }
+
+    def _fetched_topics(
+        self, group_id: str, topics: Sequence[_FetchTopic] | None
+    ) -> list[Response]:
+        """Committed offsets grouped by topic; -1 and "" where nothing is committed."""
+        requested: list[TopicPartition] | None = None
+        if topics is not None:
+            requested = [(t.name, p) for t in topics for p in t.partition_indexes]
+        by_topic: dict[str, list[Response]] = {}
+        for topic, partition, committed in self.coordinator.fetch_offsets(group_id, requested):
+            by_topic.setdefault(topic, []).append(_fetched_partition(partition, committed))
+        return [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
+
+    def offset_delete(self, request: OffsetDeleteRequestLike) -> Response:
+        requested = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+        error, errors = self.coordinator.delete_offsets(request.group_id, requested)
+        if error is not ErrorCode.none:
+            return {"error_code": error, "topics": []}
+        per_partition = iter(errors)
+        return {
+            "error_code": ErrorCode.none,
+            "topics": [
+                {
+                    "name": topic.name,
+                    "partitions": [
+                        {"partition_index": p.partition_index, "error_code": next(per_partition)}
+                        for p in topic.partitions
+                    ],
+                }
+                for topic in request.topics
+            ],
+        }
+
+    # ------------------------------------------------------------------ groups
+
+    def describe_groups(self, request: object) -> Response:
+        include_operations: bool = getattr(request, "include_authorized_operations", False)
+        group_ids: Sequence[str] = getattr(request, "groups", ())
+        described = []
+        for group_id in group_ids:
+            group = self.coordinator.describe_group(group_id)
+            described.append(
+                {
+                    "error_code": ErrorCode.none,
+                    "group_id": group.group_id,
+                    "group_state": group.state,
+                    "protocol_type": group.protocol_type,
+                    "protocol_data": group.protocol_name,
+                    "members": [
+                        {
+                            "member_id": m.member_id,
+                            "group_instance_id": m.group_instance_id,
+                            "client_id": m.client_id,
+                            "client_host": m.client_host,
+                            "member_metadata": m.metadata,
+                            "member_assignment": m.assignment,
+                        }
+                        for m in group.members
+                    ],
+                    "authorized_operations": (
+                        ALL_GROUP_OPERATIONS if include_operations else _NO_AUTHORIZED_OPERATIONS
+                    ),
+                }
+            )
+        return {"groups": described}
+
+    def list_groups(self, request: object) -> Response:
+        states: Sequence[str] = getattr(request, "states_filter", ())
+        return {
+            "error_code": ErrorCode.none,
+            "groups": [
+                {
+                    "group_id": g.group_id,
+                    "protocol_type": g.protocol_type,
+                    "group_state": g.state,
+                }
+                for g in self.coordinator.list_groups(states or None)
+            ],
+        }
+
+    def delete_groups(self, request: object) -> Response:
+        group_ids: Sequence[str] = getattr(request, "groups_names", ())
+        errors = self.coordinator.delete_groups(list(group_ids))
+        return {
+            "results": [
+                {"group_id": group_id, "error_code": error}
+                for group_id, error in zip(group_ids, errors, strict=True)
+            ]
+        }
+
+
+def join_group_response(result: JoinResult, version: int) -> Response:
+    protocol_name = result.protocol_name
+    if protocol_name is None and version < 7:
+        protocol_name = ""  # not nullable before v7
+    return {
+        "error_code": result.error,
+        "generation_id": result.generation_id,
+        "protocol_type": result.protocol_type,
+        "protocol_name": protocol_name,
+        "leader": result.leader_id,
+        "skip_assignment": result.skip_assignment,
+        "member_id": result.member_id,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "metadata": m.metadata,
+            }
+            for m in result.members
+        ],
+    }
+
+
+def sync_group_response(result: SyncResult) -> Response:
+    return {
+        "error_code": result.error,
+        "protocol_type": result.protocol_type,
+        "protocol_name": result.protocol_name,
+        "assignment": result.assignment,
+    }
+
+
+def _fetched_partition(partition: int, committed: CommittedOffset | None) -> Response:
+    return {
+        "partition_index": partition,
+        "committed_offset": committed.offset if committed else -1,
+        "committed_leader_epoch": committed.leader_epoch if committed else -1,
+        "metadata": committed.metadata if committed else "",
+        "error_code": ErrorCode.none,
+    }
