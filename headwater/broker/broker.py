@@ -220,16 +220,30 @@ class Broker:
             self._spawn(conn.run(), f"conn-{conn.connection_id}")
 
     async def _housekeeping(self) -> None:
+        """Retention and time-based roll every ``log.retention.check.interval.ms``
+        (as Kafka; they touch every partition, so not every tick), time-based
+        flush every tick when ``flush.ms`` is in use anywhere."""
         interval = self.config.housekeeping_interval_ms / 1000
+        next_retention = time.monotonic() + self.config.retention_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
             now_ms = int(time.time() * 1000)
             try:
-                self.logs.roll_due(now_ms)
-                self.logs.run_retention(now_ms)
-                self.logs.flush_due(now_ms)
+                if time.monotonic() >= next_retention:
+                    next_retention = (
+                        time.monotonic() + self.config.retention_check_interval_ms / 1000
+                    )
+                    self.logs.roll_due(now_ms)
+                    self.logs.run_retention(now_ms)
+                if self._time_based_flush():
+                    self.logs.flush_due(now_ms)
             except Exception:
                 log.exception("housekeeping failed; will retry")
+
+    def _time_based_flush(self) -> bool:
+        if self.config.log.flush_interval_ms is not None:
+            return True
+        return any("flush.ms" in t.configs for t in self.logs.topics().values())
 
     async def stop(self) -> None:
         if self._server_sock is not None:

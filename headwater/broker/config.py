@@ -91,6 +91,7 @@ class BrokerConfig:
     metrics_host: str | None = None
     metrics_port: int | None = None
     housekeeping_interval_ms: int = 1000
+    retention_check_interval_ms: int = 300_000
     log: LogConfig = field(default_factory=LogConfig)
     extra: Mapping[str, str] = field(default_factory=dict)
 
@@ -126,6 +127,7 @@ class BrokerConfig:
             "group.min.session.timeout.ms": "group_min_session_timeout_ms",
             "group.max.session.timeout.ms": "group_max_session_timeout_ms",
             "headwater.housekeeping.interval.ms": "housekeeping_interval_ms",
+            "log.retention.check.interval.ms": "retention_check_interval_ms",
         }
         bools = {
             "auto.create.topics.enable": "auto_create_topics",

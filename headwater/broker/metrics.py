@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector
 from headwater.fetch.session_cache import FetchSessionCache
 
 # The *_created series double every counter for no use here.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
 class BrokerMetrics:
