@@ -17,6 +17,7 @@ from headwater.log.errors import InvalidConfigError
 _HOUR_MS = 3_600_000
 _DAY_MS = 24 * _HOUR_MS
 LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1  # segment.bytes is an int in Kafka; index positions are u32
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +58,13 @@ class LogConfig:
         return LogConfig.from_properties(topic_configs, base=self)
 
 
-def _integer(minimum: int, scale: int = 1) -> Callable[[str], int]:
+def _integer(minimum: int, scale: int = 1, maximum: int = LONG_MAX) -> Callable[[str], int]:
     def parse(text: str) -> int:
         value = int(text.strip())
         if value < minimum:
             raise ValueError(f"must be at least {minimum}")
+        if value > maximum:
+            raise ValueError(f"must be at most {maximum}")
         return min(value * scale, LONG_MAX) if value > 0 else value
 
     return parse
@@ -76,7 +79,7 @@ def _optional_ms(text: str) -> int | None:
 
 _KEYS: dict[str, tuple[str, Callable[[str], int | None]]] = {
     # broker keys
-    "log.segment.bytes": ("segment_bytes", _integer(14)),
+    "log.segment.bytes": ("segment_bytes", _integer(14, maximum=INT_MAX)),
     "log.roll.hours": ("segment_ms", _integer(1, _HOUR_MS)),
     "log.roll.ms": ("segment_ms", _integer(1)),
     "log.index.interval.bytes": ("index_interval_bytes", _integer(0)),
@@ -90,7 +93,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], int | None]]] = {
     "headwater.log.open.files.max": ("file_handle_cache_size", _integer(1)),
     "producer.id.expiration.ms": ("producer_id_expiration_ms", _integer(1)),
     # topic keys
-    "segment.bytes": ("segment_bytes", _integer(14)),
+    "segment.bytes": ("segment_bytes", _integer(14, maximum=INT_MAX)),
     "segment.ms": ("segment_ms", _integer(1)),
     "index.interval.bytes": ("index_interval_bytes", _integer(0)),
     "retention.ms": ("retention_ms", _integer(-1)),

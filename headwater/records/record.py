@@ -5,9 +5,8 @@ headers); this module serves producers, consumers, tools and the rare
 broker path that needs one exact record (offset-for-timestamp).
 
 The zig-zag varint codec is written here rather than taken from a library:
-it is a dozen lines, and decoding it inline over a ``bytes`` object is what
-makes record decoding fast in pure Python (kafka-python's helper decodes
-one varint per call through a generic path).
+it is a dozen lines, and decoding the common one-byte case inline in the
+record loop is what keeps record decoding fast in pure Python.
 """
 
 from __future__ import annotations

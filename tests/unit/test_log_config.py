@@ -66,7 +66,12 @@ def test_topic_overrides_apply_over_the_broker_config() -> None:
 
 def test_unknown_keys_are_ignored_and_bad_values_refused() -> None:
     assert LogConfig.from_properties({"cleanup.policy": "compact"}) == LogConfig()
-    for props in ({"segment.bytes": "x"}, {"segment.bytes": "5"}, {"flush.messages": "0"}):
+    for props in (
+        {"segment.bytes": "x"},
+        {"segment.bytes": "5"},
+        {"segment.bytes": str(2**31)},
+        {"flush.messages": "0"},
+    ):
         with pytest.raises(InvalidConfigError) as info:
             LogConfig.from_properties(props)
         assert info.value.kafka_error_code == 40
