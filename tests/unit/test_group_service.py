@@ -1,0 +1,195 @@
+"""The asyncio adapter: delayed answers are awaited, timers fire on their own."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from headwater.group import apis
+from headwater.group.apis import GroupApis
+from headwater.group.coordinator import GroupConfig, GroupCoordinator
+from headwater.group.offsets import OffsetCommitEntry
+from headwater.group.service import GroupService
+from headwater.group.storage import InMemoryOffsetsLog
+from headwater.protocol.messages import build_request
+
+SESSION_MS = 6_000
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now_ms = 0
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+def make_service(clock: FakeClock, *, initial_delay_ms: int = 0) -> GroupService:
+    counter = itertools.count(1)
+    coordinator = GroupCoordinator(
+        InMemoryOffsetsLog(),
+        lambda topic, partition: True,
+        now_ms=clock(),
+        config=GroupConfig(initial_rebalance_delay_ms=initial_delay_ms),
+        member_id_factory=lambda prefix: f"{prefix}-{next(counter)}",
+    )
+    return GroupService(
+        GroupApis(coordinator, node_id=0, host="localhost", port=9092),
+        clock_ms=clock,
+        wall_clock=clock,
+        max_tick_interval_s=0.005,
+    )
+
+
+def join_request(member_id: str = "") -> object:
+    return build_request(
+        apis.JOIN_GROUP,
+        1,
+        {
+            "group_id": "g",
+            "session_timeout": SESSION_MS,
+            "rebalance_timeout": SESSION_MS,
+            "member_id": member_id,
+            "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b""}],
+        },
+    )
+
+
+def sync_request(joined: dict[str, Any], assignments: list[dict[str, Any]]) -> object:
+    return build_request(
+        apis.SYNC_GROUP,
+        1,
+        {
+            "group_id": "g",
+            "generation_id": joined["generation_id"],
+            "member_id": joined["member_id"],
+            "assignments": assignments,
+        },
+    )
+
+
+async def settle() -> None:
+    """Give the ticker a few turns."""
+    await asyncio.sleep(0.03)
+
+
+def test_concurrent_joins_are_answered_when_the_initial_delay_ends() -> None:
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
+        clock = FakeClock()
+        service = make_service(clock, initial_delay_ms=3000)
+        await service.start()
+        try:
+            a = asyncio.create_task(service.handle(join_request(), client_id="a"))
+            b = asyncio.create_task(service.handle(join_request(), client_id="b"))
+            await settle()
+            assert not a.done() and not b.done()
+            clock.now_ms = 3000
+            await settle()
+            clock.now_ms = 6000  # b arrived during the first delay: one more
+            return await asyncio.wait_for(asyncio.gather(a, b), timeout=2)
+        finally:
+            await service.stop()
+
+    a, b = asyncio.run(scenario())
+    assert a["generation_id"] == b["generation_id"] == 1
+    assert a["leader"] == b["leader"]
+
+
+def test_follower_sync_waits_for_the_leader() -> None:
+    async def scenario() -> dict[str, Any]:
+        clock = FakeClock()
+        service = make_service(clock, initial_delay_ms=10)
+        await service.start()
+        try:
+            a_task = asyncio.create_task(service.handle(join_request()))
+            b_task = asyncio.create_task(service.handle(join_request()))
+            await settle()
+            clock.now_ms = 10
+            await settle()
+            clock.now_ms = 20
+            a, b = await asyncio.wait_for(asyncio.gather(a_task, b_task), timeout=2)
+            leader, follower = (a, b) if a["leader"] == a["member_id"] else (b, a)
+            waiting = asyncio.create_task(service.handle(sync_request(follower, [])))
+            await settle()
+            assert not waiting.done()
+            await service.handle(
+                sync_request(
+                    leader,
+                    [
+                        {"member_id": leader["member_id"], "assignment": b"L"},
+                        {"member_id": follower["member_id"], "assignment": b"F"},
+                    ],
+                )
+            )
+            return await asyncio.wait_for(waiting, timeout=2)
+        finally:
+            await service.stop()
+
+    assert asyncio.run(scenario())["assignment"] == b"F"
+
+
+def test_a_waiter_that_gave_up_does_not_break_later_answers() -> None:
+    async def scenario() -> dict[str, Any]:
+        clock = FakeClock()
+        service = make_service(clock, initial_delay_ms=10)
+        await service.start()
+        try:
+            abandoned = asyncio.create_task(service.handle(join_request()))
+            await settle()
+            abandoned.cancel()  # the client's connection closed
+            clock.now_ms = 10
+            await settle()
+            return await service.handle(build_request(apis.LIST_GROUPS, 4, {"states_filter": []}))
+        finally:
+            await service.stop()
+
+    listed = asyncio.run(scenario())
+    assert [g["group_state"] for g in listed["groups"]] == ["CompletingRebalance"]
+
+
+def test_ticker_expires_silent_members() -> None:
+    async def scenario() -> dict[str, Any]:
+        clock = FakeClock()
+        service = make_service(clock)
+        await service.start()
+        try:
+            joined = await service.handle(join_request())
+            await service.handle(sync_request(joined, []))
+            clock.now_ms = SESSION_MS
+            await settle()
+            return await service.handle(
+                build_request(
+                    apis.HEARTBEAT,
+                    1,
+                    {
+                        "group_id": "g",
+                        "generation_id": joined["generation_id"],
+                        "member_id": joined["member_id"],
+                    },
+                )
+            )
+        finally:
+            await service.stop()
+
+    assert asyncio.run(scenario())["error_code"] is ErrorCode.unknown_member_id
+
+
+def test_open_replays_the_log_and_knows_its_apis() -> None:
+    log = InMemoryOffsetsLog()
+    first = GroupService.open(log, lambda t, p: True, node_id=3, host="h", port=1)
+    first.coordinator.commit_offsets(
+        0,
+        group_id="g",
+        generation_id=-1,
+        member_id="",
+        entries=[OffsetCommitEntry("t", 0, 5)],
+        timestamp_ms=0,
+    )
+    second = GroupService.open(log, lambda t, p: True, node_id=3, host="h", port=1)
+    assert second.coordinator.fetch_offsets("g", None)[0][2] is not None
+    assert GroupService.handles(apis.OFFSET_COMMIT)
+    assert not GroupService.handles(1)  # Fetch is not ours
