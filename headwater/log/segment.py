@@ -58,13 +58,13 @@ class Segment:
     __slots__ = (
         "_bytes_since_index_entry",
         "_created_ms",
+        "_first_timestamp",
         "_handles",
         "_index_interval_bytes",
         "_indexes_checked",
         "_max_timestamp",
         "_next_offset",
         "_offset_of_max_timestamp",
-        "_rolling_timestamp",
         "_tail_loaded",
         "base_offset",
         "log_path",
@@ -104,7 +104,7 @@ class Segment:
         self._max_timestamp = -1
         self._offset_of_max_timestamp = base_offset
         self._bytes_since_index_entry = 0
-        self._rolling_timestamp: int | None = None
+        self._first_timestamp: int | None = None
 
     @classmethod
     def create(
@@ -207,13 +207,13 @@ class Segment:
 
     def _first_batch_timestamp(self) -> int:
         """The first batch's max timestamp (-1 when empty or unstamped), read once."""
-        if self._rolling_timestamp is None:
+        if self._first_timestamp is None:
             timestamp = -1
             if self.size >= HEADER_SIZE:
                 fd = self._handles.get(self.log_path).fileno()
                 timestamp = parse_batch_header(os.pread(fd, HEADER_SIZE, 0)).max_timestamp
-            self._rolling_timestamp = timestamp
-        return self._rolling_timestamp
+            self._first_timestamp = timestamp
+        return self._first_timestamp
 
     def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
         """How old the segment is for ``segment.ms``, measured as Kafka does.
@@ -240,7 +240,7 @@ class Segment:
         """
         self._load_tail()
         if self.size == 0:
-            self._rolling_timestamp = None
+            self._first_timestamp = None
         position = self.size
         _pwrite_all(self._handles.get(self.log_path).fileno(), data, position)
         for header in batches:
@@ -396,7 +396,7 @@ class Segment:
         self._max_timestamp = -1
         self._offset_of_max_timestamp = self.base_offset
         self._bytes_since_index_entry = 0
-        self._rolling_timestamp = None
+        self._first_timestamp = None
         end = 0
         try:
             for header, batch in self._scan(0, self.size, SCAN_WINDOW, with_bytes=validate):
@@ -433,7 +433,7 @@ class Segment:
         self.time_index.truncate_to(header.base_offset)
         self._truncate_file(header.position)
         self._tail_loaded = False
-        self._rolling_timestamp = None
+        self._first_timestamp = None
         self._max_timestamp = -1
         self._offset_of_max_timestamp = self.base_offset
         return removed
