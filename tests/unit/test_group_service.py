@@ -77,6 +77,29 @@ async def settle() -> None:
     await asyncio.sleep(0.03)
 
 
+async def run_clock_until_done(clock: FakeClock, *tasks: asyncio.Task[Any], step_ms: int) -> None:
+    """Advance time in steps, letting the ticker run, until the tasks finish.
+
+    Stepping rather than jumping keeps the test right however late the ticker
+    runs on a busy machine.
+    """
+    for _ in range(2000):
+        if all(task.done() for task in tasks):
+            return
+        clock.now_ms += step_ms
+        await asyncio.sleep(0.002)
+    raise AssertionError("tasks never finished")
+
+
+async def until_state(service: GroupService, state: str) -> None:
+    """Wait (on a busy machine, a while) for the ticker to move the group along."""
+    for _ in range(400):
+        if service.coordinator.describe_group("g").state == state:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"group never reached {state}")
+
+
 def test_concurrent_joins_are_answered_when_the_initial_delay_ends() -> None:
     async def scenario() -> tuple[dict[str, Any], dict[str, Any]]:
         clock = FakeClock()
@@ -87,10 +110,10 @@ def test_concurrent_joins_are_answered_when_the_initial_delay_ends() -> None:
             b = asyncio.create_task(service.handle(join_request(), client_id="b"))
             await settle()
             assert not a.done() and not b.done()
-            clock.now_ms = 3000
-            await settle()
-            clock.now_ms = 6000  # b arrived during the first delay: one more
-            return await asyncio.wait_for(asyncio.gather(a, b), timeout=2)
+            await run_clock_until_done(clock, a, b, step_ms=100)
+            # b arrived during the first delay, so the group waited one more.
+            assert clock.now_ms >= 6000
+            return a.result(), b.result()
         finally:
             await service.stop()
 
@@ -107,11 +130,8 @@ def test_follower_sync_waits_for_the_leader() -> None:
         try:
             a_task = asyncio.create_task(service.handle(join_request()))
             b_task = asyncio.create_task(service.handle(join_request()))
-            await settle()
-            clock.now_ms = 10
-            await settle()
-            clock.now_ms = 20
-            a, b = await asyncio.wait_for(asyncio.gather(a_task, b_task), timeout=2)
+            await run_clock_until_done(clock, a_task, b_task, step_ms=5)
+            a, b = a_task.result(), b_task.result()
             leader, follower = (a, b) if a["leader"] == a["member_id"] else (b, a)
             waiting = asyncio.create_task(service.handle(sync_request(follower, [])))
             await settle()
@@ -142,7 +162,7 @@ def test_a_waiter_that_gave_up_does_not_break_later_answers() -> None:
             await settle()
             abandoned.cancel()  # the client's connection closed
             clock.now_ms = 10
-            await settle()
+            await until_state(service, "CompletingRebalance")
             return await service.handle(build_request(apis.LIST_GROUPS, 4, {"states_filter": []}))
         finally:
             await service.stop()
@@ -160,7 +180,7 @@ def test_ticker_expires_silent_members() -> None:
             joined = await service.handle(join_request())
             await service.handle(sync_request(joined, []))
             clock.now_ms = SESSION_MS
-            await settle()
+            await until_state(service, "Empty")
             return await service.handle(
                 build_request(
                     apis.HEARTBEAT,
