@@ -171,7 +171,7 @@ class GroupCoordinator:
             if member_id:
                 return Pending.completed(_join_error(ErrorCode.unknown_member_id, member_id))
             group = self._groups[group_id] = Group(group_id)
-        if not self._accepts_joining_member(group, member_id):
+        if not self._accepts_joining_member(group, member_id, group_instance_id):
             group.pending_members.pop(member_id, None)
             return Pending.completed(_join_error(ErrorCode.group_max_size_reached, member_id))
         with self._answering():
@@ -179,10 +179,17 @@ class GroupCoordinator:
                 return self._join_new_member(now_ms, group, request, require_known_member_id)
             return self._join_known_member(now_ms, group, request)
 
-    def _accepts_joining_member(self, group: Group, member_id: str) -> bool:
-        """group.max.size: a full group still lets its own members rejoin."""
+    def _accepts_joining_member(
+        self, group: Group, member_id: str, instance_id: str | None
+    ) -> bool:
+        """group.max.size: a full group still lets its own members rejoin.
+
+        A restarted static member takes its old place, so it counts as one too.
+        """
         if group.state in (GroupState.EMPTY, GroupState.DEAD):
             return True
+        if not member_id and instance_id is not None:
+            member_id = group.static_members.get(instance_id, "")
         member = group.members.get(member_id)
         if group.state is GroupState.PREPARING_REBALANCE:
             joined = sum(1 for m in group.members.values() if m.awaiting_join is not None)

@@ -415,6 +415,15 @@ def test_group_max_size_turns_away_extra_members() -> None:
     assert heartbeat(coordinator, 10, a) is ErrorCode.none  # the group is undisturbed
 
 
+def test_full_group_still_takes_back_a_restarted_static_member() -> None:
+    coordinator = make_coordinator(max_size=1)
+    old = join(coordinator, 0, instance_id="inst").result()
+    sync(coordinator, 0, old, {old.member_id: b"A"}, instance_id="inst")
+    restarted = join(coordinator, 10, instance_id="inst").result()
+    assert restarted.error is ErrorCode.none
+    assert restarted.generation_id == old.generation_id
+
+
 def test_unknown_member_and_group_errors() -> None:
     coordinator = make_coordinator()
     assert join(coordinator, 0, "ghost").result().error is ErrorCode.unknown_member_id
