@@ -258,7 +258,8 @@ class IncrementalFetchContext(FetchContext):
             read_committed=self.read_committed,
             always_send=self._resend,
         )
-        session.last_response_keys = [session.key_of(data.key) for data in answer]
+        by_id = session.uses_topic_ids
+        session.last_response_keys = [session_key(data, by_id) for data in answer]
         return FetchResponseData(session_id=session.id, partitions=answer)
 
 
@@ -321,8 +322,7 @@ def unique_partitions(
     """
     unique: dict[SessionKey, PartitionFetch] = {}
     for fetch in partitions:
-        k = session_key(fetch, uses_topic_ids)
-        unique[k] = fetch
+        unique[session_key(fetch, uses_topic_ids)] = fetch
     return list(unique.values())
 
 

@@ -303,12 +303,13 @@ class FetchSession:
 
     def partition_changed(self, key: TopicIdPartition) -> None:
         """The broker's log listener: this partition may have news for the client."""
-        cached = self._partitions.get(self.key_of(key))
+        k = self.key_of(key)
+        cached = self._partitions.get(k)
         if cached is None:
             return
         self.change_clock += 1
         cached.changed_at = self.change_clock
-        self._pending[self.key_of(key)] = cached
+        self._pending[k] = cached
         self._notify()
 
     def add_listener(self, listener: ChangeListener) -> None:
