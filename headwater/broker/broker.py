@@ -27,9 +27,13 @@ from headwater.broker.handlers.fetch import FetchApi
 from headwater.broker.handlers.offsets import OffsetApis
 from headwater.broker.handlers.produce import ProduceApi
 from headwater.broker.metrics import BrokerMetrics
+from headwater.broker.offsets_log import OFFSETS_TOPIC, PartitionOffsetsLog
 from headwater.broker.producer_ids import ProducerIdAllocator
 from headwater.fetch.purgatory import FetchPurgatory
 from headwater.fetch.session_cache import FetchSessionCache
+from headwater.group.apis import SUPPORTED_VERSIONS as GROUP_API_VERSIONS
+from headwater.group.coordinator import GroupConfig
+from headwater.group.service import GroupService
 from headwater.log.log import Log
 from headwater.log.log_directory import LogDirectory
 from headwater.protocol.apis import SUPPORTED, ApiKey
@@ -125,8 +129,41 @@ class Broker:
         # v7 adds MAX_TIMESTAMP (-3), which needs a max-timestamp index: not yet.
         self.register_kio(ApiKey.LIST_OFFSETS, self.offsets.list_offsets, (1, 6))
         self.register_kio(ApiKey.OFFSET_FOR_LEADER_EPOCH, self.offsets.offset_for_leader_epoch)
+        self._build_group_apis()
         for extra in self.extra_apis:
             extra(self)
+
+    def _build_group_apis(self) -> None:
+        """The group coordinator, persisted in ``__consumer_offsets`` partition 0."""
+        if OFFSETS_TOPIC not in self.logs.topics():
+            self.logs.create_topic(OFFSETS_TOPIC, 1)
+        c = self.config
+        host, port = c.advertised
+        self.groups = GroupService.open(
+            PartitionOffsetsLog(self.logs.log(OFFSETS_TOPIC, 0)),
+            lambda topic, partition: self._lookup(topic, partition) is not None,
+            node_id=c.node_id,
+            host=host,
+            port=port,
+            config=GroupConfig(
+                min_session_timeout_ms=c.group_min_session_timeout_ms,
+                max_session_timeout_ms=c.group_max_session_timeout_ms,
+                initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms,
+                max_size=c.group_max_size,
+                max_metadata_bytes=c.offset_metadata_max_bytes,
+            ),
+        )
+        groups = self.groups
+
+        def handle(ctx: RequestContext, req: Any) -> Awaitable[dict[str, Any]]:
+            return groups.handle(
+                req,
+                client_id=ctx.header.client_id or "",
+                client_host="/" + ctx.client_host.rsplit(":", 1)[0],
+            )
+
+        for api_key, versions in GROUP_API_VERSIONS.items():
+            self.register_kio(api_key, handle, versions)
 
     def advertised_versions(self) -> dict[int, tuple[int, int]]:
         """Only what is implemented: clients switch features on what they see here."""
@@ -174,6 +211,7 @@ class Broker:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.logs.open()
         self._build_handlers()
+        await self.groups.start()
         family = socket.AF_INET6 if ":" in self.config.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -254,6 +292,8 @@ class Broker:
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if hasattr(self, "groups"):
+            await self.groups.stop()
         self.metrics.close()
         self.logs.close()
         log.info("stopped")

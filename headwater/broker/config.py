@@ -88,6 +88,8 @@ class BrokerConfig:
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
+    group_max_size: int = 2**31 - 1
+    offset_metadata_max_bytes: int = 4096
     metrics_host: str | None = None
     metrics_port: int | None = None
     housekeeping_interval_ms: int = 1000
@@ -126,6 +128,8 @@ class BrokerConfig:
             "group.initial.rebalance.delay.ms": "group_initial_rebalance_delay_ms",
             "group.min.session.timeout.ms": "group_min_session_timeout_ms",
             "group.max.session.timeout.ms": "group_max_session_timeout_ms",
+            "group.max.size": "group_max_size",
+            "offset.metadata.max.bytes": "offset_metadata_max_bytes",
             "headwater.housekeeping.interval.ms": "housekeeping_interval_ms",
             "log.retention.check.interval.ms": "retention_check_interval_ms",
         }
