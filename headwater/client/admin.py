@@ -1,0 +1,233 @@
+"""Topic administration: create, delete, list, describe configs, add partitions.
+
+``AsyncAdminClient`` speaks CreateTopics, DeleteTopics, Metadata,
+DescribeConfigs, CreatePartitions and ListOffsets through kio's entities;
+``AdminClient`` is its blocking front (the CLI uses it). Every per-topic
+error raises ``KafkaError`` carrying Kafka's name for the code, e.g.
+``TOPIC_ALREADY_EXISTS (36): topic 'x' already exists``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+from headwater.client.cluster import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ClusterClient
+from headwater.client.errors import KafkaError
+from headwater.client.loop_thread import EventLoopThread
+from headwater.client.types import TopicMetadata, TopicPartition
+from headwater.protocol.apis import ApiKey
+
+TOPIC_RESOURCE: Final = 2
+DEFAULT_TIMEOUT_MS: Final = 30_000
+
+NewTopic = tuple[str, int, Mapping[str, str] | None]
+"""(name, partitions, configs); partitions -1 takes the broker's num.partitions."""
+
+
+def _raise_first(errors: list[KafkaError]) -> None:
+    if errors:
+        raise errors[0]
+
+
+class AsyncAdminClient:
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str] = "127.0.0.1:9092",
+        *,
+        client_id: str = "headwater-admin",
+        request_timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    ) -> None:
+        self.request_timeout_ms = request_timeout_ms
+        self._cluster = ClusterClient(
+            bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms
+        )
+
+    async def __aenter__(self) -> AsyncAdminClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._cluster.close()
+
+    async def create_topics(
+        self, topics: Iterable[NewTopic], *, validate_only: bool = False
+    ) -> None:
+        request = [
+            {
+                "name": name,
+                "num_partitions": partitions,
+                "replication_factor": -1,
+                "assignments": [],
+                "configs": [{"name": k, "value": str(v)} for k, v in (configs or {}).items()],
+            }
+            for name, partitions, configs in topics
+        ]
+        resp = await self._cluster.request_any(
+            ApiKey.CREATE_TOPICS,
+            {"topics": request, "timeout": self.request_timeout_ms, "validate_only": validate_only},
+        )
+        _raise_first(
+            [
+                KafkaError(int(t.error_code), t.error_message or f"creating topic {t.name!r}")
+                for t in resp.topics
+                if int(t.error_code)
+            ]
+        )
+
+    async def delete_topics(self, names: Iterable[str]) -> None:
+        wanted = list(names)
+        resp = await self._cluster.request_any(
+            ApiKey.DELETE_TOPICS,
+            {
+                "topics": [{"name": n, "topic_id": None} for n in wanted],
+                "topic_names": wanted,
+                "timeout": self.request_timeout_ms,
+            },
+        )
+        _raise_first(
+            [
+                KafkaError(
+                    int(r.error_code),
+                    getattr(r, "error_message", None) or f"deleting topic {r.name!r}",
+                )
+                for r in resp.responses
+                if int(r.error_code)
+            ]
+        )
+
+    async def list_topics(self) -> dict[str, TopicMetadata]:
+        return dict(sorted((await self._cluster.refresh_metadata(None)).items()))
+
+    async def describe_topic(self, name: str) -> TopicMetadata:
+        found = (await self._cluster.refresh_metadata([name])).get(name)
+        if found is None:
+            raise KafkaError(3, f"topic {name!r} does not exist")
+        return found
+
+    async def describe_configs(self, topic: str) -> dict[str, str | None]:
+        resp = await self._cluster.request_any(
+            ApiKey.DESCRIBE_CONFIGS,
+            {
+                "resources": [
+                    {
+                        "resource_type": TOPIC_RESOURCE,
+                        "resource_name": topic,
+                        "configuration_keys": None,
+                    }
+                ],
+                "include_synonyms": False,
+                "include_documentation": False,
+            },
+        )
+        out: dict[str, str | None] = {}
+        for result in resp.results:
+            code = int(result.error_code)
+            if code:
+                raise KafkaError(code, result.error_message or f"describing topic {topic!r}")
+            for entry in result.configs:
+                out[entry.name] = entry.value
+        return out
+
+    async def create_partitions(
+        self, name: str, total: int, *, validate_only: bool = False
+    ) -> None:
+        resp = await self._cluster.request_any(
+            ApiKey.CREATE_PARTITIONS,
+            {
+                "topics": [{"name": name, "count": total, "assignments": None}],
+                "timeout": self.request_timeout_ms,
+                "validate_only": validate_only,
+            },
+        )
+        _raise_first(
+            [
+                KafkaError(int(r.error_code), r.error_message or f"adding partitions to {name!r}")
+                for r in resp.results
+                if int(r.error_code)
+            ]
+        )
+
+    async def list_offsets(
+        self, partitions: Iterable[TopicPartition], timestamp: int
+    ) -> dict[TopicPartition, int]:
+        """-2 for log start offsets, -1 for log end (high watermark) offsets."""
+        return await self._cluster.list_offsets(partitions, timestamp)
+
+    async def log_offsets(self, topic: str) -> dict[int, tuple[int, int]]:
+        """partition -> (log start offset, log end offset) for every partition of ``topic``."""
+        meta = await self.describe_topic(topic)
+        tps = [TopicPartition(topic, p) for p in sorted(meta.partitions)]
+        starts = await self._cluster.list_offsets(tps, EARLIEST_TIMESTAMP)
+        ends = await self._cluster.list_offsets(tps, LATEST_TIMESTAMP)
+        return {tp.partition: (starts[tp], ends[tp]) for tp in tps}
+
+
+class AdminClient:
+    """Blocking admin client (one private event-loop thread)."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str | Sequence[str] = "127.0.0.1:9092",
+        *,
+        client_id: str = "headwater-admin",
+        request_timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    ) -> None:
+        self._admin = AsyncAdminClient(
+            bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms
+        )
+        self._thread = EventLoopThread("headwater-admin")
+        self._closed = False
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run(self, coro: Any) -> Any:
+        return self._thread.run(coro)
+
+    def create_topics(self, topics: Iterable[NewTopic], *, validate_only: bool = False) -> None:
+        self._run(self._admin.create_topics(list(topics), validate_only=validate_only))
+
+    def delete_topics(self, names: Iterable[str]) -> None:
+        self._run(self._admin.delete_topics(list(names)))
+
+    def list_topics(self) -> dict[str, TopicMetadata]:
+        result: dict[str, TopicMetadata] = self._run(self._admin.list_topics())
+        return result
+
+    def describe_topic(self, name: str) -> TopicMetadata:
+        result: TopicMetadata = self._run(self._admin.describe_topic(name))
+        return result
+
+    def describe_configs(self, topic: str) -> dict[str, str | None]:
+        result: dict[str, str | None] = self._run(self._admin.describe_configs(topic))
+        return result
+
+    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
+        self._run(self._admin.create_partitions(name, total, validate_only=validate_only))
+
+    def list_offsets(
+        self, partitions: Iterable[TopicPartition], timestamp: int
+    ) -> dict[TopicPartition, int]:
+        result: dict[TopicPartition, int] = self._run(
+            self._admin.list_offsets(list(partitions), timestamp)
+        )
+        return result
+
+    def log_offsets(self, topic: str) -> dict[int, tuple[int, int]]:
+        result: dict[int, tuple[int, int]] = self._run(self._admin.log_offsets(topic))
+        return result
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._run(self._admin.close())
+        finally:
+            self._thread.stop()

@@ -1,0 +1,554 @@
+"""The producer: batching, compression, acks, idempotence, Kafka's partitioner.
+
+``AsyncProducer.send`` appends a record to its partition's batch in the
+``RecordAccumulator`` and returns a future; a sender task turns ready
+batches into Produce requests, one per broker, with up to
+``max.in.flight.requests.per.connection`` outstanding. Retriable failures
+(a dropped connection, a leader change) put batches back in order; an
+idempotent producer (the default, as in Kafka 3) keeps each batch's
+sequence number across retries so the broker drops duplicates.
+
+``Producer`` is the blocking front: ``send`` appends straight from the
+caller's thread under a lock (no event-loop round trip per record) and
+returns a ``concurrent.futures.Future``; the loop thread sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+from headwater.client.accumulator import ProducerBatch, RecordAccumulator, estimate_record_size
+from headwater.client.cluster import ClusterClient
+from headwater.client.config import ProducerConfig
+from headwater.client.connection import BrokerConnection
+from headwater.client.errors import (
+    RETRIABLE_CODES,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+)
+from headwater.client.loop_thread import EventLoopThread
+from headwater.client.partitioner import StickyPartitioner, partition_for_key
+from headwater.client.types import Header, RecordMetadata, TopicMetadata, TopicPartition
+from headwater.protocol.apis import ApiKey
+from headwater.protocol.produce_codec import (
+    ProducePartitionData,
+    ProduceRequestData,
+    ProduceResponseData,
+    ProduceTopicData,
+)
+from headwater.records.compression import Compression
+
+log = logging.getLogger(__name__)
+
+MESSAGE_TOO_LARGE: Final = 10
+DUPLICATE_SEQUENCE_NUMBER: Final = 46
+MAX_SEQUENCE: Final = 0x7FFFFFFF
+_CODECS: Final = {
+    "none": Compression.NONE,
+    "gzip": Compression.GZIP,
+    "snappy": Compression.SNAPPY,
+    "lz4": Compression.LZ4,
+    "zstd": Compression.ZSTD,
+}
+
+
+def _as_bytes(value: bytes | bytearray | memoryview | str | None, what: str) -> bytes | None:
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    raise TypeError(f"{what} must be bytes, str or None, not {type(value).__name__}")
+
+
+def _resolve(future: Any, result: RecordMetadata) -> None:
+    if not future.done():
+        future.set_result(result)
+
+
+def _fail(future: Any, error: BaseException) -> None:
+    if not future.done():
+        future.set_exception(error)
+
+
+class AsyncProducer:
+    """A producer on the caller's event loop."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        self.config = ProducerConfig.from_mapping(config, **kwargs)
+        c = self.config
+        self.acks = c.required_acks
+        self.idempotent = c.idempotent
+        self._cluster = ClusterClient(
+            c.bootstrap_servers,
+            client_id=c.client_id,
+            request_timeout_ms=c.request_timeout_ms,
+            reconnect_backoff_ms=c.reconnect_backoff_ms,
+            reconnect_backoff_max_ms=c.reconnect_backoff_max_ms,
+        )
+        self._accumulator = RecordAccumulator(
+            batch_size=c.batch_size, linger_ms=c.linger_ms, compression=_CODECS[c.compression_type]
+        )
+        self._lock = threading.Lock()  # guards the accumulator and the partitioner
+        self._partitioner = StickyPartitioner()
+        self._sequences: dict[TopicPartition, int] = {}
+        self._producer_id = -1
+        self._producer_epoch = -1
+        self._in_flight: dict[int, int] = {}  # node -> requests outstanding
+        self._incomplete: set[ProducerBatch] = set()  # appended, not yet resolved
+        self._wakeup: asyncio.Event | None = None
+        self._all_done: asyncio.Event | None = None
+        self._sender: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._closed = False
+
+    async def __aenter__(self) -> AsyncProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Bind to the running loop and start the sender (send() does this lazily)."""
+        if self._sender is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._wakeup = asyncio.Event()
+        self._all_done = asyncio.Event()
+        self._all_done.set()
+        if self.idempotent:
+            await self._init_producer_id()
+        self._sender = asyncio.ensure_future(self._run_sender())
+
+    async def _init_producer_id(self) -> None:
+        resp = await self._cluster.request_any(
+            ApiKey.INIT_PRODUCER_ID,
+            {
+                "transactional_id": None,
+                "transaction_timeout": 60_000,
+                "producer_id": -1,
+                "producer_epoch": -1,
+            },
+        )
+        if int(resp.error_code):
+            raise KafkaError(int(resp.error_code), "InitProducerId failed")
+        self._producer_id = int(resp.producer_id)
+        self._producer_epoch = int(resp.producer_epoch)
+
+    # -- sending -----------------------------------------------------------------
+
+    async def topic_metadata(self, topic: str) -> TopicMetadata:
+        """Partitions of ``topic`` (auto-created by the broker if it allows that)."""
+        meta = self._cluster.topics.get(topic)
+        if meta is not None and meta.partitions:
+            return meta
+        found = await self._cluster.topic(topic, allow_auto_create=True)
+        if found is None:
+            raise KafkaError(3, f"topic {topic!r} does not exist")
+        return found
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None = None,
+        headers: Sequence[tuple[str, bytes | str | None]] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue one record; the returned future resolves once the broker has it.
+
+        Awaiting ``send`` waits only for metadata (first use of a topic);
+        await the returned future for the acknowledgement.
+        """
+        await self.start()
+        meta = await self.topic_metadata(topic)
+        assert self._loop is not None
+        future: asyncio.Future[RecordMetadata] = self._loop.create_future()
+        if self._append(meta, value, key, headers, partition, timestamp_ms, future):
+            self._wake()
+        return future
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None = None,
+        headers: Sequence[tuple[str, bytes | str | None]] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> RecordMetadata:
+        return await (await self.send(topic, value, key, headers, partition, timestamp_ms))
+
+    def _append(
+        self,
+        meta: TopicMetadata,
+        value: bytes | str | None,
+        key: bytes | str | None,
+        headers: Sequence[tuple[str, bytes | str | None]] | None,
+        partition: int | None,
+        timestamp_ms: int | None,
+        future: Any,
+    ) -> bool:
+        """Add the record to its batch (any thread); True if the sender should wake."""
+        if self._closed:
+            raise RuntimeError("producer is closed")
+        key_bytes = _as_bytes(key, "key")
+        value_bytes = _as_bytes(value, "value")
+        header_list: list[Header] = [
+            (name, _as_bytes(v, f"header {name!r}")) for name, v in (headers or ())
+        ]
+        size = estimate_record_size(key_bytes, value_bytes, header_list)
+        if size > self.config.max_request_size:
+            raise KafkaError(
+                MESSAGE_TOO_LARGE,
+                f"a record of about {size} bytes exceeds max.request.size="
+                f"{self.config.max_request_size}",
+            )
+        count = len(meta.partitions)
+        if partition is not None and not 0 <= partition < count:
+            raise KafkaError(3, f"topic {meta.name} has no partition {partition}")
+        ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+        now = time.monotonic()
+        acc = self._accumulator
+        with self._lock:
+            if partition is None and key_bytes is None:
+                sticky = self._partitioner.partition(meta.name, count)
+                result = acc.append(
+                    TopicPartition(meta.name, sticky),
+                    ts,
+                    key_bytes,
+                    value_bytes,
+                    header_list,
+                    future,
+                    now,
+                    abort_on_new_batch=True,
+                )
+                if result.batch is None:
+                    sticky = self._partitioner.next_batch(meta.name, count, sticky)
+                    result = acc.append(
+                        TopicPartition(meta.name, sticky),
+                        ts,
+                        key_bytes,
+                        value_bytes,
+                        header_list,
+                        future,
+                        now,
+                    )
+            else:
+                if partition is None:
+                    assert key_bytes is not None
+                    partition = partition_for_key(key_bytes, count)
+                result = acc.append(
+                    TopicPartition(meta.name, partition),
+                    ts,
+                    key_bytes,
+                    value_bytes,
+                    header_list,
+                    future,
+                    now,
+                )
+            batch = result.batch
+            assert batch is not None
+            self._incomplete.add(batch)
+        return result.new_batch or result.batch_full
+
+    def _call_on_loop(self, fn: Any) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            fn()
+        else:
+            loop.call_soon_threadsafe(fn)
+
+    def _wake(self) -> None:
+        if self._wakeup is not None:
+            self._call_on_loop(self._wakeup.set)
+
+    async def flush(self, timeout_s: float | None = None) -> None:
+        """Send everything queued now and wait until each record is acknowledged or failed."""
+        if self._sender is None:
+            return
+        assert self._all_done is not None
+        with self._lock:
+            self._accumulator.begin_flush()
+        self._wake()
+        try:
+            await asyncio.wait_for(self._wait_all_done(), timeout_s)
+        finally:
+            with self._lock:
+                self._accumulator.end_flush()
+
+    async def _wait_all_done(self) -> None:
+        assert self._all_done is not None
+        while True:
+            with self._lock:
+                if not self._incomplete:
+                    return
+            self._all_done.clear()
+            with self._lock:
+                if not self._incomplete:
+                    return
+            await self._all_done.wait()
+
+    async def close(self, timeout_s: float | None = 30.0) -> None:
+        """Flush, then stop; records still unsent after ``timeout_s`` fail."""
+        if self._closed:
+            return
+        try:
+            if self._sender is not None:
+                with contextlib.suppress(TimeoutError):
+                    await self.flush(timeout_s)
+        finally:
+            self._closed = True
+            with self._lock:
+                leftover = self._accumulator.abort_all()
+            error = KafkaTimeoutError("producer closed before the record was sent")
+            for batch in leftover:
+                self._complete(batch, error=error)
+            for batch in list(self._incomplete):
+                self._complete(batch, error=error)
+            if self._sender is not None:
+                self._sender.cancel()
+                await asyncio.gather(self._sender, return_exceptions=True)
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self._cluster.close()
+
+    # -- the sender ----------------------------------------------------------------
+
+    async def _run_sender(self) -> None:
+        assert self._wakeup is not None
+        c = self.config
+        while True:
+            self._wakeup.clear()
+            now = time.monotonic()
+            with self._lock:
+                expired = self._accumulator.expire(now, c.delivery_timeout_ms / 1000)
+                ready, next_due = self._accumulator.ready(now)
+            for batch in expired:
+                self._complete(batch, error=KafkaTimeoutError("delivery.timeout.ms expired"))
+            wait = next_due
+            if ready:
+                wait = self._send_ready(ready, wait)
+            try:
+                if wait is None:
+                    await self._wakeup.wait()
+                else:
+                    await asyncio.wait_for(self._wakeup.wait(), max(wait, 0.001))
+            except TimeoutError:
+                pass
+
+    def _send_ready(self, ready: list[TopicPartition], wait: float | None) -> float | None:
+        """Send one request per broker with room in flight; returns the next wake-up delay."""
+        by_node: dict[int, list[TopicPartition]] = {}
+        missing: set[str] = set()
+        for tp in ready:
+            leader = self._cluster.leader(tp)
+            if leader is None:
+                missing.add(tp.topic)
+            else:
+                by_node.setdefault(leader, []).append(tp)
+        if missing:
+            self._spawn(self._refresh(missing))
+        retry = self.config.retry_backoff_ms / 1000
+        for node_id, tps in by_node.items():
+            if self._in_flight.get(node_id, 0) >= self.config.max_in_flight_requests_per_connection:
+                continue
+            conn = self._cluster.ready_connection(node_id)
+            if conn is None:
+                self._spawn(self._connect(node_id))
+                continue
+            with self._lock:
+                batches = self._accumulator.drain(tps, self.config.max_request_size)
+                for batch in batches:
+                    if batch.payload is None and self.idempotent:
+                        batch.base_sequence = self._next_sequence(batch)
+                    batch.build(self._producer_id, self._producer_epoch)
+            if not batches:
+                continue
+            self._spawn(self._produce(node_id, conn, batches))
+        if missing:
+            wait = retry if wait is None else min(wait, retry)
+        return wait
+
+    def _next_sequence(self, batch: ProducerBatch) -> int:
+        seq = self._sequences.get(batch.tp, 0)
+        self._sequences[batch.tp] = (seq + batch.record_count) % (MAX_SEQUENCE + 1)
+        return seq
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _refresh(self, topics: set[str]) -> None:
+        with contextlib.suppress(KafkaError):
+            await self._cluster.refresh_metadata(topics)
+        self._wake()
+
+    async def _connect(self, node_id: int) -> None:
+        try:
+            await self._cluster.connection(node_id)
+        except KafkaError as exc:
+            log.info("producer cannot reach node %d: %s", node_id, exc)
+        self._wake()
+
+    async def _produce(
+        self, node_id: int, conn: BrokerConnection, batches: list[ProducerBatch]
+    ) -> None:
+        topics: dict[str, ProduceTopicData] = {}
+        for batch in batches:
+            topic = topics.get(batch.tp.topic)
+            if topic is None:
+                topic = topics[batch.tp.topic] = ProduceTopicData(batch.tp.topic)
+            assert batch.payload is not None
+            topic.partitions.append(
+                ProducePartitionData(batch.tp.partition, memoryview(batch.payload))
+            )
+        req = ProduceRequestData(
+            transactional_id=None,
+            acks=self.acks,
+            timeout_ms=self.config.request_timeout_ms,
+            topics=list(topics.values()),
+        )
+        self._in_flight[node_id] = self._in_flight.get(node_id, 0) + 1
+        try:
+            version = conn.version(ApiKey.PRODUCE)
+            future = conn.send_produce(req, version)
+            response: ProduceResponseData | None = await conn.wait(future)
+        except KafkaError as exc:
+            self._retry_or_fail(batches, exc)
+            return
+        finally:
+            self._in_flight[node_id] -= 1
+            self._wake()
+        if response is None:  # acks=0
+            for batch in batches:
+                self._complete(batch, base_offset=-1, append_time=-1)
+            return
+        results = {(t.name, p.index): p for t in response.topics for p in t.partitions}
+        for batch in batches:
+            part = results.get((batch.tp.topic, batch.tp.partition))
+            if part is None:
+                self._retry_or_fail([batch], KafkaError(13, "partition missing from the response"))
+            elif part.error_code == 0:
+                self._complete(
+                    batch, base_offset=part.base_offset, append_time=part.log_append_time_ms
+                )
+            elif part.error_code == DUPLICATE_SEQUENCE_NUMBER:
+                self._complete(batch, base_offset=-1, append_time=-1)
+            else:
+                message = (
+                    part.error_message or f"producing to {batch.tp.topic}-{batch.tp.partition}"
+                )
+                self._retry_or_fail([batch], KafkaError(part.error_code, message))
+
+    def _retry_or_fail(self, batches: list[ProducerBatch], error: KafkaError) -> None:
+        deadline = self.config.delivery_timeout_ms / 1000
+        now = time.monotonic()
+        retriable = isinstance(error, KafkaConnectionError) or error.code in RETRIABLE_CODES
+        for batch in batches:
+            if retriable and not self._closed and now - batch.created_at < deadline:
+                log.info("retrying batch for %s: %s", batch.tp, error)
+                with self._lock:
+                    self._accumulator.reenqueue(batch)
+                if error.code in (3, 5, 6):
+                    self._spawn(self._refresh({batch.tp.topic}))
+            else:
+                self._complete(batch, error=error)
+
+    def _complete(
+        self,
+        batch: ProducerBatch,
+        *,
+        base_offset: int = -1,
+        append_time: int = -1,
+        error: BaseException | None = None,
+    ) -> None:
+        topic, partition = batch.tp
+        if error is not None:
+            for future in batch.futures:
+                _fail(future, error)
+        else:
+            timestamps = batch.timestamps
+            for i, future in enumerate(batch.futures):
+                offset = base_offset + i if base_offset >= 0 else -1
+                ts = append_time if append_time >= 0 else timestamps[i]
+                _resolve(future, RecordMetadata(topic, partition, offset, ts))
+        with self._lock:
+            self._incomplete.discard(batch)
+            done = not self._incomplete
+        if done and self._all_done is not None:
+            self._all_done.set()
+
+
+class Producer:
+    """The blocking producer: ``send`` returns a ``concurrent.futures.Future``."""
+
+    def __init__(self, config: Mapping[str, Any] | None = None, **kwargs: Any) -> None:
+        self._producer = AsyncProducer(config, **kwargs)
+        self.config = self._producer.config
+        self._thread = EventLoopThread("headwater-producer")
+        self._closed = False
+        try:
+            self._thread.run(self._producer.start())
+        except BaseException:
+            self._thread.stop()
+            raise
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None = None,
+        headers: Sequence[tuple[str, bytes | str | None]] | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> concurrent.futures.Future[RecordMetadata]:
+        producer = self._producer
+        meta = producer._cluster.topics.get(topic)
+        if meta is None or not meta.partitions:
+            meta = self._thread.run(producer.topic_metadata(topic))
+        future: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
+        if producer._append(meta, value, key, headers, partition, timestamp_ms, future):
+            producer._wake()
+        return future
+
+    def partitions_for(self, topic: str) -> set[int]:
+        return set(self._thread.run(self._producer.topic_metadata(topic)).partitions)
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        self._thread.run(self._producer.flush(timeout_s))
+
+    def close(self, timeout_s: float | None = 30.0) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._thread.run(self._producer.close(timeout_s))
+        finally:
+            self._thread.stop()
