@@ -29,7 +29,7 @@ def test_string_values_are_converted_and_checked() -> None:
     )
     assert c.fetch_max_bytes == 1024 and c.isolation == 1
     assert c.headwater_fetch_session_enable is False
-    with pytest.raises(ValueError, match="auto.offset.reset"):
+    with pytest.raises(ValueError, match=r"auto\.offset\.reset"):
         ConsumerConfig.from_mapping({"auto.offset.reset": "smallest"})
     with pytest.raises(ValueError, match=r"fetch\.min\.bytes"):
         ConsumerConfig.from_mapping({"fetch.min.bytes": "lots"})
@@ -55,7 +55,7 @@ def test_idempotence_follows_kafka_3_defaults() -> None:
 
 
 def test_producer_rejects_unknown_compression() -> None:
-    with pytest.raises(ValueError, match="compression.type"):
+    with pytest.raises(ValueError, match=r"compression\.type"):
         ProducerConfig.from_mapping({"compression.type": "brotli"})
 
 

@@ -64,7 +64,7 @@ def test_full_response_with_session_id_makes_next_request_incremental_epoch_one(
 
 
 def test_incremental_fetch_omits_unchanged_partitions() -> None:
-    handler, wanted = established()
+    handler, _ = established()
     req = handler.build([pf("a", 0, 0), pf("a", 1, 0), pf("b", 0, 0)], version=V)
     assert req.partitions == [] and req.forgotten == []
 
