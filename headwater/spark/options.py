@@ -54,7 +54,7 @@ def _bootstrap(options: Mapping[str, str]) -> str:
     )
 
 
-def _bool(options: Mapping[str, str], key: str, default: bool) -> bool:
+def bool_option(options: Mapping[str, str], key: str, default: bool) -> bool:
     raw = options.get(key)
     if raw is None:
         return default
@@ -132,8 +132,8 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         ending=ending,
         max_offsets_per_trigger=_positive_int(opts, "maxoffsetspertrigger"),
         min_partitions=_positive_int(opts, "minpartitions"),
-        fail_on_data_loss=_bool(opts, "failondataloss", True),
-        include_headers=_bool(opts, "includeheaders", False),
+        fail_on_data_loss=bool_option(opts, "failondataloss", True),
+        include_headers=bool_option(opts, "includeheaders", False),
         isolation_level=isolation,
         poll_timeout_ms=_positive_int(opts, "kafkaconsumer.polltimeoutms")
         or DEFAULT_POLL_TIMEOUT_MS,

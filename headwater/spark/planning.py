@@ -180,8 +180,21 @@ def split_ranges(ranges: Iterable[OffsetRange], min_partitions: int | None) -> l
     return out
 
 
-def cap_offsets(
-    latest: Mapping[TopicPartition, int], target: Mapping[TopicPartition, int]
+def available_now_offsets(
+    latest: Mapping[TopicPartition, int],
+    target: Mapping[TopicPartition, int],
+    start: Mapping[TopicPartition, int],
 ) -> OffsetMap:
-    """``latest`` limited to an ``availableNow`` target: nothing past, nothing new."""
-    return {tp: min(offset, target[tp]) for tp, offset in latest.items() if tp in target}
+    """``latest`` held to an ``availableNow`` target: nothing past it, no new partitions.
+
+    A partition the query already reads but the target does not know (it
+    came back from the checkpoint) stays where it is rather than looking
+    deleted.
+    """
+    out: OffsetMap = {}
+    for tp, offset in latest.items():
+        if tp in target:
+            out[tp] = min(offset, target[tp])
+        elif tp in start:
+            out[tp] = min(offset, start[tp])
+    return out

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from headwater.spark.planning import (
     DataLossError,
     OffsetRange,
-    cap_offsets,
+    available_now_offsets,
     offset_ranges,
     rate_limit,
     split_ranges,
@@ -135,4 +135,11 @@ def test_split_ranges_cuts_big_range_into_near_equal_pieces() -> None:
 def test_available_now_target_caps_offsets_and_hides_later_partitions() -> None:
     latest = {("t", 0): 100, ("t", 1): 5, ("t", 2): 7}
     target = {("t", 0): 60, ("t", 1): 9}
-    assert cap_offsets(latest, target) == {("t", 0): 60, ("t", 1): 5}
+    assert available_now_offsets(latest, target, {}) == {("t", 0): 60, ("t", 1): 5}
+
+
+def test_available_now_keeps_partitions_already_read_but_unknown_to_the_target() -> None:
+    latest = {("t", 0): 100, ("t", 1): 50}
+    target = {("t", 0): 60}
+    start = {("t", 0): 10, ("t", 1): 20}
+    assert available_now_offsets(latest, target, start) == {("t", 0): 60, ("t", 1): 20}

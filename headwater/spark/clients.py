@@ -1,0 +1,94 @@
+"""One client per worker process, reused by every task that runs there.
+
+Sockets cannot be pickled, so readers and writers carry only a
+``ClientConfig`` and open connections lazily, inside ``read`` / ``write``.
+Spark reuses its Python workers (``spark.python.worker.reuse``), so a
+module-level pool keyed by the configuration turns "connect per task" into
+"connect once per worker": each task then only re-assigns its partition and
+seeks, and its fetches ride the consumer's existing fetch session.
+
+Spark runs one task at a time in a Python worker, so the pool needs no lock.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from headwater.client.consumer import Consumer
+    from headwater.client.producer import Producer
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """What a task needs to reach the broker: small, hashable and picklable.
+
+    ``settings`` are client settings under their Kafka names (the source's
+    and sink's ``kafka.*`` options without the prefix).
+    """
+
+    bootstrap: str
+    settings: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, bootstrap: str, settings: Mapping[str, str] | None = None) -> ClientConfig:
+        return cls(bootstrap, tuple(sorted((settings or {}).items())))
+
+    def client_settings(self, **defaults: str) -> dict[str, str]:
+        """Kafka-named settings: the connector's defaults, the user's on top, the address last."""
+        out = {k.replace("_", "."): v for k, v in defaults.items()}
+        out.update(self.settings)
+        out["bootstrap.servers"] = self.bootstrap
+        return out
+
+
+_consumers: dict[ClientConfig, Consumer] = {}
+_producers: dict[ClientConfig, Producer] = {}
+
+
+def pooled_consumer(config: ClientConfig) -> Consumer:
+    """A consumer that never resets offsets on its own: a reset would hide data loss."""
+    consumer = _consumers.get(config)
+    if consumer is None:
+        from headwater.client.consumer import Consumer
+
+        settings = config.client_settings(client_id="headwater-spark")
+        settings["auto.offset.reset"] = "none"
+        consumer = _consumers[config] = Consumer(settings)
+    return consumer
+
+
+def pooled_producer(config: ClientConfig) -> Producer:
+    """A producer that batches and compresses (lz4 unless the options say otherwise)."""
+    producer = _producers.get(config)
+    if producer is None:
+        from headwater.client.producer import Producer
+
+        settings = config.client_settings(
+            client_id="headwater-spark", compression_type="lz4", linger_ms="5"
+        )
+        producer = _producers[config] = Producer(settings)
+    return producer
+
+
+def discard(config: ClientConfig) -> None:
+    """Drop (and close) the clients of ``config`` after an error left them in doubt."""
+    consumer = _consumers.pop(config, None)
+    producer = _producers.pop(config, None)
+    for client in (consumer, producer):
+        if client is not None:
+            with contextlib.suppress(Exception):
+                client.close()
+
+
+def close_all() -> None:
+    """Close every pooled client (at worker exit, or when a stream reader stops)."""
+    for config in {*_consumers, *_producers}:
+        discard(config)
+
+
+atexit.register(close_all)
