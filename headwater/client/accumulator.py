@@ -59,6 +59,7 @@ class ProducerBatch:
     attempts: int = 0
     payload: bytes | None = None  # built once, reused by retries
     full: bool = False
+    reserved: int = 0  # estimated bytes of its records, for buffer.memory
 
     @property
     def record_count(self) -> int:
@@ -114,6 +115,7 @@ class RecordAccumulator:
         now: float,
         *,
         abort_on_new_batch: bool = False,
+        size: int | None = None,
     ) -> AppendResult:
         """Add one record to ``tp``'s open batch, or open a new one.
 
@@ -124,19 +126,21 @@ class RecordAccumulator:
         queue = self._batches.get(tp)
         if queue is None:
             queue = self._batches[tp] = collections.deque()
-        size = estimate_record_size(key, value, headers)
+        if size is None:
+            size = estimate_record_size(key, value, headers)
         last = queue[-1] if queue else None
         if last is not None and not last.full and last.payload is None:
-            if last.estimated_size + size <= self.batch_size:
-                self._add(last, timestamp_ms, key, value, headers, future)
-                full = last.estimated_size + RECORD_OVERHEAD >= self.batch_size
+            used = last.builder.estimated_size
+            if used + size <= self.batch_size:
+                self._add(last, timestamp_ms, key, value, headers, future, size)
+                full = last.builder.estimated_size + RECORD_OVERHEAD >= self.batch_size
                 last.full = full
                 return AppendResult(last, batch_full=full)
             last.full = True
         if abort_on_new_batch:
             return AppendResult(None)
         batch = ProducerBatch(tp, RecordBatchBuilder(self.compression), now, next(self._order))
-        self._add(batch, timestamp_ms, key, value, headers, future)
+        self._add(batch, timestamp_ms, key, value, headers, future, size)
         batch.full = batch.estimated_size + RECORD_OVERHEAD >= self.batch_size
         queue.append(batch)
         return AppendResult(batch, new_batch=True, batch_full=batch.full or last is not None)
@@ -149,8 +153,10 @@ class RecordAccumulator:
         value: bytes | None,
         headers: Sequence[Header],
         future: Any,
+        size: int,
     ) -> None:
         batch.builder.append(timestamp_ms, key, value, headers)
+        batch.reserved += size
         batch.futures.append(future)
         batch.timestamps.append(timestamp_ms)
 

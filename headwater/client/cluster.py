@@ -159,7 +159,7 @@ class ClusterClient:
                 )
                 return self._bootstrap_conn
             except KafkaError as exc:
-                errors.append(str(exc))
+                errors.append(exc.message)
         raise KafkaConnectionError("no broker reachable: " + "; ".join(errors))
 
     async def close(self) -> None:

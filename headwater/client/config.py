@@ -115,6 +115,7 @@ class ProducerConfig(_KafkaConfig):
     reconnect_backoff_ms: int = 50
     reconnect_backoff_max_ms: int = 1_000
     buffer_memory: int = 33_554_432
+    max_block_ms: int = 60_000
 
     _choices = {
         "acks": ("0", "1", "all", "-1"),

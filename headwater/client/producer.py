@@ -99,6 +99,10 @@ class AsyncProducer:
             batch_size=c.batch_size, linger_ms=c.linger_ms, compression=_CODECS[c.compression_type]
         )
         self._lock = threading.Lock()  # guards the accumulator and the partitioner
+        # buffer.memory: send() blocks (max.block.ms) while this many bytes wait.
+        self._space = threading.Condition(self._lock)
+        self._buffered_bytes = 0
+        self._space_freed: asyncio.Event | None = None
         self._partitioner = StickyPartitioner()
         self._sequences: dict[TopicPartition, int] = {}
         self._producer_id = -1
@@ -125,6 +129,7 @@ class AsyncProducer:
             return
         self._loop = asyncio.get_running_loop()
         self._wakeup = asyncio.Event()
+        self._space_freed = asyncio.Event()
         self._all_done = asyncio.Event()
         self._all_done.set()
         if self.idempotent:
@@ -174,6 +179,7 @@ class AsyncProducer:
         """
         await self.start()
         meta = await self.topic_metadata(topic)
+        await self._wait_for_space()
         assert self._loop is not None
         future: asyncio.Future[RecordMetadata] = self._loop.create_future()
         if self._append(meta, value, key, headers, partition, timestamp_ms, future):
@@ -204,11 +210,12 @@ class AsyncProducer:
         """Add the record to its batch (any thread); True if the sender should wake."""
         if self._closed:
             raise RuntimeError("producer is closed")
-        key_bytes = _as_bytes(key, "key")
-        value_bytes = _as_bytes(value, "value")
-        header_list: list[Header] = [
-            (name, _as_bytes(v, f"header {name!r}")) for name, v in (headers or ())
-        ]
+        # The hot path of a producing loop: bytes in, no conversions.
+        key_bytes = key if key is None or type(key) is bytes else _as_bytes(key, "key")
+        value_bytes = value if value is None or type(value) is bytes else _as_bytes(value, "value")
+        header_list: Sequence[Header] = (
+            [(name, _as_bytes(v, f"header {name!r}")) for name, v in headers] if headers else ()
+        )
         size = estimate_record_size(key_bytes, value_bytes, header_list)
         if size > self.config.max_request_size:
             raise KafkaError(
@@ -216,17 +223,18 @@ class AsyncProducer:
                 f"a record of about {size} bytes exceeds max.request.size="
                 f"{self.config.max_request_size}",
             )
+        name = meta.name
         count = len(meta.partitions)
         if partition is not None and not 0 <= partition < count:
-            raise KafkaError(3, f"topic {meta.name} has no partition {partition}")
+            raise KafkaError(3, f"topic {name} has no partition {partition}")
         ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
         now = time.monotonic()
-        acc = self._accumulator
+        append = self._accumulator.append
         with self._lock:
             if partition is None and key_bytes is None:
-                sticky = self._partitioner.partition(meta.name, count)
-                result = acc.append(
-                    TopicPartition(meta.name, sticky),
+                sticky = self._partitioner.partition(name, count)
+                result = append(
+                    TopicPartition(name, sticky),
                     ts,
                     key_bytes,
                     value_bytes,
@@ -234,35 +242,63 @@ class AsyncProducer:
                     future,
                     now,
                     abort_on_new_batch=True,
+                    size=size,
                 )
                 if result.batch is None:
-                    sticky = self._partitioner.next_batch(meta.name, count, sticky)
-                    result = acc.append(
-                        TopicPartition(meta.name, sticky),
+                    sticky = self._partitioner.next_batch(name, count, sticky)
+                    result = append(
+                        TopicPartition(name, sticky),
                         ts,
                         key_bytes,
                         value_bytes,
                         header_list,
                         future,
                         now,
+                        size=size,
                     )
             else:
                 if partition is None:
                     assert key_bytes is not None
                     partition = partition_for_key(key_bytes, count)
-                result = acc.append(
-                    TopicPartition(meta.name, partition),
+                result = append(
+                    TopicPartition(name, partition),
                     ts,
                     key_bytes,
                     value_bytes,
                     header_list,
                     future,
                     now,
+                    size=size,
                 )
-            batch = result.batch
-            assert batch is not None
-            self._incomplete.add(batch)
+            if result.new_batch:
+                assert result.batch is not None
+                self._incomplete.add(result.batch)
+            self._buffered_bytes += size
         return result.new_batch or result.batch_full
+
+    def _has_space(self) -> bool:
+        return self._buffered_bytes < self.config.buffer_memory
+
+    async def _wait_for_space(self) -> None:
+        """Async side of buffer.memory: wait for acknowledgements to free room."""
+        assert self._space_freed is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.max_block_ms / 1000
+        while not self._has_space():
+            self._space_freed.clear()
+            if self._has_space():
+                return
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise KafkaTimeoutError("buffer.memory stayed full for max.block.ms")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._space_freed.wait(), remaining)
+
+    def _block_for_space(self) -> None:
+        """Blocking side of buffer.memory, for ``Producer.send`` (never on the loop)."""
+        with self._space:
+            if not self._space.wait_for(self._has_space, self.config.max_block_ms / 1000):
+                raise KafkaTimeoutError("buffer.memory stayed full for max.block.ms")
 
     def _call_on_loop(self, fn: Any) -> None:
         loop = self._loop
@@ -483,6 +519,15 @@ class AsyncProducer:
         append_time: int = -1,
         error: BaseException | None = None,
     ) -> None:
+        with self._space:
+            if batch not in self._incomplete:
+                return  # already resolved (close() may see a batch twice)
+            self._incomplete.discard(batch)
+            self._buffered_bytes -= batch.reserved
+            done = not self._incomplete
+            self._space.notify_all()
+        if self._space_freed is not None:
+            self._space_freed.set()
         topic, partition = batch.tp
         if error is not None:
             for future in batch.futures:
@@ -493,9 +538,6 @@ class AsyncProducer:
                 offset = base_offset + i if base_offset >= 0 else -1
                 ts = append_time if append_time >= 0 else timestamps[i]
                 _resolve(future, RecordMetadata(topic, partition, offset, ts))
-        with self._lock:
-            self._incomplete.discard(batch)
-            done = not self._incomplete
         if done and self._all_done is not None:
             self._all_done.set()
 
@@ -533,6 +575,8 @@ class Producer:
         meta = producer._cluster.topics.get(topic)
         if meta is None or not meta.partitions:
             meta = self._thread.run(producer.topic_metadata(topic))
+        if not producer._has_space():
+            producer._block_for_space()
         future: concurrent.futures.Future[RecordMetadata] = concurrent.futures.Future()
         if producer._append(meta, value, key, headers, partition, timestamp_ms, future):
             producer._wake()
