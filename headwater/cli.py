@@ -16,6 +16,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from headwater import commands
 from headwater.broker.config import BrokerConfig, parse_host_port, parse_properties
 
 log = logging.getLogger("headwater")
@@ -110,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run a broker in the foreground")
     _add_serve_args(serve)
     serve.set_defaults(func=cmd_serve)
+    commands.add_commands(sub)
     return parser
 
 
