@@ -18,6 +18,7 @@ from pathlib import Path
 
 from headwater import commands
 from headwater.broker.config import BrokerConfig, parse_host_port, parse_properties
+from headwater.group_commands import add_group_commands
 
 log = logging.getLogger("headwater")
 
@@ -112,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_serve_args(serve)
     serve.set_defaults(func=cmd_serve)
     commands.add_commands(sub)
+    add_group_commands(sub)
     return parser
 
 

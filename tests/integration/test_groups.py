@@ -315,3 +315,54 @@ def test_silent_member_is_expelled_after_session_timeout(broker: BrokerProcess) 
     finally:
         victim.kill()
         victim.wait()
+
+
+def test_groups_cli_lists_and_describes_with_lag(broker: BrokerProcess) -> None:
+    _create(broker)
+    _produce(broker, 0, 600)
+    c = KafkaConsumer(
+        TOPIC,
+        bootstrap_servers=broker.bootstrap,
+        group_id="g-cli",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        client_id="cli-test",
+    )
+    try:
+        _wait(lambda: bool(c.poll(timeout_ms=200)) or bool(c.assignment()), 30, "assignment")
+        c.commit(
+            {
+                KTP(TOPIC, p): __import__("kafka").OffsetAndMetadata(10 * p, "", -1)
+                for p in range(PARTITIONS)
+            }
+        )
+
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "headwater.cli",
+                    "groups",
+                    *args,
+                    "--bootstrap",
+                    broker.bootstrap,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+
+        listed = cli("list")
+        assert listed.returncode == 0 and listed.stdout.split("\t")[0] == "g-cli"
+        described = cli("describe", "g-cli")
+        assert described.returncode == 0, described.stderr
+        out = described.stdout
+        assert "client=cli-test" in out and "State: Stable" in out
+        rows = [line.split("\t") for line in out.splitlines() if line.startswith(f"  {TOPIC}\t")]
+        lag = {int(r[1]): (int(r[2]), int(r[3]), int(r[4])) for r in rows}
+        assert lag == {p: (10 * p, 100, 100 - 10 * p) for p in range(PARTITIONS)}
+        missing = cli("describe", "no-such-group")
+        assert missing.returncode == 1 and "does not exist" in missing.stderr
+    finally:
+        c.close(autocommit=False)
