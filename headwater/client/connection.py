@@ -86,6 +86,18 @@ def _decode_produce(frame: memoryview, pos: int, version: int) -> ProduceRespons
     return decode_produce_response(frame, pos, version)
 
 
+def _fail_quietly(future: asyncio.Future[Any], error: BaseException) -> None:
+    """Fail ``future`` without asyncio's "exception never retrieved" warning.
+
+    A waiter that gave up (timeout, cancelled consumer fetch) leaves its
+    future behind; its failure at close is expected, not a lost error.
+    Anyone still awaiting it gets the exception as usual.
+    """
+    if not future.done():
+        future.set_exception(error)
+        future.exception()
+
+
 class _StreamProtocol(asyncio.Protocol):
     """Feeds received bytes to the connection; tracks write back-pressure."""
 
@@ -200,8 +212,7 @@ class BrokerConnection:
         self._closed_error = error
         pending, self._pending = self._pending, collections.deque()
         for p in pending:
-            if not p.future.done():
-                p.future.set_exception(error)
+            _fail_quietly(p.future, error)
         if self.on_close is not None:
             callback, self.on_close = self.on_close, None
             callback(self)
@@ -283,7 +294,7 @@ class BrokerConnection:
 
     def _write(self, api_key: int, version: int, correlation_id: int, body: bytes) -> None:
         if self._closed_error is not None:
-            raise self._closed_error
+            raise KafkaConnectionError(self._closed_error.message)
         assert self._protocol is not None and self._protocol.transport is not None
         header = encode_request_header(
             RequestHeader(api_key, version, correlation_id, self.client_id)
@@ -382,7 +393,7 @@ class BrokerConnection:
             try:
                 correlation_id, pos = parse_response_header(frame, head.api_key, head.version)
             except ProtocolError as exc:
-                head.future.set_exception(exc)
+                _fail_quietly(head.future, exc)
                 self.close(f"sent a bad response header: {exc}")
                 return
             if correlation_id != head.correlation_id:
@@ -396,6 +407,6 @@ class BrokerConnection:
             try:
                 result = head.decode(frame, pos, head.version)
             except Exception as exc:  # a bad body fails this request only
-                head.future.set_exception(exc)
+                _fail_quietly(head.future, exc)
             else:
                 head.future.set_result(result)
