@@ -177,3 +177,33 @@ def test_next_fetch_is_on_the_wire_while_the_application_works(
             await consumer.close()
 
     asyncio.run(go())
+
+
+def test_partitions_that_returned_data_go_to_the_back_of_full_requests(
+    broker: tuple[BrokerProcess, int],
+) -> None:
+    """KIP-74 round-robin on the client: with room for one batch per response and
+    full (sessionless) requests, every partition gets a turn before any gets two."""
+    b, _ = broker
+    topic, partitions, rounds = "fair", 5, 4
+    with AdminClient(b.bootstrap) as admin:
+        admin.create_topics([(topic, partitions, None)])
+    with Producer({"bootstrap.servers": b.bootstrap}) as producer:
+        for r in range(rounds):  # one batch per partition per round
+            for p in range(partitions):
+                producer.send(topic, f"{p}-{r}".encode(), partition=p)
+            producer.flush()
+    settings = {
+        "auto.offset.reset": "earliest",
+        "headwater.fetch.session.enable": "false",
+        "fetch.max.bytes": 1,  # KIP-74: still one batch, from the first partition with data
+    }
+    with Consumer(config(b, **settings)) as c:
+        c.assign([TopicPartition(topic, p) for p in range(partitions)])
+        order: list[int] = []
+        deadline = time.monotonic() + 20
+        while len(order) < partitions * rounds and time.monotonic() < deadline:
+            order.extend(r.partition for r in c.poll(0.5))
+    assert sorted(order) == sorted(list(range(partitions)) * rounds)
+    for turn in range(rounds):
+        assert sorted(order[turn * partitions : (turn + 1) * partitions]) == list(range(partitions))
