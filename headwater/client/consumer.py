@@ -429,7 +429,9 @@ class AsyncConsumer:
         error = task.exception()
         if error is not None:
             log.info("consumer cannot reach a broker yet: %s", error)
-            if isinstance(error, KafkaError) and "unknown broker" in error.message:
+            # A leader we have no address for: the broker list is out of date.
+            leaders = {self._cluster.leader(tp) for tp in self._states}
+            if not leaders <= set(self._cluster.brokers):
                 self._metadata_stale = True
         if not self._closed:
             asyncio.get_running_loop().call_soon(self._kick)

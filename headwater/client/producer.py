@@ -49,6 +49,7 @@ from headwater.records.compression import Compression
 log = logging.getLogger(__name__)
 
 MESSAGE_TOO_LARGE: Final = 10
+OUT_OF_ORDER_SEQUENCE_NUMBER: Final = 45
 DUPLICATE_SEQUENCE_NUMBER: Final = 46
 MAX_SEQUENCE: Final = 0x7FFFFFFF
 _CODECS: Final = {
@@ -114,6 +115,8 @@ class AsyncProducer:
         self._sender: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._refreshing: set[str] = set()  # topics with a metadata refresh under way
+        self._connecting: set[int] = set()  # nodes with a connection attempt under way
         self._closed = False
 
     async def __aenter__(self) -> AsyncProducer:
@@ -403,14 +406,14 @@ class AsyncProducer:
             else:
                 by_node.setdefault(leader, []).append(tp)
         if missing:
-            self._spawn(self._refresh(missing))
+            self._start_refresh(missing)
         retry = self.config.retry_backoff_ms / 1000
         for node_id, tps in by_node.items():
             if self._in_flight.get(node_id, 0) >= self.config.max_in_flight_requests_per_connection:
                 continue
             conn = self._cluster.ready_connection(node_id)
             if conn is None:
-                self._spawn(self._connect(node_id))
+                self._start_connect(node_id)
                 continue
             with self._lock:
                 batches = self._accumulator.drain(tps, self.config.max_request_size)
@@ -435,17 +438,34 @@ class AsyncProducer:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _start_refresh(self, topics: set[str]) -> None:
+        """One metadata refresh at a time per topic, however often the sender loops."""
+        wanted = topics - self._refreshing
+        if wanted:
+            self._refreshing |= wanted
+            self._spawn(self._refresh(wanted))
+
     async def _refresh(self, topics: set[str]) -> None:
-        with contextlib.suppress(KafkaError):
-            await self._cluster.refresh_metadata(topics)
-        self._wake()
+        try:
+            with contextlib.suppress(KafkaError):
+                await self._cluster.refresh_metadata(topics)
+        finally:
+            self._refreshing -= topics
+            self._wake()
+
+    def _start_connect(self, node_id: int) -> None:
+        if node_id not in self._connecting:
+            self._connecting.add(node_id)
+            self._spawn(self._connect(node_id))
 
     async def _connect(self, node_id: int) -> None:
         try:
             await self._cluster.connection(node_id)
         except KafkaError as exc:
             log.info("producer cannot reach node %d: %s", node_id, exc)
-        self._wake()
+        finally:
+            self._connecting.discard(node_id)
+            self._wake()
 
     async def _produce(
         self, node_id: int, conn: BrokerConnection, batches: list[ProducerBatch]
@@ -502,14 +522,26 @@ class AsyncProducer:
         now = time.monotonic()
         retriable = isinstance(error, KafkaConnectionError) or error.code in RETRIABLE_CODES
         for batch in batches:
-            if retriable and not self._closed and now - batch.created_at < deadline:
+            retry = retriable or self._behind_a_retry(batch, error)
+            if retry and not self._closed and now - batch.created_at < deadline:
                 log.info("retrying batch for %s: %s", batch.tp, error)
                 with self._lock:
                     self._accumulator.reenqueue(batch)
                 if error.code in (3, 5, 6):
-                    self._spawn(self._refresh({batch.tp.topic}))
+                    self._start_refresh({batch.tp.topic})
             else:
                 self._complete(batch, error=error)
+
+    def _behind_a_retry(self, batch: ProducerBatch, error: KafkaError) -> bool:
+        """OUT_OF_ORDER_SEQUENCE_NUMBER because an older batch of the partition failed
+        and is being retried: this one goes again after it (as Kafka's producer does)."""
+        if error.code != OUT_OF_ORDER_SEQUENCE_NUMBER or not self.idempotent:
+            return False
+        with self._lock:
+            return any(
+                other.tp == batch.tp and other.order < batch.order and other.attempts > 0
+                for other in self._incomplete
+            )
 
     def _complete(
         self,
