@@ -46,17 +46,28 @@ class ClientConfig:
         return out
 
 
+TASK_FETCH_MAX_WAIT_MS = 20
+
 _consumers: dict[ClientConfig, Consumer] = {}
 _producers: dict[ClientConfig, Producer] = {}
 
 
 def pooled_consumer(config: ClientConfig) -> Consumer:
-    """A consumer that never resets offsets on its own: a reset would hide data loss."""
+    """A consumer for reading known offset ranges.
+
+    It never resets offsets on its own (a reset would hide data loss), and
+    its fetches wait at most ``TASK_FETCH_MAX_WAIT_MS`` on the broker: a task
+    only asks for offsets that exist, and the consumer keeps one fetch in
+    flight, so a long-poll left over from the previous task (500 ms by
+    default) would delay the next task's first fetch by that much.
+    """
     consumer = _consumers.get(config)
     if consumer is None:
         from headwater.client.consumer import Consumer
 
-        settings = config.client_settings(client_id="headwater-spark")
+        settings = config.client_settings(
+            client_id="headwater-spark", fetch_max_wait_ms=str(TASK_FETCH_MAX_WAIT_MS)
+        )
         settings["auto.offset.reset"] = "none"
         consumer = _consumers[config] = Consumer(settings)
     return consumer

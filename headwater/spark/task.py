@@ -53,6 +53,9 @@ def read_range(task: RangeTask) -> Iterator[pa.RecordBatch]:
         # next task in this worker starts from a fresh one.
         discard(task.client)
         raise
+    # Stop fetching until the next task says what to read: an idle worker
+    # then sends nothing, and the next task's first fetch goes out at once.
+    pooled_consumer(task.client).assign([])
 
 
 def _read(task: RangeTask) -> Iterator[pa.RecordBatch]:
