@@ -75,7 +75,12 @@ async def run_broker(config: BrokerConfig) -> None:
     from headwater.broker.broker import Broker
 
     broker = Broker(config)
-    await broker.start()
+    try:
+        await broker.start()
+    except OSError as exc:
+        await broker.stop()
+        where = f"{config.host}:{config.port}"
+        raise SystemExit(f"error: cannot listen on {where}: {exc.strerror}") from None
     # Start-up objects (topic registry, handler tables, imported modules) live for
     # the whole run: move them out of the collector's way so that decoding a large
     # Fetch request does not pay for rescanning them (measured: most of its cost).

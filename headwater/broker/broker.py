@@ -71,6 +71,15 @@ def _kio(api_key: int, fn: KioHandler) -> RawHandler:
     return call
 
 
+def _kio_request(api_key: int, fn: Callable[[RequestContext, Any], bytes]) -> RawHandler:
+    """Decode the request with kio but let ``fn`` encode the response itself."""
+
+    def call(ctx: RequestContext, frame: memoryview, offset: int) -> bytes:
+        return fn(ctx, decode_request(api_key, ctx.header.api_version, frame, offset))
+
+    return call
+
+
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -120,7 +129,7 @@ class Broker:
         self.register(ApiKey.API_VERSIONS, self._api_versions)
         self.register(ApiKey.PRODUCE, self.produce.handle)
         self.register(ApiKey.FETCH, self.fetch.handle)
-        self.register_kio(ApiKey.METADATA, self.admin.metadata)
+        self.register(ApiKey.METADATA, _kio_request(ApiKey.METADATA, self.admin.metadata))
         self.register_kio(ApiKey.CREATE_TOPICS, self.admin.create_topics)
         self.register_kio(ApiKey.DELETE_TOPICS, self.admin.delete_topics)
         self.register_kio(ApiKey.CREATE_PARTITIONS, self.admin.create_partitions)

@@ -1,0 +1,114 @@
+"""Metadata response, hand-written: at 100,000 partitions it is a hot path.
+
+Clients ask for metadata often (librdkafka re-asks whenever it meets a
+partition it does not know). Through kio's generic builder a 100,000
+partition topic took ~1 s per response and blocked the event loop. On one
+broker every partition entry has the same shape (this node leads, is the
+only replica and in sync), so a topic's partition array depends only on its
+partition count, the node id and the version: it is encoded once with
+struct and cached. Byte-identical to kio's encoding (tested).
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+from headwater.protocol.wire import write_array_length, write_string, write_uvarint
+
+FLEXIBLE_FROM = 9
+_NO_OPERATIONS = -(2**31)
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataBroker:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataTopic:
+    """One topic entry; ``num_partitions`` uniform partitions led by ``leader``."""
+
+    error_code: int
+    name: str | None
+    topic_id: uuid.UUID
+    is_internal: bool = False
+    num_partitions: int = 0
+    leader: int = 0
+
+
+@lru_cache(maxsize=512)
+def _partitions(count: int, leader: int, version: int) -> bytes:
+    flexible = version >= FLEXIBLE_FROM
+    replicas = write_array_length(1, flexible) + struct.pack(">i", leader)
+    fmt = ">hii"
+    if version >= 7:
+        fmt += "i"  # leader epoch
+    head = struct.Struct(fmt)
+    tail = replicas + replicas  # replica nodes, isr nodes
+    if version >= 5:
+        tail += write_array_length(0, flexible)  # offline replicas
+    if flexible:
+        tail += b"\x00"
+    out = bytearray(write_array_length(count, flexible))
+    for index in range(count):
+        if version >= 7:
+            out += head.pack(0, index, leader, 0)
+        else:
+            out += head.pack(0, index, leader)
+        out += tail
+    return bytes(out)
+
+
+def encode_metadata_response(
+    version: int,
+    brokers: Sequence[MetadataBroker],
+    topics: Sequence[MetadataTopic],
+    *,
+    cluster_id: str | None,
+    controller_id: int,
+    error_code: int = 0,
+) -> bytes:
+    """The response body (no header) for Metadata ``version`` 0..13."""
+    flexible = version >= FLEXIBLE_FROM
+    out = bytearray()
+    if version >= 3:
+        out += struct.pack(">i", 0)  # throttle time
+    out += write_array_length(len(brokers), flexible)
+    for b in brokers:
+        out += struct.pack(">i", b.node_id) + write_string(b.host, flexible)
+        out += struct.pack(">i", b.port)
+        if version >= 1:
+            out += write_string(b.rack, flexible)
+        if flexible:
+            out += b"\x00"
+    if version >= 2:
+        out += write_string(cluster_id, flexible)
+    if version >= 1:
+        out += struct.pack(">i", controller_id)
+    out += write_array_length(len(topics), flexible)
+    for t in topics:
+        out += struct.pack(">h", t.error_code)
+        out += write_string(t.name if t.name is not None or version >= 12 else "", flexible)
+        if version >= 10:
+            out += t.topic_id.bytes
+        if version >= 1:
+            out += b"\x01" if t.is_internal else b"\x00"
+        out += _partitions(t.num_partitions, t.leader, version)
+        if version >= 8:
+            out += struct.pack(">i", _NO_OPERATIONS)
+        if flexible:
+            out += b"\x00"
+    if 8 <= version <= 10:
+        out += struct.pack(">i", _NO_OPERATIONS)  # cluster authorized operations
+    if version >= 13:
+        out += struct.pack(">h", error_code)
+    if flexible:
+        out += write_uvarint(0)
+    return bytes(out)
