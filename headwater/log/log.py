@@ -482,7 +482,10 @@ class Log:
         """
         if self._loaded and self._segments:
             self._segments[-1].on_become_inactive()
-            self.flush()
+            if self._unflushed_since_ms is not None:
+                # Only logs written since their last fsync pay for one: a clean
+                # stop of a broker with thousands of quiet partitions stays quick.
+                self.flush()
         self.handles.forget_under(self._path)
         self._loaded = False
         self._recover = False
