@@ -1,0 +1,44 @@
+"""Run every Headwater benchmark with its default sizes (``make bench``).
+
+Each benchmark runs in its own process, as a user would run it, so one
+benchmark's broker processes, page cache and heap do not leak into the next.
+Results land in bench/results/*.json; docs/benchmarks.md explains them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+
+#: In order; a script not (yet) in the tree is skipped with a note.
+SCRIPTS = ["bench_codec.py", "bench_broker.py", "bench_fetch_sessions.py", "bench_spark.py"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("only", nargs="*", help="run only these scripts (e.g. bench_broker.py)")
+    args = parser.parse_args()
+    failed = []
+    for script in args.only or SCRIPTS:
+        path = BENCH / script
+        if not path.exists():
+            print(f"== {script}: missing, skipped", flush=True)
+            continue
+        print(f"== {script}", flush=True)
+        start = time.monotonic()
+        code = subprocess.call([sys.executable, str(path)], cwd=BENCH.parent)
+        print(f"== {script}: exit {code} after {time.monotonic() - start:.0f} s", flush=True)
+        if code:
+            failed.append(script)
+    if failed:
+        print("failed: " + ", ".join(failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
