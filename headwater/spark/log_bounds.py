@@ -3,16 +3,22 @@
 Both readers plan from a ``LogBounds`` snapshot (the subscribed partitions
 with their log start and end offsets, the end being the last stable offset
 under ``read_committed``); taking it in one place keeps the planning code
-pure and makes the broker round trips per micro-batch easy to count: one
-Metadata request and two ListOffsets requests.
+pure and makes the broker round trips per snapshot easy to count: a
+Metadata request per topic (plus one for a pattern) and two ListOffsets
+requests. Retriable failures (a broker restarting, a connection lost) are
+retried with a fresh client, as Spark's Kafka source does with
+``fetchOffset.numRetries`` and ``fetchOffset.retryIntervalMs``.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass
 
+from headwater.client.errors import KafkaError
 from headwater.client.types import TopicPartition
-from headwater.spark.clients import ClientConfig, pooled_consumer
+from headwater.spark.clients import ClientConfig, discard, pooled_consumer
 from headwater.spark.offsets import OffsetMap
 from headwater.spark.subscription import Subscription
 
@@ -29,8 +35,30 @@ class LogBounds:
         return sorted(self.latest)
 
 
-def fetch_log_bounds(config: ClientConfig, subscription: Subscription) -> LogBounds:
-    """Query metadata then both ends of every subscribed partition."""
+log = logging.getLogger(__name__)
+
+
+def fetch_log_bounds(
+    config: ClientConfig,
+    subscription: Subscription,
+    retries: int = 0,
+    retry_interval_s: float = 1.0,
+) -> LogBounds:
+    """Query metadata then both ends of every subscribed partition, retrying transient errors."""
+    attempt = 0
+    while True:
+        try:
+            return _fetch_log_bounds(config, subscription)
+        except (KafkaError, OSError, TimeoutError) as e:
+            if attempt >= retries or (isinstance(e, KafkaError) and not e.retriable):
+                raise
+            attempt += 1
+            log.warning("fetching offsets failed (%s); retry %d of %d", e, attempt, retries)
+            discard(config)
+            time.sleep(retry_interval_s)
+
+
+def _fetch_log_bounds(config: ClientConfig, subscription: Subscription) -> LogBounds:
     consumer = pooled_consumer(config)
     names = subscription.topics_of_interest()
     if names is None:

@@ -77,6 +77,19 @@ def _positive_int(options: Mapping[str, str], key: str) -> int | None:
     return value
 
 
+def _count(options: Mapping[str, str], key: str, default: int) -> int:
+    raw = options.get(key)
+    if raw is None:
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"option '{key}' must be an integer >= 0, got {raw!r}")
+    return value
+
+
 def _client_settings(options: Mapping[str, str]) -> dict[str, str]:
     """Every other ``kafka.*`` option, prefix dropped, for the client to use or ignore."""
     return {
@@ -100,6 +113,8 @@ class SourceOptions:
     include_headers: bool = False
     isolation_level: str = READ_UNCOMMITTED
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
+    fetch_offset_retries: int = 3
+    fetch_offset_retry_interval_ms: int = 1000
     client_settings: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -137,6 +152,8 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         isolation_level=isolation,
         poll_timeout_ms=_positive_int(opts, "kafkaconsumer.polltimeoutms")
         or DEFAULT_POLL_TIMEOUT_MS,
+        fetch_offset_retries=_count(opts, "fetchoffset.numretries", 3),
+        fetch_offset_retry_interval_ms=_count(opts, "fetchoffset.retryintervalms", 1000),
         client_settings=_client_settings(opts),
     )
 

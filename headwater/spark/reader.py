@@ -57,6 +57,15 @@ def client_config(options: SourceOptions) -> ClientConfig:
     return ClientConfig.of(options.bootstrap, settings)
 
 
+def log_bounds(options: SourceOptions) -> LogBounds:
+    return fetch_log_bounds(
+        client_config(options),
+        options.subscription,
+        retries=options.fetch_offset_retries,
+        retry_interval_s=options.fetch_offset_retry_interval_ms / 1000,
+    )
+
+
 def range_tasks(options: SourceOptions, ranges: Sequence[OffsetRange]) -> list[RangeTask]:
     """One picklable task per range, split further for ``minPartitions``."""
     config = client_config(options)
@@ -85,7 +94,7 @@ class HeadwaterBatchReader(DataSourceReader):  # type: ignore[misc]
         self.options = options
 
     def partitions(self) -> Sequence[InputPartition]:
-        bounds = fetch_log_bounds(client_config(self.options), self.options.subscription)
+        bounds = log_bounds(self.options)
         parts = bounds.partitions
         start = resolve_offset_spec(
             self.options.starting, parts, bounds.earliest, bounds.latest, "startingOffsets"
@@ -123,11 +132,12 @@ class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self._available_now_target: OffsetMap | None = None
+        self._last_latest: OffsetMap | None = None
 
     # -- offsets ---------------------------------------------------------------
 
     def _bounds(self) -> LogBounds:
-        return fetch_log_bounds(client_config(self.options), self.options.subscription)
+        return log_bounds(self.options)
 
     def initialOffset(self) -> OffsetJson:
         bounds = self._bounds()
@@ -151,6 +161,7 @@ class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def latestOffset(self, start: OffsetJson, limit: ReadLimit) -> OffsetJson:
         bounds = self._bounds()
+        self._last_latest = dict(bounds.latest)
         begin = offsets_from_json(start)
         latest: OffsetMap = dict(bounds.latest)
         if self._available_now_target is not None:
@@ -168,7 +179,8 @@ class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return offsets_to_json(end)
 
     def reportLatestOffset(self) -> OffsetJson | None:
-        return offsets_to_json(self._bounds().latest)
+        """The log ends seen by the last ``latestOffset`` (no extra round trip)."""
+        return None if self._last_latest is None else offsets_to_json(self._last_latest)
 
     # -- planning and reading ----------------------------------------------------
 

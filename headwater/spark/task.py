@@ -76,14 +76,16 @@ def _read(task: RangeTask) -> Iterator[pa.RecordBatch]:
             consumer.seek(tp, position)
             continue
         rows = _in_range(records, tp, position, r.end)
+        before = position
         if rows:
             yield records_to_arrow(r.topic, r.partition, rows, task.include_headers)
             position = rows[-1].offset + 1
-            deadline = time.monotonic() + task.poll_timeout_ms / 1000
         # Control batches and compacted-away offsets move the position
         # without yielding records.
         position = max(position, min(consumer.position(tp), r.end))
-        if position < r.end and not rows and time.monotonic() > deadline:
+        if position > before:
+            deadline = time.monotonic() + task.poll_timeout_ms / 1000
+        elif time.monotonic() > deadline:
             raise TimeoutError(
                 f"no records from {r.topic}-{r.partition} at offset {position} for "
                 f"{task.poll_timeout_ms} ms (reading up to {r.end}); raise the source "

@@ -391,3 +391,30 @@ def test_sink_without_topic_fails_before_any_task(spark: Any, broker: BrokerProc
         df.write.format("headwater").mode("append").option(
             "kafka.bootstrap.servers", broker.bootstrap
         ).save()
+
+
+# -- last: restarts the module's broker ------------------------------------------
+
+
+def test_stream_rides_over_a_broker_restart(
+    spark: Any, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    create_topic(broker, "restart", 2)
+    produce(broker, "restart", [(i % 2, None, b"a%d" % i) for i in range(100)])
+    df = stream(spark, broker, subscribe="restart", startingOffsets="earliest")
+    q = (
+        df.writeStream.format("memory")
+        .queryName("restart_sink")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="300 milliseconds")
+        .start()
+    )
+    try:
+        _wait_rows(spark, q, "restart_sink", 100)
+        broker.restart()
+        produce(broker, "restart", [(i % 2, None, b"b%d" % i) for i in range(100)])
+        _wait_rows(spark, q, "restart_sink", 200, timeout=90)
+    finally:
+        q.stop()
+    got = spark.sql("select count(*) n, count(distinct partition, offset) d from restart_sink")
+    assert got.first().asDict() == {"n": 200, "d": 200}

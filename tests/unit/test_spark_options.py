@@ -93,6 +93,7 @@ def test_exactly_one_subscription_strategy(extra: dict[str, str]) -> None:
         ("kafka.isolation.level", "serializable"),
         ("kafka.auto.offset.reset", "earliest"),
         ("endingOffsets", "latest"),
+        ("fetchOffset.numRetries", "-1"),
     ],
 )
 def test_invalid_streaming_options_fail_at_load(key: str, value: str) -> None:
@@ -121,6 +122,15 @@ def test_batch_json_bounds_are_kept() -> None:
     )
     assert opts.starting == SpecificOffsets({("t", 0): 5})
     assert opts.ending == SpecificOffsets({("t", 0): 9})
+
+
+def test_offset_fetch_retries_follow_spark_names_and_defaults() -> None:
+    assert parse_source_options(BASE, streaming=True).fetch_offset_retries == 3
+    opts = parse_source_options(
+        {**BASE, "fetchOffset.numRetries": "0", "fetchOffset.retryIntervalMs": "10"},
+        streaming=True,
+    )
+    assert (opts.fetch_offset_retries, opts.fetch_offset_retry_interval_ms) == (0, 10)
 
 
 def test_other_kafka_options_reach_the_client_without_prefix() -> None:
