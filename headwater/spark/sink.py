@@ -17,6 +17,7 @@ at-least-once: a retried task produces its rows again.
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -101,7 +102,9 @@ def produce_batches(
     """Produce every row, flush, and fail if any record was refused."""
     config = ClientConfig.of(options.bootstrap, options.client_settings)
     producer = pooled_producer(config)
-    pending: list[Any] = []
+    # Futures in send order; finished ones are checked and dropped after each
+    # Arrow batch, so memory follows what is in flight, not the task's size.
+    pending: collections.deque[Any] = collections.deque()
     count = 0
     try:
         for batch in batches:
@@ -137,6 +140,8 @@ def produce_batches(
                     )
                 )
             count += n
+            while pending and pending[0].done():
+                pending.popleft().result()
         producer.flush()
         for future in pending:
             future.result()

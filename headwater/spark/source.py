@@ -40,6 +40,8 @@ class HeadwaterDataSource(DataSource):  # type: ignore[misc]
         return HeadwaterStreamReader(parse_source_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        if overwrite:
+            raise ValueError("the headwater sink only appends: use mode('append')")
         options = parse_sink_options(self.options)
         return HeadwaterBatchWriter(options, check_sink_schema(schema, options))
 

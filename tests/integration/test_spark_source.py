@@ -393,6 +393,13 @@ def test_sink_without_topic_fails_before_any_task(spark: Any, broker: BrokerProc
         ).save()
 
 
+def test_sink_refuses_overwrite_mode(spark: Any, broker: BrokerProcess) -> None:
+    df = spark.createDataFrame([(b"v",)], "value binary")
+    writer = df.write.format("headwater").mode("overwrite")
+    with pytest.raises(Exception, match="only appends"):
+        writer.option("kafka.bootstrap.servers", broker.bootstrap).option("topic", "x").save()
+
+
 # -- last: restarts the module's broker ------------------------------------------
 
 
