@@ -134,6 +134,11 @@ def test_batch_read_of_exact_offset_ranges(spark: Any, broker: BrokerProcess) ->
     assert got == [(0, o) for o in range(5, 10)] + [(1, 0), (1, 1), (1, 2), (2, 29)]
 
 
+def test_batch_read_of_an_empty_topic_has_no_rows(spark: Any, broker: BrokerProcess) -> None:
+    create_topic(broker, "empty", 2)
+    assert reader(spark, broker, "empty").count() == 0
+
+
 def test_min_partitions_splits_ranges_without_changing_the_rows(
     spark: Any, broker: BrokerProcess
 ) -> None:
