@@ -540,6 +540,12 @@ def _broker_for(args: argparse.Namespace) -> Iterator[str]:
     if args.bootstrap:
         yield args.bootstrap
         return
+    if not args.master.startswith("local"):
+        log.warning(
+            "the embedded broker listens on 127.0.0.1, which executors of %s cannot reach; "
+            "run `headwater serve --listen HOST:PORT` where they can and pass --bootstrap",
+            args.master,
+        )
     broker = EmbeddedBroker(Path(args.data_dir), listen=f"127.0.0.1:{args.port}").start()
     print(f"embedded broker on {broker.listen}, data in {args.data_dir}", flush=True)
     try:
