@@ -18,6 +18,7 @@ from pathlib import Path
 
 from headwater import commands
 from headwater.broker.config import BrokerConfig, parse_host_port, parse_properties
+from headwater.demo import add_demo_command
 from headwater.group_commands import add_group_commands
 
 log = logging.getLogger("headwater")
@@ -119,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve)
     commands.add_commands(sub)
     add_group_commands(sub)
+    add_demo_command(sub)
     return parser
 
 
@@ -128,6 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Formatter())
     logging.basicConfig(level=getattr(args, "log_level", "INFO").upper(), handlers=[handler])
+    # Spark's Python bridge logs every callback at INFO; only its problems matter here.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         return int(args.func(args))
     except KeyboardInterrupt:
