@@ -169,7 +169,7 @@ def measure_scale(
                 admin.produce(topic, hot[mode], batch)
                 fetch(mode, None, changed)
             start = time.monotonic()
-            for i in range(count):
+            for i in range(count if changed else args.max_fetches):
                 elapsed = time.monotonic() - start
                 # An idle cell has no history to match: both modes get the time.
                 own_budget = mode == "full" or not changed

@@ -79,7 +79,7 @@ def tansu_binary() -> Path:
 
 
 def machine_info() -> dict[str, Any]:
-    """What a reader needs to judge the figures: cores, CPU model, kernel, date."""
+    """What a reader needs to judge the figures: cores, CPU model, kernel, date, load."""
     model = platform.processor() or "unknown"
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -94,6 +94,8 @@ def machine_info() -> dict[str, Any]:
         "kernel": platform.release(),
         "python": platform.python_version(),
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        # Other work on a shared 2-core box shows here; compare runs with care.
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
     }
 
 
