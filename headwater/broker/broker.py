@@ -14,6 +14,7 @@ import contextlib
 import inspect
 import itertools
 import logging
+import resource
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -78,6 +79,17 @@ def _kio_request(api_key: int, fn: Callable[[RequestContext, Any], bytes]) -> Ra
         return fn(ctx, decode_request(api_key, ctx.header.api_version, frame, offset))
 
     return call
+
+
+def _raise_open_file_limit() -> None:
+    """Use the whole hard limit of open files, as Kafka's docs ask operators to.
+
+    Segment files sent by ``sendfile`` stay open while responses are queued.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 class Broker:
@@ -217,6 +229,7 @@ class Broker:
     # -- lifecycle ---------------------------------------------------------------
 
     async def start(self) -> tuple[str, int]:
+        _raise_open_file_limit()
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.logs.open()
         self._build_handlers()

@@ -142,29 +142,37 @@ class Connection:
     async def _write_loop(self) -> None:
         while True:
             item = await self._queue.get()
-            if item is None:
+            if item is None or not await self._send(item):
                 return
-            result = item.result
-            if isinstance(result, asyncio.Future):
-                try:
-                    body = await result
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    h = item.header
-                    log.exception(
-                        "closing connection from %s: api_key=%s v%s failed",
-                        self.peer,
-                        h.api_key,
-                        h.api_version,
-                    )
-                    self._sock.shutdown(socket.SHUT_RDWR)
-                    return
-            else:
-                body = result
-            if body is None:
-                continue
+
+    async def _send(self, item: _Queued) -> bool:
+        """Write one response; False when the connection must close.
+
+        A method of its own so that the response, and the segment files its
+        slices keep open, are released as soon as it is written rather than
+        kept alive by loop variables while the next request long-polls.
+        """
+        result = item.result
+        if isinstance(result, asyncio.Future):
+            try:
+                body = await result
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                h = item.header
+                log.exception(
+                    "closing connection from %s: api_key=%s v%s failed",
+                    self.peer,
+                    h.api_key,
+                    h.api_version,
+                )
+                self._sock.shutdown(socket.SHUT_RDWR)
+                return False
+        else:
+            body = result
+        if body is not None:
             await self._writer.write(self._frame(item.header, body))
+        return True
 
     @staticmethod
     def _frame(header: RequestHeader, body: EncodedBody | bytes) -> list[Part]:

@@ -27,7 +27,26 @@ from headwater.fetch.types import (
 )
 from headwater.log.log import Log
 from headwater.log.log_directory import LogDirectory
+from headwater.log.slice import FileSlice
 from headwater.protocol.fetch_codec import EncodedBody, decode_fetch_request, encode_fetch_response
+
+#: Each record slice in a response keeps its segment file open until sent. A
+#: response carrying data from tens of thousands of partitions would hold as
+#: many files open (and two such responses exhausted the fd limit in the
+#: fetch-session benchmark); past this many slices, data is copied instead.
+MAX_OPEN_SLICES_PER_RESPONSE = 2048
+
+
+def bound_open_files(response: FetchResponseData, limit: int) -> int:
+    """Copy record slices past the first ``limit`` into memory; returns how many."""
+    pinned = copied = 0
+    for part in response.partitions:
+        if isinstance(part.records, FileSlice):
+            pinned += 1
+            if pinned > limit:
+                part.records = part.records.read()
+                copied += 1
+    return copied
 
 
 def _now_ms() -> int:
@@ -118,6 +137,7 @@ class FetchApi:
                     to_read = ctx.partitions_to_read()
                     result = self._read(req, to_read)
         response = ctx.update_and_generate_response(result.partitions, _now_ms())
+        bound_open_files(response, MAX_OPEN_SLICES_PER_RESPONSE)
         self.metrics.bytes_out.inc(sum(p.records_size for p in response.partitions))
         return self._encode(response, req.version)
 
