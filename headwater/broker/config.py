@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from headwater.addresses import split_host_port
 from headwater.log.config import LogConfig
 
 log = logging.getLogger(__name__)
@@ -39,24 +40,9 @@ def parse_properties(text: str) -> dict[str, str]:
 
 
 def parse_host_port(text: str, default_port: int = DEFAULT_PORT) -> tuple[str, int]:
-    """Accept ``HOST:PORT``, ``PLAINTEXT://HOST:PORT`` or ``[::1]:PORT``."""
-    value = text.split(",")[0].strip()
-    if "://" in value:
-        value = value.split("://", 1)[1]
-    if value.startswith("["):
-        host, _, rest = value[1:].partition("]")
-        port = rest.lstrip(":")
-    else:
-        host, _, port = value.rpartition(":")
-        if not host:
-            host, port = value, ""
-    try:
-        port_number = int(port) if port else default_port
-    except ValueError:
-        raise ValueError(f"bad port in listener {text!r}") from None
-    if not 0 <= port_number <= 65535:
-        raise ValueError(f"port out of range in listener {text!r}")
-    return host or "0.0.0.0", port_number
+    """The first listener of ``text``; an empty host means every interface."""
+    host, port = split_host_port(text.split(",")[0], default_port)
+    return host or "0.0.0.0", port
 
 
 def _bool(value: str) -> bool:

@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
+from headwater.addresses import split_host_port
 from headwater.client.connection import BrokerConnection
 from headwater.client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from headwater.client.types import (
@@ -39,21 +40,7 @@ LEADER_NOT_AVAILABLE: Final = 5
 def parse_bootstrap(servers: str | Sequence[str]) -> list[tuple[str, int]]:
     """``"h1:9092,h2:9093"`` or a list of ``host:port`` strings."""
     items = servers.split(",") if isinstance(servers, str) else list(servers)
-    out: list[tuple[str, int]] = []
-    for item in items:
-        item = item.strip()
-        if not item:
-            continue
-        if "://" in item:
-            item = item.split("://", 1)[1]
-        if item.startswith("["):
-            host, _, port = item[1:].partition("]")
-            port = port.lstrip(":")
-        else:
-            host, _, port = item.rpartition(":")
-            if not host:
-                host, port = item, ""
-        out.append((host, int(port) if port else 9092))
+    out = [split_host_port(item, 9092) for item in items if item.strip()]
     if not out:
         raise ValueError("bootstrap.servers is empty")
     return out

@@ -111,19 +111,15 @@ def read_partitions(
         if aborted_list:
             data.aborted_transactions = []
         error = _epoch_error(p.current_leader_epoch)
+        if not error:
+            limit = min(p.partition_max_bytes, remaining)
+            try:
+                result = log.read(p.fetch_offset, max(0, limit), isolation, min_one_batch)
+            except OffsetOutOfRangeError:
+                error = OFFSET_OUT_OF_RANGE
         if error:
+            # The client needs the log's bounds to recover (e.g. reset its position).
             data.error_code = error
-            data.high_watermark = log.high_watermark
-            data.last_stable_offset = log.last_stable_offset
-            data.log_start_offset = log.log_start_offset
-            out.append(data)
-            has_error = True
-            continue
-        limit = min(p.partition_max_bytes, remaining)
-        try:
-            result = log.read(p.fetch_offset, max(0, limit), isolation, min_one_batch)
-        except OffsetOutOfRangeError:
-            data.error_code = OFFSET_OUT_OF_RANGE
             data.high_watermark = log.high_watermark
             data.last_stable_offset = log.last_stable_offset
             data.log_start_offset = log.log_start_offset

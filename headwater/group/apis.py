@@ -26,36 +26,26 @@ from headwater.group.offsets import OffsetCommitEntry, TopicPartition
 from headwater.group.pending import Pending
 from headwater.group.results import JoinResult, SyncResult
 from headwater.group.storage import CommittedOffset
+from headwater.protocol.apis import ApiKey
 
 Response = dict[str, object]
 
-OFFSET_COMMIT = 8
-OFFSET_FETCH = 9
-FIND_COORDINATOR = 10
-JOIN_GROUP = 11
-HEARTBEAT = 12
-LEAVE_GROUP = 13
-SYNC_GROUP = 14
-DESCRIBE_GROUPS = 15
-LIST_GROUPS = 16
-DELETE_GROUPS = 42
-OFFSET_DELETE = 47
 
 # API key -> (min, max) version handled here, for the broker's ApiVersions table.
 # OffsetCommit v0-1 and OffsetFetch v0 are gone from Kafka 4 and from kio; none
 # of the supported clients sends them.
 SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
-    OFFSET_COMMIT: (2, 9),
-    OFFSET_FETCH: (1, 9),
-    FIND_COORDINATOR: (0, 6),
-    JOIN_GROUP: (0, 9),
-    HEARTBEAT: (0, 4),
-    LEAVE_GROUP: (0, 5),
-    SYNC_GROUP: (0, 5),
-    DESCRIBE_GROUPS: (0, 5),
-    LIST_GROUPS: (0, 4),
-    DELETE_GROUPS: (0, 2),
-    OFFSET_DELETE: (0, 0),
+    ApiKey.OFFSET_COMMIT: (2, 9),
+    ApiKey.OFFSET_FETCH: (1, 9),
+    ApiKey.FIND_COORDINATOR: (0, 6),
+    ApiKey.JOIN_GROUP: (0, 9),
+    ApiKey.HEARTBEAT: (0, 4),
+    ApiKey.LEAVE_GROUP: (0, 5),
+    ApiKey.SYNC_GROUP: (0, 5),
+    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.OFFSET_DELETE: (0, 0),
 }
 
 _NO_AUTHORIZED_OPERATIONS = -(2**31)  # "not requested" in DescribeGroups v3+
@@ -209,35 +199,35 @@ class GroupApis:
     ) -> Pending[Response]:
         """Answer any group API request; `timestamp_ms` is wall-clock time for commits."""
         api_key = api_key_of(request)
-        if api_key == JOIN_GROUP:
+        if api_key == ApiKey.JOIN_GROUP:
             return self.join_group(
                 cast(JoinGroupRequestLike, request),
                 now_ms=now_ms,
                 client_id=client_id,
                 client_host=client_host,
             )
-        if api_key == SYNC_GROUP:
+        if api_key == ApiKey.SYNC_GROUP:
             return self.sync_group(cast(SyncGroupRequestLike, request), now_ms=now_ms)
         response: Response
-        if api_key == FIND_COORDINATOR:
+        if api_key == ApiKey.FIND_COORDINATOR:
             response = self.find_coordinator(cast(FindCoordinatorRequestLike, request))
-        elif api_key == HEARTBEAT:
+        elif api_key == ApiKey.HEARTBEAT:
             response = self.heartbeat(cast(HeartbeatRequestLike, request), now_ms=now_ms)
-        elif api_key == LEAVE_GROUP:
+        elif api_key == ApiKey.LEAVE_GROUP:
             response = self.leave_group(cast(LeaveGroupRequestLike, request), now_ms=now_ms)
-        elif api_key == OFFSET_COMMIT:
+        elif api_key == ApiKey.OFFSET_COMMIT:
             response = self.offset_commit(
                 cast(OffsetCommitRequestLike, request), now_ms=now_ms, timestamp_ms=timestamp_ms
             )
-        elif api_key == OFFSET_FETCH:
+        elif api_key == ApiKey.OFFSET_FETCH:
             response = self.offset_fetch(request)
-        elif api_key == DESCRIBE_GROUPS:
+        elif api_key == ApiKey.DESCRIBE_GROUPS:
             response = self.describe_groups(request)
-        elif api_key == LIST_GROUPS:
+        elif api_key == ApiKey.LIST_GROUPS:
             response = self.list_groups(request)
-        elif api_key == DELETE_GROUPS:
+        elif api_key == ApiKey.DELETE_GROUPS:
             response = self.delete_groups(request)
-        elif api_key == OFFSET_DELETE:
+        elif api_key == ApiKey.OFFSET_DELETE:
             response = self.offset_delete(cast(OffsetDeleteRequestLike, request))
         else:
             raise ValueError(f"not a group API: key {api_key}")

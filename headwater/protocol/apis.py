@@ -35,7 +35,11 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_CONFIGS = 32
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    OFFSET_DELETE = 47
 
+
+#: OffsetDelete's schema says "flexibleVersions": "none"; versions are int16.
+NEVER_FLEXIBLE: Final = 1 << 15
 
 # First flexible version per API key ("flexibleVersions": "N+" in Kafka's schemas).
 API_FLEXIBLE_FROM: Final[dict[int, int]] = {
@@ -60,6 +64,7 @@ API_FLEXIBLE_FROM: Final[dict[int, int]] = {
     ApiKey.DESCRIBE_CONFIGS: 4,
     ApiKey.CREATE_PARTITIONS: 2,
     ApiKey.DELETE_GROUPS: 2,
+    ApiKey.OFFSET_DELETE: NEVER_FLEXIBLE,
 }
 
 # Inclusive (min, max) versions the codec handles. kio 0.6.5 has no schema for
@@ -86,6 +91,7 @@ SUPPORTED: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.OFFSET_DELETE: (0, 0),
 }
 
 

@@ -13,10 +13,10 @@ from kio.schema.consumer_protocol_assignment.v0.data import TopicPartition
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
-from headwater.group import apis
 from headwater.group.apis import SUPPORTED_VERSIONS, GroupApis
 from headwater.group.coordinator import GroupConfig, GroupCoordinator
 from headwater.group.storage import InMemoryOffsetsLog
+from headwater.protocol.apis import ApiKey
 from headwater.protocol.messages import (
     build_request,
     build_response,
@@ -91,7 +91,7 @@ def join_data(member_id: str = "", **extra: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize("version", range(0, 4))
 def test_find_coordinator_names_this_broker(version: int) -> None:
-    response = answer(make_apis(), apis.FIND_COORDINATOR, version, key="g", key_type=0)
+    response = answer(make_apis(), ApiKey.FIND_COORDINATOR, version, key="g", key_type=0)
     assert response["error_code"] is ErrorCode.none
     assert (response["node_id"], response["host"], response["port"]) == (1, "broker.local", 9092)
 
@@ -99,7 +99,7 @@ def test_find_coordinator_names_this_broker(version: int) -> None:
 @pytest.mark.parametrize("version", range(4, 7))
 def test_find_coordinator_batched_keys(version: int) -> None:
     response = answer(
-        make_apis(), apis.FIND_COORDINATOR, version, key_type=0, coordinator_keys=["a", "b"]
+        make_apis(), ApiKey.FIND_COORDINATOR, version, key_type=0, coordinator_keys=["a", "b"]
     )
     assert [(c["key"], c["node_id"], c["error_code"]) for c in response["coordinators"]] == [
         ("a", 1, ErrorCode.none),
@@ -108,17 +108,17 @@ def test_find_coordinator_batched_keys(version: int) -> None:
 
 
 def test_find_coordinator_rejects_unknown_key_types() -> None:
-    response = answer(make_apis(), apis.FIND_COORDINATOR, 3, key="g", key_type=5)
+    response = answer(make_apis(), ApiKey.FIND_COORDINATOR, 3, key="g", key_type=5)
     assert response["error_code"] is ErrorCode.invalid_request
 
 
 def test_join_sync_heartbeat_leave_at_the_versions_librdkafka_sends() -> None:
     handlers = make_apis()
-    first = answer(handlers, apis.JOIN_GROUP, 5, **join_data())
+    first = answer(handlers, ApiKey.JOIN_GROUP, 5, **join_data())
     assert first["error_code"] is ErrorCode.member_id_required
     member_id = first["member_id"]
     assert member_id.startswith("app-")
-    joined = answer(handlers, apis.JOIN_GROUP, 5, **join_data(member_id))
+    joined = answer(handlers, ApiKey.JOIN_GROUP, 5, **join_data(member_id))
     assert joined["error_code"] is ErrorCode.none
     assert joined["leader"] == member_id
     assert joined["protocol_name"] == "range"
@@ -126,7 +126,7 @@ def test_join_sync_heartbeat_leave_at_the_versions_librdkafka_sends() -> None:
 
     synced = answer(
         handlers,
-        apis.SYNC_GROUP,
+        ApiKey.SYNC_GROUP,
         3,
         group_id="g",
         generation_id=joined["generation_id"],
@@ -138,7 +138,7 @@ def test_join_sync_heartbeat_leave_at_the_versions_librdkafka_sends() -> None:
 
     beat = answer(
         handlers,
-        apis.HEARTBEAT,
+        ApiKey.HEARTBEAT,
         3,
         group_id="g",
         generation_id=joined["generation_id"],
@@ -146,44 +146,44 @@ def test_join_sync_heartbeat_leave_at_the_versions_librdkafka_sends() -> None:
     )
     assert beat["error_code"] is ErrorCode.none
 
-    described = answer(handlers, apis.DESCRIBE_GROUPS, 5, groups=["g"])["groups"][0]
+    described = answer(handlers, ApiKey.DESCRIBE_GROUPS, 5, groups=["g"])["groups"][0]
     assert described["group_state"] == "Stable"
     assert described["members"][0]["client_id"] == "app"
     assert described["members"][0]["client_host"] == "/10.0.0.1"
     assert described["members"][0]["member_assignment"] == assignment_bytes(0, 1)
 
-    left = answer(handlers, apis.LEAVE_GROUP, 1, group_id="g", member_id=member_id)
+    left = answer(handlers, ApiKey.LEAVE_GROUP, 1, group_id="g", member_id=member_id)
     assert left["error_code"] is ErrorCode.none
-    again = answer(handlers, apis.LEAVE_GROUP, 0, group_id="g", member_id=member_id)
+    again = answer(handlers, ApiKey.LEAVE_GROUP, 0, group_id="g", member_id=member_id)
     assert again["error_code"] is ErrorCode.unknown_member_id
 
 
 def test_join_group_v0_needs_no_member_id_round_trip() -> None:
-    joined = answer(make_apis(), apis.JOIN_GROUP, 0, **join_data())
+    joined = answer(make_apis(), ApiKey.JOIN_GROUP, 0, **join_data())
     assert joined["error_code"] is ErrorCode.none
     assert joined["generation_id"] == 1
 
 
 def test_delayed_join_response_is_completed_later() -> None:
     handlers = make_apis()
-    a = answer(handlers, apis.JOIN_GROUP, 1, **join_data())
+    a = answer(handlers, ApiKey.JOIN_GROUP, 1, **join_data())
     repeated = handlers.handle(
-        request(apis.JOIN_GROUP, 7, **join_data(a["member_id"])), now_ms=0, timestamp_ms=0
+        request(ApiKey.JOIN_GROUP, 7, **join_data(a["member_id"])), now_ms=0, timestamp_ms=0
     )
     assert repeated.result()["generation_id"] == 1  # nothing changed: same answer at once
-    b = handlers.handle(request(apis.JOIN_GROUP, 1, **join_data()), now_ms=0, timestamp_ms=0)
+    b = handlers.handle(request(ApiKey.JOIN_GROUP, 1, **join_data()), now_ms=0, timestamp_ms=0)
     assert not b.done  # a new member: the group must rejoin
-    answer(handlers, apis.JOIN_GROUP, 1, **join_data(a["member_id"]))
+    answer(handlers, ApiKey.JOIN_GROUP, 1, **join_data(a["member_id"]))
     assert b.done
     assert b.result()["generation_id"] == 2
 
 
 def test_leave_group_v3_batches_members() -> None:
     handlers = make_apis()
-    joined = answer(handlers, apis.JOIN_GROUP, 5, **join_data(group_instance_id="inst"))
+    joined = answer(handlers, ApiKey.JOIN_GROUP, 5, **join_data(group_instance_id="inst"))
     left = answer(
         handlers,
-        apis.LEAVE_GROUP,
+        ApiKey.LEAVE_GROUP,
         5,
         group_id="g",
         members=[
@@ -203,7 +203,7 @@ def test_offset_commit_and_fetch_round_trip_across_versions() -> None:
     handlers = make_apis()
     committed = answer(
         handlers,
-        apis.OFFSET_COMMIT,
+        ApiKey.OFFSET_COMMIT,
         8,
         group_id="solo",
         generation_id_or_member_epoch=-1,
@@ -230,7 +230,7 @@ def test_offset_commit_and_fetch_round_trip_across_versions() -> None:
 
     v1 = answer(
         handlers,
-        apis.OFFSET_FETCH,
+        ApiKey.OFFSET_FETCH,
         1,
         group_id="solo",
         topics=[{"name": "orders", "partition_indexes": [0, 1]}],
@@ -239,13 +239,13 @@ def test_offset_commit_and_fetch_round_trip_across_versions() -> None:
         (42, "meta"),
         (-1, ""),
     ]
-    all_of_them = answer(handlers, apis.OFFSET_FETCH, 7, group_id="solo", topics=None)
+    all_of_them = answer(handlers, ApiKey.OFFSET_FETCH, 7, group_id="solo", topics=None)
     partition = all_of_them["topics"][0]["partitions"][0]
     assert (partition["committed_offset"], partition["committed_leader_epoch"]) == (42, 3)
 
     batched = answer(
         handlers,
-        apis.OFFSET_FETCH,
+        ApiKey.OFFSET_FETCH,
         8,
         groups=[{"group_id": "solo", "topics": None}, {"group_id": "other", "topics": None}],
     )
@@ -267,14 +267,14 @@ def test_list_delete_and_offset_delete_groups() -> None:
             }
         ],
     }
-    answer(handlers, apis.OFFSET_COMMIT, 2, group_id="a", **commit)
-    answer(handlers, apis.OFFSET_COMMIT, 2, group_id="b", **commit)
-    answer(handlers, apis.JOIN_GROUP, 0, **join_data())
-    listed = answer(handlers, apis.LIST_GROUPS, 4, states_filter=["Empty"])
+    answer(handlers, ApiKey.OFFSET_COMMIT, 2, group_id="a", **commit)
+    answer(handlers, ApiKey.OFFSET_COMMIT, 2, group_id="b", **commit)
+    answer(handlers, ApiKey.JOIN_GROUP, 0, **join_data())
+    listed = answer(handlers, ApiKey.LIST_GROUPS, 4, states_filter=["Empty"])
     assert sorted(g["group_id"] for g in listed["groups"]) == ["a", "b"]
-    assert len(answer(handlers, apis.LIST_GROUPS, 0)["groups"]) == 3
+    assert len(answer(handlers, ApiKey.LIST_GROUPS, 0)["groups"]) == 3
 
-    deleted = answer(handlers, apis.DELETE_GROUPS, 2, groups_names=["a", "g", "zzz"])
+    deleted = answer(handlers, ApiKey.DELETE_GROUPS, 2, groups_names=["a", "g", "zzz"])
     assert [r["error_code"] for r in deleted["results"]] == [
         ErrorCode.none,
         ErrorCode.non_empty_group,
@@ -283,18 +283,18 @@ def test_list_delete_and_offset_delete_groups() -> None:
 
     offset_deleted = answer(
         handlers,
-        apis.OFFSET_DELETE,
+        ApiKey.OFFSET_DELETE,
         0,
         group_id="b",
         topics=[{"name": "orders", "partitions": [{"partition_index": 0}]}],
     )
     assert offset_deleted["error_code"] is ErrorCode.none
     assert offset_deleted["topics"][0]["partitions"][0]["error_code"] is ErrorCode.none
-    assert answer(handlers, apis.OFFSET_FETCH, 3, group_id="b", topics=None)["topics"] == []
+    assert answer(handlers, ApiKey.OFFSET_FETCH, 3, group_id="b", topics=None)["topics"] == []
 
 
 def test_describe_unknown_group_is_dead() -> None:
-    described = answer(make_apis(), apis.DESCRIBE_GROUPS, 3, groups=["nope"])["groups"][0]
+    described = answer(make_apis(), ApiKey.DESCRIBE_GROUPS, 3, groups=["nope"])["groups"][0]
     assert described["group_state"] == "Dead"
     assert described["error_code"] is ErrorCode.none
 
@@ -308,17 +308,17 @@ def test_every_supported_version_answers_with_an_encodable_response(
 ) -> None:
     """Run an error path of each API and version through kio's encoder and decoder."""
     data: dict[str, Any] = {
-        apis.OFFSET_COMMIT: {"group_id": "g", "generation_id_or_member_epoch": 5, "topics": []},
-        apis.OFFSET_FETCH: {"group_id": "g", "groups": [{"group_id": "g"}]},
-        apis.FIND_COORDINATOR: {"key": "g", "coordinator_keys": ["g"]},
-        apis.JOIN_GROUP: join_data("ghost"),
-        apis.HEARTBEAT: {"group_id": "g", "generation_id": 1, "member_id": "ghost"},
-        apis.LEAVE_GROUP: {"group_id": "g", "member_id": "x", "members": [{"member_id": "x"}]},
-        apis.SYNC_GROUP: {"group_id": "g", "generation_id": 1, "member_id": "ghost"},
-        apis.DESCRIBE_GROUPS: {"groups": ["g"]},
-        apis.LIST_GROUPS: {},
-        apis.DELETE_GROUPS: {"groups_names": ["g"]},
-        apis.OFFSET_DELETE: {"group_id": "g", "topics": []},
+        ApiKey.OFFSET_COMMIT: {"group_id": "g", "generation_id_or_member_epoch": 5, "topics": []},
+        ApiKey.OFFSET_FETCH: {"group_id": "g", "groups": [{"group_id": "g"}]},
+        ApiKey.FIND_COORDINATOR: {"key": "g", "coordinator_keys": ["g"]},
+        ApiKey.JOIN_GROUP: join_data("ghost"),
+        ApiKey.HEARTBEAT: {"group_id": "g", "generation_id": 1, "member_id": "ghost"},
+        ApiKey.LEAVE_GROUP: {"group_id": "g", "member_id": "x", "members": [{"member_id": "x"}]},
+        ApiKey.SYNC_GROUP: {"group_id": "g", "generation_id": 1, "member_id": "ghost"},
+        ApiKey.DESCRIBE_GROUPS: {"groups": ["g"]},
+        ApiKey.LIST_GROUPS: {},
+        ApiKey.DELETE_GROUPS: {"groups_names": ["g"]},
+        ApiKey.OFFSET_DELETE: {"group_id": "g", "topics": []},
     }[api_key]
     response = answer(make_apis(), api_key, version, **data)
     assert response  # and the round trip inside answer() succeeded

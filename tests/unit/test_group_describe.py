@@ -15,7 +15,6 @@ from kio.schema.consumer_protocol_subscription.v3 import ConsumerProtocolSubscri
 from kio.schema.consumer_protocol_subscription.v3.data import TopicPartition
 from kio.serial import entity_writer
 
-from headwater.group import apis
 from headwater.group.apis import GroupApis
 from headwater.group.consumer_protocol import (
     ConsumerProtocolError,
@@ -31,6 +30,7 @@ from headwater.group.describe import (
 )
 from headwater.group.offsets import OffsetCommitEntry
 from headwater.group.storage import InMemoryOffsetsLog
+from headwater.protocol.apis import ApiKey
 from headwater.protocol.messages import build_request, build_response
 
 
@@ -134,8 +134,8 @@ def test_report_shows_members_assignments_and_who_owns_each_offset() -> None:
 def test_report_from_the_wire_matches_the_in_process_one() -> None:
     coordinator = make_stable_group()
     handlers = GroupApis(coordinator, node_id=0, host="h", port=1)
-    request = build_request(apis.DESCRIBE_GROUPS, 5, {"groups": ["g"]})
-    response = build_response(apis.DESCRIBE_GROUPS, 5, handlers.describe_groups(request))
+    request = build_request(ApiKey.DESCRIBE_GROUPS, 5, {"groups": ["g"]})
+    response = build_response(ApiKey.DESCRIBE_GROUPS, 5, handlers.describe_groups(request))
     (group,) = response.groups  # type: ignore[attr-defined]
     wire = group_report(description_from_response(group), coordinator.fetch_offsets("g", None))
     local = describe_group(coordinator, "g")

@@ -8,12 +8,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from headwater.group import apis
 from headwater.group.apis import GroupApis
 from headwater.group.coordinator import GroupConfig, GroupCoordinator
 from headwater.group.offsets import OffsetCommitEntry
 from headwater.group.service import GroupService
 from headwater.group.storage import InMemoryOffsetsLog
+from headwater.protocol.apis import ApiKey
 from headwater.protocol.messages import build_request
 
 SESSION_MS = 6_000
@@ -46,7 +46,7 @@ def make_service(clock: FakeClock, *, initial_delay_ms: int = 0) -> GroupService
 
 def join_request(member_id: str = "") -> object:
     return build_request(
-        apis.JOIN_GROUP,
+        ApiKey.JOIN_GROUP,
         1,
         {
             "group_id": "g",
@@ -61,7 +61,7 @@ def join_request(member_id: str = "") -> object:
 
 def sync_request(joined: dict[str, Any], assignments: list[dict[str, Any]]) -> object:
     return build_request(
-        apis.SYNC_GROUP,
+        ApiKey.SYNC_GROUP,
         1,
         {
             "group_id": "g",
@@ -163,7 +163,7 @@ def test_a_waiter_that_gave_up_does_not_break_later_answers() -> None:
             abandoned.cancel()  # the client's connection closed
             clock.now_ms = 10
             await until_state(service, "CompletingRebalance")
-            return await service.handle(build_request(apis.LIST_GROUPS, 4, {"states_filter": []}))
+            return await service.handle(build_request(ApiKey.LIST_GROUPS, 4, {"states_filter": []}))
         finally:
             await service.stop()
 
@@ -183,7 +183,7 @@ def test_ticker_expires_silent_members() -> None:
             await until_state(service, "Empty")
             return await service.handle(
                 build_request(
-                    apis.HEARTBEAT,
+                    ApiKey.HEARTBEAT,
                     1,
                     {
                         "group_id": "g",
@@ -211,5 +211,5 @@ def test_open_replays_the_log_and_knows_its_apis() -> None:
     )
     second = GroupService.open(log, lambda t, p: True, node_id=3, host="h", port=1)
     assert second.coordinator.fetch_offsets("g", None)[0][2] is not None
-    assert GroupService.handles(apis.OFFSET_COMMIT)
+    assert GroupService.handles(ApiKey.OFFSET_COMMIT)
     assert not GroupService.handles(1)  # Fetch is not ours
