@@ -35,7 +35,6 @@ from headwater.fetch.session_cache import FetchSessionCache
 from headwater.group.apis import SUPPORTED_VERSIONS as GROUP_API_VERSIONS
 from headwater.group.coordinator import GroupConfig
 from headwater.group.service import GroupService
-from headwater.log.log import Log
 from headwater.log.log_directory import LogDirectory
 from headwater.protocol.apis import SUPPORTED, ApiKey
 from headwater.protocol.header import api_versions_error_body
@@ -111,15 +110,8 @@ class Broker:
         self._tasks: set[asyncio.Task[None]] = set()
         self._conn_ids = itertools.count(1)
         self.address: tuple[str, int] = (config.host, config.port)
-        self.extra_apis: list[Callable[[Broker], None]] = []
 
     # -- wiring ---------------------------------------------------------------------
-
-    def _lookup(self, topic: str, partition: int) -> Log | None:
-        info = self.logs.topics().get(topic)
-        if info is None or not 0 <= partition < info.num_partitions:
-            return None
-        return self.logs.log(topic, partition)
 
     def register(
         self, api_key: int, call: RawHandler, versions: tuple[int, int] | None = None
@@ -151,8 +143,6 @@ class Broker:
         self.register_kio(ApiKey.LIST_OFFSETS, self.offsets.list_offsets, (1, 6))
         self.register_kio(ApiKey.OFFSET_FOR_LEADER_EPOCH, self.offsets.offset_for_leader_epoch)
         self._build_group_apis()
-        for extra in self.extra_apis:
-            extra(self)
 
     def _build_group_apis(self) -> None:
         """The group coordinator, persisted in ``__consumer_offsets`` partition 0."""
@@ -162,7 +152,7 @@ class Broker:
         host, port = c.advertised
         self.groups = GroupService.open(
             PartitionOffsetsLog(self.logs.log(OFFSETS_TOPIC, 0)),
-            lambda topic, partition: self._lookup(topic, partition) is not None,
+            lambda topic, partition: self.logs.existing_log(topic, partition) is not None,
             node_id=c.node_id,
             host=host,
             port=port,

@@ -73,7 +73,8 @@ def _missing(p: PartitionFetch) -> PartitionData:
     )
 
 
-def _epoch_error(current_leader_epoch: int) -> int:
+def leader_epoch_error(current_leader_epoch: int) -> int:
+    """FENCED / UNKNOWN_LEADER_EPOCH for a client whose leader epoch is not ours."""
     if current_leader_epoch < 0 or current_leader_epoch == LEADER_EPOCH:
         return NONE
     return FENCED_LEADER_EPOCH if current_leader_epoch < LEADER_EPOCH else UNKNOWN_LEADER_EPOCH
@@ -110,7 +111,7 @@ def read_partitions(
         data = PartitionData(topic_id=topic_id, topic=p.topic, partition=p.partition)
         if aborted_list:
             data.aborted_transactions = []
-        error = _epoch_error(p.current_leader_epoch)
+        error = leader_epoch_error(p.current_leader_epoch)
         if not error:
             limit = min(p.partition_max_bytes, remaining)
             try:

@@ -222,6 +222,13 @@ class LogDirectory:
     def _partition_path(self, topic: str, partition: int) -> Path:
         return self.path / f"{topic}-{partition}"
 
+    def existing_log(self, topic: str, partition: int) -> Log | None:
+        """The log of ``topic``-``partition`` if that partition exists, else None."""
+        info = self._topics.get(topic)
+        if info is None or not 0 <= partition < info.num_partitions:
+            return None
+        return self.log(topic, partition)
+
     def log(self, topic: str, partition: int) -> Log:
         """The partition's log, created (not loaded) on first request."""
         log = self._logs.get((topic, partition))

@@ -25,7 +25,6 @@ from headwater.fetch.types import (
     FetchResponseData,
     PartitionFetch,
 )
-from headwater.log.log import Log
 from headwater.log.log_directory import LogDirectory
 from headwater.log.slice import FileSlice
 from headwater.protocol.fetch_codec import EncodedBody, decode_fetch_request, encode_fetch_response
@@ -62,20 +61,12 @@ class FetchApi:
         purgatory: FetchPurgatory,
         metrics: BrokerMetrics,
     ) -> None:
-        # The response re-checks the session epoch (an overtaken parked fetch
-        # gets 71); the update below handles that inside the context.
         self.config = config
         self.logs = logs
         self.sessions = sessions
         self.purgatory = purgatory
         self.metrics = metrics
-        self.watcher = SessionPartitionWatcher(self.lookup)
-
-    def lookup(self, topic: str, partition: int) -> Log | None:
-        info = self.logs.topics().get(topic)
-        if info is None or not 0 <= partition < info.num_partitions:
-            return None
-        return self.logs.log(topic, partition)
+        self.watcher = SessionPartitionWatcher(logs.existing_log)
 
     def _topic_id_of(self, topic: str) -> uuid.UUID:
         info = self.logs.topics().get(topic)
@@ -107,7 +98,7 @@ class FetchApi:
         max_bytes = req.max_bytes if req.max_bytes > 0 else self.config.fetch_max_bytes
         result = read_partitions(
             partitions,
-            self.lookup,
+            self.logs.existing_log,
             max_bytes=min(max_bytes, self.config.fetch_max_bytes),
             isolation=isolation_for(req.replica_id, req.isolation_level),
             topic_id_of=self._topic_id_of,
@@ -127,7 +118,7 @@ class FetchApi:
         result = self._read(req, to_read)
         if not self._ready(req, result, ctx):
             deadline = now + req.max_wait_ms
-            async with self.purgatory.watch(ctx, to_read, self.lookup) as waiter:
+            async with self.purgatory.watch(ctx, to_read, self.logs.existing_log) as waiter:
                 while not self._ready(req, result, ctx) and not ctx.completion_error():
                     remaining = deadline - _now_ms()
                     if remaining <= 0 or not await waiter.wait(remaining / 1000):

@@ -11,17 +11,11 @@ from typing import Any
 from kio.schema.errors import ErrorCode as E
 
 from headwater.broker.connection import RequestContext
-from headwater.fetch.planner import LEADER_EPOCH
+from headwater.fetch.planner import LEADER_EPOCH, leader_epoch_error
 from headwater.log.log_directory import LogDirectory
 
 LATEST = -1
 EARLIEST = -2
-
-
-def _leader_epoch_error(current: int) -> int:
-    if current < 0 or current == LEADER_EPOCH:
-        return 0
-    return int(E.fenced_leader_epoch if current < LEADER_EPOCH else E.unknown_leader_epoch)
 
 
 class OffsetApis:
@@ -32,7 +26,6 @@ class OffsetApis:
         read_committed = getattr(req, "isolation_level", 0) == 1
         topics = []
         for t in req.topics:
-            info = self.logs.topics().get(t.name)
             parts = []
             for p in t.partitions:
                 out: dict[str, Any] = {
@@ -42,16 +35,16 @@ class OffsetApis:
                     "offset": -1,
                     "leader_epoch": LEADER_EPOCH,
                 }
-                if info is None or not 0 <= p.partition_index < info.num_partitions:
+                log = self.logs.existing_log(t.name, p.partition_index)
+                if log is None:
                     out["error_code"] = int(E.unknown_topic_or_partition)
                     parts.append(out)
                     continue
-                error = _leader_epoch_error(getattr(p, "current_leader_epoch", -1))
+                error = leader_epoch_error(getattr(p, "current_leader_epoch", -1))
                 if error:
                     out["error_code"] = error
                     parts.append(out)
                     continue
-                log = self.logs.log(t.name, p.partition_index)
                 ts = p.timestamp
                 if ts == LATEST:
                     out["offset"] = log.last_stable_offset if read_committed else log.high_watermark
@@ -70,7 +63,6 @@ class OffsetApis:
     def offset_for_leader_epoch(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
         topics = []
         for t in req.topics:
-            info = self.logs.topics().get(t.topic)
             parts = []
             for p in t.partitions:
                 out: dict[str, Any] = {
@@ -79,13 +71,14 @@ class OffsetApis:
                     "leader_epoch": -1,
                     "end_offset": -1,
                 }
-                if info is None or not 0 <= p.partition < info.num_partitions:
+                log = self.logs.existing_log(t.topic, p.partition)
+                if log is None:
                     out["error_code"] = int(E.unknown_topic_or_partition)
-                elif error := _leader_epoch_error(getattr(p, "current_leader_epoch", -1)):
+                elif error := leader_epoch_error(getattr(p, "current_leader_epoch", -1)):
                     out["error_code"] = error
                 elif p.leader_epoch <= LEADER_EPOCH:
                     out["leader_epoch"] = LEADER_EPOCH
-                    out["end_offset"] = self.logs.log(t.topic, p.partition).log_end_offset
+                    out["end_offset"] = log.log_end_offset
                 parts.append(out)
             topics.append({"topic": t.topic, "partitions": parts})
         return {"topics": topics}
