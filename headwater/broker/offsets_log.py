@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 
-from headwater.fetch.types import Isolation
+from headwater.log.isolation import Isolation
 from headwater.log.log import Log
 from headwater.records.record import RecordBatchBuilder, decode_batches
 

@@ -6,12 +6,23 @@ server) can be tested by building them by hand.
 
 from __future__ import annotations
 
-import enum
 import uuid
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from headwater.log.isolation import Isolation
 from headwater.log.slice import FileSlice
+
+__all__ = [
+    "ZERO_UUID",
+    "AbortedTransaction",
+    "FetchRequestData",
+    "FetchResponseData",
+    "Isolation",  # re-exported: it moved to headwater.log.isolation
+    "PartitionData",
+    "PartitionFetch",
+    "TopicIdPartition",
+]
 
 ZERO_UUID = uuid.UUID(int=0)
 
@@ -22,14 +33,6 @@ class TopicIdPartition(NamedTuple):
     topic_id: uuid.UUID
     topic: str
     partition: int
-
-
-class Isolation(enum.IntEnum):
-    """How far a fetch may read (chapter: FetchIsolation)."""
-
-    LOG_END = 0  # followers (replica_id >= 0)
-    HIGH_WATERMARK = 1  # consumers, read_uncommitted
-    TXN_COMMITTED = 2  # consumers, read_committed (last stable offset)
 
 
 @dataclass(slots=True)

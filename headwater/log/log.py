@@ -22,10 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from headwater.fetch.types import Isolation
 from headwater.log.config import LogConfig
 from headwater.log.errors import OffsetOutOfRangeError, RecordBatchTooLargeError
 from headwater.log.handles import FileHandleCache
+from headwater.log.isolation import Isolation
 from headwater.log.producer_state import ProducerStateTable
 from headwater.log.segment import LOG_SUFFIX, Segment
 from headwater.log.slice import FileSlice

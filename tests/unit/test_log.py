@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from headwater.fetch.types import Isolation
 from headwater.log.config import LogConfig
 from headwater.log.errors import (
     CorruptRecordError,
@@ -19,6 +18,7 @@ from headwater.log.errors import (
     RecordTooLargeError,
 )
 from headwater.log.handles import FileHandleCache
+from headwater.log.isolation import Isolation
 from headwater.log.log import Log
 from headwater.log.segment import Segment
 from headwater.records import RecordBatchBuilder, decode_batches, iter_batch_headers

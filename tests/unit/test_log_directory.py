@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from headwater.fetch.types import Isolation
 from headwater.log.config import LogConfig
 from headwater.log.errors import (
     InvalidConfigError,
@@ -16,6 +15,7 @@ from headwater.log.errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
+from headwater.log.isolation import Isolation
 from headwater.log.log_directory import LogDirectory
 from headwater.records import RecordBatchBuilder
 
