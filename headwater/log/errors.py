@@ -23,6 +23,7 @@ __all__ = [
     "RecordBatchTooLargeError",
     "RecordTooLargeError",
     "TopicExistsError",
+    "UnexpectedAppendOffsetError",
     "UnknownTopicOrPartitionError",
 ]
 
@@ -69,3 +70,13 @@ class InvalidProducerEpochError(KafkaApiError):
     """A batch from a producer epoch older than one already seen (a fenced producer)."""
 
     kafka_error_code: ClassVar[int] = 47
+
+
+class UnexpectedAppendOffsetError(KafkaApiError):
+    """A follower's batches do not start at its log end or do not increase.
+
+    Internal to replication (the replica fetcher handles it by re-fetching or
+    truncating); should it ever reach a client it is UNKNOWN_SERVER_ERROR.
+    """
+
+    kafka_error_code: ClassVar[int] = -1

@@ -8,7 +8,12 @@ not exist is simply empty at offset 0 until its first append creates it.
 
 Offsets: ``log_start_offset`` (first readable), ``log_end_offset`` (next to
 be assigned). With one replica and no transactions the high watermark and
-the last stable offset equal the log end offset.
+the last stable offset equal the log end offset. A *replicated* log (switched
+on by the replica manager through ``enable_replication``) keeps a high
+watermark of its own, which consumers' reads never pass, and a leader-epoch
+cache that followers use to find where their log diverged from the leader's.
+The log knows nothing of brokers or ZooKeeper: it is told the high watermark
+and the leader epoch, and appends a leader's batches as they come.
 """
 
 from __future__ import annotations
@@ -23,13 +28,19 @@ from pathlib import Path
 from typing import NamedTuple
 
 from headwater.log.config import LogConfig
-from headwater.log.errors import OffsetOutOfRangeError, RecordBatchTooLargeError
+from headwater.log.errors import (
+    OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
+    UnexpectedAppendOffsetError,
+)
 from headwater.log.handles import FileHandleCache
 from headwater.log.isolation import Isolation
+from headwater.log.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, EpochEntry, LeaderEpochCache
 from headwater.log.producer_state import ProducerStateTable
 from headwater.log.segment import LOG_SUFFIX, Segment
 from headwater.log.slice import FileSlice
 from headwater.records.batch import (
+    BatchHeader,
     patch_base_offset,
     patch_partition_leader_epoch,
     validate_batches,
@@ -65,6 +76,7 @@ class Log:
 
     __slots__ = (
         "_bases",
+        "_epoch_cache",
         "_listeners",
         "_loaded",
         "_log_end_offset",
@@ -106,6 +118,7 @@ class Log:
         self._log_start_offset = 0
         self._log_end_offset = 0
         self._producers: ProducerStateTable | None = None
+        self._epoch_cache: LeaderEpochCache | None = None
         self._listeners: list[LogListener] | None = None
         self._unflushed_messages = 0
         self._unflushed_since_ms: int | None = None
@@ -174,6 +187,97 @@ class Log:
                     table.update(header, header.max_timestamp)
             self._producers = table
         return self._producers
+
+    @property
+    def leader_epoch_cache(self) -> LeaderEpochCache:
+        """The partition's leader-epoch cache, read (or rebuilt) on first use."""
+        cache = self._epoch_cache
+        if cache is None:
+            cache = self._load_epoch_cache()
+        return cache
+
+    def _load_epoch_cache(self) -> LeaderEpochCache:
+        """Read ``leader-epoch-checkpoint``, or rebuild it from the batch headers.
+
+        The checkpoint is trusted only when its latest epoch is the epoch of the
+        last batch in the log: a crash between a segment write and the
+        checkpoint write (or a log written before epochs were tracked, all at
+        epoch 0) is then rebuilt from the headers, which are the truth. Entries
+        past the log end (a torn tail cut by recovery) or before the log start
+        are dropped, as Kafka does on load.
+        """
+        self._load()
+        path = os.path.join(self._path, LEADER_EPOCH_CHECKPOINT_FILE)
+        entries = LeaderEpochCache.read_file(path)
+        last = self._last_batch()
+        last_epoch = -1 if last is None else last.partition_leader_epoch
+        if entries is None or (
+            last_epoch >= 0 and (not entries or entries[-1].epoch != last_epoch)
+        ):
+            entries = self._epoch_entries_from_batches()
+        cache = LeaderEpochCache(path, entries)
+        cache.truncate_from_end(self._log_end_offset)
+        cache.truncate_from_start(self._log_start_offset)
+        self._epoch_cache = cache
+        return cache
+
+    def _last_batch(self) -> BatchHeader | None:
+        for segment in reversed(self._segments):
+            if segment.size > 0:
+                return segment.find_batch(segment.next_offset - 1)
+        return None
+
+    def _epoch_entries_from_batches(self) -> list[EpochEntry]:
+        """Where each leader epoch starts, read from batch headers without scanning them all.
+
+        Epochs never decrease along a log, so a run of segments whose first and
+        last batches carry the same epoch holds nothing else: only runs with a
+        change are split, and only a segment with a change inside is scanned.
+        A log written by one leader epoch (every single-broker log) costs two
+        header reads, however large it is.
+        """
+        segments = [segment for segment in self._segments if segment.size > 0]
+        entries: list[EpochEntry] = []
+
+        def add(header: BatchHeader) -> None:
+            epoch = header.partition_leader_epoch
+            if epoch >= 0 and (not entries or entries[-1].epoch != epoch):
+                entries.append(EpochEntry(epoch, header.base_offset))
+
+        def visit(lo: int, hi: int) -> None:
+            first = segments[lo].find_batch(segments[lo].base_offset)
+            last = segments[hi].find_batch(segments[hi].next_offset - 1)
+            if first is None or last is None:  # nothing whole to read: scan what there is
+                for segment in segments[lo : hi + 1]:
+                    for header in segment.iter_headers():
+                        add(header)
+            elif first.partition_leader_epoch == last.partition_leader_epoch:
+                add(first)
+            elif lo == hi:
+                for header in segments[lo].iter_headers():
+                    add(header)
+            else:
+                mid = (lo + hi) // 2
+                visit(lo, mid)
+                visit(mid + 1, hi)
+
+        if segments:
+            visit(0, len(segments) - 1)
+        return entries
+
+    @property
+    def latest_epoch(self) -> int:
+        """The newest leader epoch that wrote to this log (-1 when none did)."""
+        return self.leader_epoch_cache.latest_epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) for OffsetsForLeaderEpoch and divergence checks; (-1, -1) if unknown.
+
+        See ``LeaderEpochCache.end_offset_for``: the largest epoch <= ``epoch``
+        and where it ended (the log end for the latest epoch).
+        """
+        cache = self.leader_epoch_cache
+        return cache.end_offset_for(epoch, self._log_end_offset)
 
     @property
     def is_loaded(self) -> bool:
@@ -265,11 +369,78 @@ class Log:
             assigned.append(header._replace(base_offset=offset, partition_leader_epoch=epoch))
             offset += header.last_offset_delta + 1
         newest = max(header.max_timestamp for header in assigned)
+        cache = self.leader_epoch_cache
         segment = self._segment_for_append(len(buf), offset - 1, newest, now_ms)
         segment.append(buf, assigned)
         self._log_end_offset = offset
+        if cache.latest_epoch != epoch:
+            # Assigned after the write: a failed write leaves no epoch without data.
+            cache.assign(epoch, assigned[0].base_offset)
+        self._after_append(assigned, producers, now_ms)
+        return AppendResult(assigned[0].base_offset, offset - 1, -1, self._log_start_offset)
+
+    def append_as_follower(
+        self, payload: bytes | bytearray | memoryview, now_ms: int
+    ) -> AppendResult:
+        """Write a leader's batches as they are: offsets and leader epochs come from the leader.
+
+        The first batch must start at this log's end and offsets must increase
+        (else UnexpectedAppendOffsetError: the fetcher is out of step and must
+        re-fetch or truncate). Batches are checked like a producer's (CRC,
+        structure) because a fetch response crosses the network; producer
+        sequences are not checked, only recorded, so that this replica can
+        dedupe a producer's retry the day it becomes leader. A payload larger
+        than a segment is spread over as many segments as it needs.
+        """
+        headers = validate_batches(payload, self.config.max_message_bytes, allow_control=True)
+        self._load()
+        expected = self._log_end_offset
+        for i, header in enumerate(headers):
+            # The first batch must continue the log exactly; later ones may leave
+            # gaps (a compacted leader log), never go back.
+            if header.base_offset < expected or (i == 0 and header.base_offset != expected):
+                raise UnexpectedAppendOffsetError(
+                    f"{self._path}: batch at offset {header.base_offset} does not follow "
+                    f"offset {expected - 1}"
+                )
+            expected = header.next_offset
+        producers = self._producer_state()
+        cache = self.leader_epoch_cache
+        view = memoryview(payload)
+        start = 0
+        while start < len(headers):
+            first = headers[start]
+            segment = self._segment_for_append(
+                first.size, first.last_offset, first.max_timestamp, now_ms
+            )
+            room = self.config.segment_bytes - segment.size
+            stop, size = start + 1, first.size
+            while (
+                stop < len(headers)
+                and size + headers[stop].size <= room
+                and segment.can_hold_offset(headers[stop].last_offset)
+            ):
+                size += headers[stop].size
+                stop += 1
+            run = [h._replace(position=h.position - first.position) for h in headers[start:stop]]
+            segment.append(view[first.position : first.position + size], run)
+            self._log_end_offset = run[-1].next_offset
+            for header in run:
+                epoch = header.partition_leader_epoch
+                if epoch >= 0 and epoch != cache.latest_epoch:
+                    cache.assign(epoch, header.base_offset)
+            start = stop
+        self._after_append(headers, producers, now_ms)
+        return AppendResult(
+            headers[0].base_offset, headers[-1].last_offset, -1, self._log_start_offset
+        )
+
+    def _after_append(
+        self, headers: list[BatchHeader], producers: ProducerStateTable, now_ms: int
+    ) -> None:
+        """What every append does once its batches are written: producers, flush policy, wake."""
         messages = 0
-        for header in assigned:
+        for header in headers:
             producers.update(header, now_ms)
             messages += header.record_count
         self._unflushed_messages += messages
@@ -278,7 +449,6 @@ class Log:
         if self._unflushed_messages >= self.config.flush_interval_messages:
             self.flush()
         self._notify()
-        return AppendResult(assigned[0].base_offset, offset - 1, -1, self._log_start_offset)
 
     def _segment_for_append(
         self, size: int, last_offset: int, max_timestamp: int, now_ms: int
@@ -402,6 +572,8 @@ class Log:
         self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
         for segment in doomed:
             segment.delete()
+        if self._epoch_cache is not None:
+            self._epoch_cache.truncate_from_start(self._log_start_offset)
 
     def delete_records(self, offset: int) -> int:
         """Advance the log start to ``offset`` (Kafka's DeleteRecords); returns the new start."""
@@ -414,6 +586,8 @@ class Log:
             return self._log_start_offset
         self._log_start_offset = offset
         self._write_log_start_checkpoint()
+        if self._epoch_cache is not None:
+            self._epoch_cache.truncate_from_start(offset)
         count = 0
         while count < len(self._segments) - 1 and self._bases[count + 1] <= offset:
             count += 1
@@ -430,31 +604,50 @@ class Log:
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
         if offset <= self._log_start_offset or offset <= self._bases[0]:
-            for segment in self._segments:
-                segment.delete()
-            self._segments.clear()
-            self._bases.clear()
-            self._log_start_offset = self._log_end_offset = offset
-            self._segments.append(
-                Segment.create(
-                    self._path,
-                    offset,
-                    self.handles,
-                    self.config.index_interval_bytes,
-                    int(time.time() * 1000),
-                )
-            )
-            self._bases.append(offset)
-            if os.path.exists(os.path.join(self._path, LOG_START_OFFSET_FILE)):
-                self._write_log_start_checkpoint()
-        else:
-            while self._bases[-1] >= offset:
-                self._segments.pop().delete()
-                self._bases.pop()
-            active = self._segments[-1]
-            active.truncate_to(offset)
-            self._log_end_offset = active.next_offset
+            self.truncate_fully_and_start_at(offset)
+            return
+        while self._bases[-1] >= offset:
+            self._segments.pop().delete()
+            self._bases.pop()
+        active = self._segments[-1]
+        active.truncate_to(offset)
+        self._log_end_offset = active.next_offset
+        if self._epoch_cache is not None:
+            self._epoch_cache.truncate_from_end(self._log_end_offset)
         self._producers = None  # rebuilt from what is left, on next append
+        self._notify()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and start empty at ``offset`` (log start = log end = ``offset``).
+
+        A follower whose fetch offset is out of the leader's range (the leader
+        deleted what the follower still needs) starts over at the leader's log
+        start; ``truncate_to`` below the log start lands here too.
+        """
+        if offset < 0:
+            raise ValueError(f"cannot start a log at negative offset {offset}")
+        self._load()
+        os.makedirs(self._path, exist_ok=True)
+        for segment in self._segments:
+            segment.delete()
+        self._segments.clear()
+        self._bases.clear()
+        self._log_start_offset = self._log_end_offset = offset
+        self._segments.append(
+            Segment.create(
+                self._path,
+                offset,
+                self.handles,
+                self.config.index_interval_bytes,
+                int(time.time() * 1000),
+            )
+        )
+        self._bases.append(offset)
+        if offset > 0 or os.path.exists(os.path.join(self._path, LOG_START_OFFSET_FILE)):
+            self._write_log_start_checkpoint()
+        # Nothing is left: the epochs of the next batches are all that will count.
+        self.leader_epoch_cache.clear()
+        self._producers = None
         self._notify()
 
     # -- durability and lifecycle ---------------------------------------------------------
@@ -492,6 +685,7 @@ class Log:
         self._segments = []
         self._bases = []
         self._producers = None
+        self._epoch_cache = None
 
     def delete(self) -> None:
         """Remove the partition directory and everything in it."""
@@ -502,6 +696,7 @@ class Log:
         self._segments = []
         self._bases = []
         self._producers = None
+        self._epoch_cache = None
         self._unflushed_messages = 0
         self._unflushed_since_ms = None
         self._notify()

@@ -332,6 +332,16 @@ class Segment:
         entry = self.offset_index.entry_at_or_after_position(position)
         return self.size if entry is None else entry[1]
 
+    def batch_boundary_before(self, offset: int) -> int:
+        """The file position where the batch holding ``offset`` starts (``size`` if none here).
+
+        Every byte before it belongs to offsets below ``offset``: a reader capped
+        at the high watermark stops there, so it never sees a batch that is only
+        partly committed.
+        """
+        found = self._locate(offset, self.size)
+        return self.size if found is None else found[0]
+
     def find_batch(self, offset: int, max_position: int | None = None) -> BatchHeader | None:
         """The first batch ending at or after ``offset``: index lookup, then a short scan."""
         found = self._locate(offset, self.size if max_position is None else max_position)

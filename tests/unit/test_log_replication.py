@@ -1,0 +1,312 @@
+"""The log's replication side: leader epochs, follower appends, truncation, producer state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from headwater.log.config import LogConfig
+from headwater.log.errors import (
+    CorruptRecordError,
+    OutOfOrderSequenceError,
+    UnexpectedAppendOffsetError,
+)
+from headwater.log.handles import FileHandleCache
+from headwater.log.isolation import Isolation
+from headwater.log.leader_epoch import EpochEntry, LeaderEpochCache
+from headwater.log.log import Log
+from headwater.records import RecordBatchBuilder, decode_batches, iter_batch_headers
+
+NOW = 1_700_000_000_000
+CHECKPOINT = "leader-epoch-checkpoint"
+
+
+def batch(count: int = 1, *, producer_id: int = -1, epoch: int = -1, seq: int = -1) -> bytes:
+    builder = RecordBatchBuilder(producer_id=producer_id, producer_epoch=epoch, base_sequence=seq)
+    for i in range(count):
+        builder.append(NOW + i, b"k%d" % i, bytes([i % 256]) * 100)
+    return builder.build()
+
+
+def make_log(path: Path, name: str = "topic-0", **config: int) -> Log:
+    return Log(path / name, LogConfig(**config), FileHandleCache(64))
+
+
+def leader_bytes(log: Log, offset: int = 0) -> bytes:
+    """Everything from ``offset`` as a follower's fetch would get it (LOG_END isolation)."""
+    out = b""
+    while offset < log.log_end_offset:
+        result = log.read(offset, 1 << 20, Isolation.LOG_END, True)
+        assert result.records is not None
+        chunk = result.records.read()
+        headers = list(iter_batch_headers(chunk))
+        end = headers[-1].position + headers[-1].size
+        out += chunk[:end]
+        offset = headers[-1].next_offset
+    return out
+
+
+def epochs_of(log: Log) -> list[tuple[int, int]]:
+    return [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries]
+
+
+def write_with_epochs(log: Log, plan: list[tuple[int, int]]) -> None:
+    """Append ``count`` one-record batches under each (epoch, count) in turn."""
+    for epoch, count in plan:
+        log.partition_leader_epoch = epoch
+        for _ in range(count):
+            log.append(batch(), NOW)
+
+
+# -- leader epochs on the leader ------------------------------------------------------------
+
+
+def test_leader_append_assigns_each_new_epoch_at_its_first_offset(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    assert log.latest_epoch == -1
+    write_with_epochs(log, [(0, 3), (2, 2), (5, 1)])
+    assert epochs_of(log) == [(0, 0), (2, 3), (5, 5)]
+    assert log.latest_epoch == 5
+    assert (tmp_path / "topic-0" / CHECKPOINT).read_text() == "0\n3\n0 0\n2 3\n5 5\n"
+
+
+def test_end_offset_for_epoch_answers_offsets_for_leader_epoch(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    write_with_epochs(log, [(0, 3), (2, 2), (5, 1)])
+    assert log.end_offset_for_epoch(0) == (0, 3)
+    assert log.end_offset_for_epoch(1) == (0, 3)
+    assert log.end_offset_for_epoch(2) == (2, 5)
+    assert log.end_offset_for_epoch(5) == (5, 6)
+    assert log.end_offset_for_epoch(6) == (-1, -1)
+    assert log.end_offset_for_epoch(-1) == (-1, -1)
+
+
+def test_epoch_cache_survives_reopen(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    write_with_epochs(log, [(0, 2), (3, 2)])
+    log.close()
+    assert epochs_of(make_log(tmp_path)) == [(0, 0), (3, 2)]
+
+
+@pytest.mark.parametrize("segment_bytes", [200, 450, 1 << 20])
+def test_missing_checkpoint_is_rebuilt_from_batch_headers(
+    tmp_path: Path, segment_bytes: int
+) -> None:
+    log = make_log(tmp_path, segment_bytes=segment_bytes)
+    write_with_epochs(log, [(0, 5), (1, 1), (4, 7), (6, 3), (9, 6)])
+    expected = epochs_of(log)
+    assert expected == [(0, 0), (1, 5), (4, 6), (6, 13), (9, 16)]
+    log.close()
+    (tmp_path / "topic-0" / CHECKPOINT).unlink()
+    assert epochs_of(make_log(tmp_path, segment_bytes=segment_bytes)) == expected
+
+
+def test_a_single_broker_log_from_before_epochs_is_all_epoch_zero(tmp_path: Path) -> None:
+    log = make_log(tmp_path, segment_bytes=300)
+    write_with_epochs(log, [(0, 10)])
+    log.close()
+    (tmp_path / "topic-0" / CHECKPOINT).unlink()
+    again = make_log(tmp_path, segment_bytes=300)
+    assert len(again.segments) > 3
+    assert epochs_of(again) == [(0, 0)]
+    assert again.end_offset_for_epoch(0) == (0, 10)
+
+
+def test_a_checkpoint_missing_the_last_epoch_is_rebuilt(tmp_path: Path) -> None:
+    """A crash after a segment write but before the checkpoint write."""
+    log = make_log(tmp_path)
+    write_with_epochs(log, [(0, 2), (3, 2)])
+    log.close()
+    (tmp_path / "topic-0" / CHECKPOINT).write_text("0\n1\n0 0\n")
+    assert epochs_of(make_log(tmp_path)) == [(0, 0), (3, 2)]
+
+
+def test_a_corrupt_checkpoint_is_rebuilt(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    write_with_epochs(log, [(1, 2), (2, 2)])
+    log.close()
+    (tmp_path / "topic-0" / CHECKPOINT).write_text("garbage")
+    assert epochs_of(make_log(tmp_path)) == [(1, 0), (2, 2)]
+
+
+def test_checkpoint_entries_past_the_log_end_are_dropped_on_load(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    write_with_epochs(log, [(0, 2)])
+    log.close()
+    (tmp_path / "topic-0" / CHECKPOINT).write_text("0\n2\n0 0\n4 9\n")
+    assert epochs_of(make_log(tmp_path)) == [(0, 0)]
+    log = make_log(tmp_path)
+    log.truncate_to(0)
+    log.close()
+    (tmp_path / "topic-0" / CHECKPOINT).write_text("0\n2\n0 0\n4 9\n")
+    assert epochs_of(make_log(tmp_path)) == []
+
+
+# -- follower appends -------------------------------------------------------------------------
+
+
+def test_follower_append_keeps_the_leaders_offsets_and_epochs(tmp_path: Path) -> None:
+    leader = make_log(tmp_path, "leader")
+    write_with_epochs(leader, [(0, 2), (3, 3)])
+    follower = make_log(tmp_path, "follower")
+    result = follower.append_as_follower(leader_bytes(leader), NOW)
+    assert (result.base_offset, result.last_offset, result.duplicate) == (0, 4, False)
+    assert follower.log_end_offset == 5
+    assert epochs_of(follower) == [(0, 0), (3, 2)]
+    assert leader_bytes(follower) == leader_bytes(leader)
+    assert (tmp_path / "follower" / CHECKPOINT).read_text() == "0\n2\n0 0\n3 2\n"
+
+
+def test_follower_append_continues_at_its_log_end_and_notifies(tmp_path: Path) -> None:
+    leader = make_log(tmp_path, "leader")
+    write_with_epochs(leader, [(1, 4)])
+    follower = make_log(tmp_path, "follower")
+    woken: list[int] = []
+    follower.add_listener(lambda log: woken.append(log.log_end_offset))
+    data = leader_bytes(leader)
+    headers = list(iter_batch_headers(data))
+    follower.append_as_follower(data[: headers[2].position], NOW)
+    follower.append_as_follower(data[headers[2].position :], NOW)
+    assert woken == [2, 4]
+    assert leader_bytes(follower) == data
+
+
+def test_follower_append_not_at_the_log_end_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    leader = make_log(tmp_path, "leader")
+    write_with_epochs(leader, [(0, 3)])
+    data = leader_bytes(leader)
+    follower = make_log(tmp_path, "follower")
+    follower.append_as_follower(data, NOW)
+    with pytest.raises(UnexpectedAppendOffsetError):
+        follower.append_as_follower(data, NOW)  # a repeat: offsets go back
+    second = list(iter_batch_headers(data))[1]
+    with pytest.raises(UnexpectedAppendOffsetError):
+        make_log(tmp_path, "other").append_as_follower(data[second.position :], NOW)  # a gap
+    assert follower.log_end_offset == 3
+    assert leader_bytes(follower) == data
+
+
+def test_follower_append_refuses_offsets_going_back_inside_one_payload(tmp_path: Path) -> None:
+    leader = make_log(tmp_path, "leader")
+    write_with_epochs(leader, [(0, 2)])
+    data = leader_bytes(leader)
+    follower = make_log(tmp_path, "follower")
+    with pytest.raises(UnexpectedAppendOffsetError):
+        follower.append_as_follower(data + data, NOW)
+    assert follower.log_end_offset == 0
+
+
+def test_follower_append_checks_crcs(tmp_path: Path) -> None:
+    leader = make_log(tmp_path, "leader")
+    write_with_epochs(leader, [(0, 1)])
+    data = bytearray(leader_bytes(leader))
+    data[-1] ^= 0xFF
+    follower = make_log(tmp_path, "follower")
+    with pytest.raises(CorruptRecordError):
+        follower.append_as_follower(data, NOW)
+    assert follower.log_end_offset == 0
+
+
+def test_follower_append_larger_than_a_segment_spreads_over_segments(tmp_path: Path) -> None:
+    leader = make_log(tmp_path, "leader")
+    write_with_epochs(leader, [(0, 4), (2, 6)])
+    data = leader_bytes(leader)
+    follower = make_log(tmp_path, "follower", segment_bytes=450)
+    follower.append_as_follower(data, NOW)
+    assert len(follower.segments) > 2
+    assert all(s.size <= 450 for s in follower.segments)
+    assert leader_bytes(follower) == data
+    assert epochs_of(follower) == [(0, 0), (2, 4)]
+
+
+# -- truncation and the log start -------------------------------------------------------------
+
+
+def test_truncate_to_truncates_the_epoch_cache(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    write_with_epochs(log, [(0, 2), (3, 2), (4, 2)])
+    log.truncate_to(3)
+    assert log.log_end_offset == 3
+    assert epochs_of(log) == [(0, 0), (3, 2)]
+    assert log.end_offset_for_epoch(3) == (3, 3)
+    assert LeaderEpochCache.read_file(tmp_path / "topic-0" / CHECKPOINT) == [
+        EpochEntry(0, 0),
+        EpochEntry(3, 2),
+    ]
+
+
+def test_divergent_follower_truncates_and_takes_the_new_leaders_epoch(tmp_path: Path) -> None:
+    """Kafka's KIP-101 scenario: the follower finds the divergence through the epochs."""
+    follower = make_log(tmp_path, "follower")
+    write_with_epochs(follower, [(0, 2), (1, 3)])  # epoch-1 records the new leader never got
+    leader = make_log(tmp_path, "leader")
+    write_with_epochs(leader, [(0, 2), (2, 4)])
+    epoch, end = leader.end_offset_for_epoch(follower.latest_epoch)
+    assert (epoch, end) == (0, 2)
+    follower.truncate_to(end)
+    assert epochs_of(follower) == [(0, 0)]
+    follower.append_as_follower(leader_bytes(leader, end), NOW)
+    assert leader_bytes(follower) == leader_bytes(leader)
+    assert epochs_of(follower) == [(0, 0), (2, 2)]
+
+
+def test_truncate_fully_and_start_at_empties_the_log_and_the_cache(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    write_with_epochs(log, [(0, 2), (3, 2)])
+    log.truncate_fully_and_start_at(100)
+    assert (log.log_start_offset, log.log_end_offset) == (100, 100)
+    assert epochs_of(log) == []
+    leader = make_log(tmp_path, "leader")
+    leader.truncate_fully_and_start_at(100)
+    write_with_epochs(leader, [(7, 2)])
+    log.append_as_follower(leader_bytes(leader, 100), NOW)
+    log.close()
+    again = make_log(tmp_path)
+    assert (again.log_start_offset, again.log_end_offset) == (100, 102)
+    assert epochs_of(again) == [(7, 100)]
+
+
+def test_delete_records_moves_the_first_epochs_start(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    write_with_epochs(log, [(0, 2), (3, 2)])
+    log.delete_records(1)
+    assert epochs_of(log) == [(0, 1), (3, 2)]
+    log.delete_records(3)
+    assert epochs_of(log) == [(3, 3)]
+    log.close()
+    assert epochs_of(make_log(tmp_path)) == [(3, 3)]
+
+
+def test_retention_moves_the_first_epochs_start(tmp_path: Path) -> None:
+    log = make_log(tmp_path, segment_bytes=200, retention_bytes=300)
+    write_with_epochs(log, [(0, 3), (1, 3)])
+    epochs_of(log)  # loaded before retention runs
+    assert log.apply_retention(NOW) > 0
+    assert log.log_start_offset > 0
+    assert epochs_of(log)[0][1] == log.log_start_offset
+
+
+# -- producer state across a failover -----------------------------------------------------------
+
+
+def test_a_follower_turned_leader_dedupes_a_producers_retry(tmp_path: Path) -> None:
+    leader = make_log(tmp_path, "leader")
+    first = batch(3, producer_id=42, epoch=0, seq=0)
+    second = batch(2, producer_id=42, epoch=0, seq=3)
+    leader.append(first, NOW)
+    leader.append(second, NOW)
+    follower = make_log(tmp_path, "follower")
+    follower.append_as_follower(leader_bytes(leader), NOW)
+    # The old leader died before answering; the producer retries on the new one.
+    follower.partition_leader_epoch = 1
+    retry = follower.append(second, NOW)
+    assert retry.duplicate
+    assert (retry.base_offset, retry.last_offset) == (3, 4)
+    with pytest.raises(OutOfOrderSequenceError):
+        follower.append(batch(1, producer_id=42, epoch=0, seq=9), NOW)
+    nxt = follower.append(batch(1, producer_id=42, epoch=0, seq=5), NOW)
+    assert nxt.base_offset == 5
+    assert epochs_of(follower) == [(0, 0), (1, 5)]
+    values = [r.offset for b in decode_batches(leader_bytes(follower)) for r in b.records]
+    assert values == [0, 1, 2, 3, 4, 5]
