@@ -77,6 +77,8 @@ class Log:
     __slots__ = (
         "_bases",
         "_epoch_cache",
+        "_high_watermark",
+        "_hw_boundary",
         "_listeners",
         "_loaded",
         "_log_end_offset",
@@ -84,6 +86,7 @@ class Log:
         "_path",
         "_producers",
         "_recover",
+        "_replicated",
         "_segments",
         "_unflushed_messages",
         "_unflushed_since_ms",
@@ -119,6 +122,11 @@ class Log:
         self._log_end_offset = 0
         self._producers: ProducerStateTable | None = None
         self._epoch_cache: LeaderEpochCache | None = None
+        self._replicated = False
+        self._high_watermark = 0  # only meaningful when _replicated
+        # (segment base offset, file position) where the batch holding the high
+        # watermark starts: where capped reads stop. Recomputed when the HW moves.
+        self._hw_boundary: tuple[int, int] | None = None
         self._listeners: list[LogListener] | None = None
         self._unflushed_messages = 0
         self._unflushed_since_ms: int | None = None
@@ -146,6 +154,7 @@ class Log:
         self._bases = bases
         if not self._segments:
             self._log_start_offset = self._log_end_offset = 0
+            self._clamp_high_watermark()
             return
         active = self._segments[-1]
         if self._recover:
@@ -155,6 +164,7 @@ class Log:
             max(self._segments[0].base_offset, self._read_log_start_checkpoint()),
             self._log_end_offset,
         )
+        self._clamp_high_watermark()
 
     def _read_log_start_checkpoint(self) -> int:
         try:
@@ -297,15 +307,97 @@ class Log:
 
     @property
     def high_watermark(self) -> int:
-        """Single replica: everything appended is committed."""
+        """The first offset not known to be on every in-sync replica.
+
+        Not replicated (one broker): everything appended is committed, so it
+        is the log end. Replicated: what the replica manager last set.
+        """
         self._load()
-        return self._log_end_offset
+        return self._high_watermark if self._replicated else self._log_end_offset
 
     @property
     def last_stable_offset(self) -> int:
         """No transactions yet: nothing is pending, so it is the high watermark."""
+        return self.high_watermark
+
+    # -- replication: the high watermark ----------------------------------------------------
+
+    @property
+    def replicated(self) -> bool:
+        """Whether the high watermark is kept apart from the log end (the log has replicas)."""
+        return self._replicated
+
+    def enable_replication(self, high_watermark: int) -> None:
+        """Keep a high watermark of its own from now on, starting at ``high_watermark``.
+
+        Called by the replica manager when the partition becomes a leader or a
+        follower, with the checkpointed value (or the leader's). The value is
+        clamped into [log start, log end]; unlike ``update_high_watermark`` it
+        may move the HW down, so calling it again resets the HW.
+        """
         self._load()
-        return self._log_end_offset
+        before = self.high_watermark
+        self._replicated = True
+        self._high_watermark = high_watermark
+        self._clamp_high_watermark()
+        self._hw_boundary = None
+        if self._high_watermark != before:
+            self._notify()
+
+    def disable_replication(self) -> None:
+        """Back to a single replica: the high watermark is the log end again."""
+        if not self._replicated:
+            return
+        self._load()
+        before = self._high_watermark
+        self._replicated = False
+        self._hw_boundary = None
+        if before != self._log_end_offset:
+            self._notify()
+
+    def update_high_watermark(self, offset: int) -> bool:
+        """Move the high watermark up to ``offset`` (clamped to the log); True if it moved.
+
+        Monotonic: a lower value is ignored (only truncation or
+        ``enable_replication`` lower it). A move wakes the listeners, which is
+        how parked consumer fetches and fetch sessions learn that records became
+        readable. A log that is not replicated has nothing to move (its HW is
+        its log end) and answers False.
+        """
+        if not self._replicated:
+            return False
+        self._load()
+        new = max(self._log_start_offset, min(offset, self._log_end_offset))
+        if new <= self._high_watermark:
+            return False
+        self._high_watermark = new
+        self._hw_boundary = None
+        self._notify()
+        return True
+
+    def _clamp_high_watermark(self) -> None:
+        """Keep the HW inside [log start, log end] after the log moved under it."""
+        if self._replicated:
+            hw = max(self._log_start_offset, min(self._high_watermark, self._log_end_offset))
+            if hw != self._high_watermark:
+                self._high_watermark = hw
+                self._hw_boundary = None
+
+    def _high_watermark_boundary(self) -> tuple[int, int]:
+        """(segment base, position) where the batch holding the HW starts, cached.
+
+        Found once per HW move by index lookup plus a short header scan in the
+        one segment that holds it; every capped read then only compares numbers.
+        Appends after the HW do not move it, so only HW moves, truncation and
+        segment deletion drop the cache.
+        """
+        boundary = self._hw_boundary
+        if boundary is None:
+            hw = self._high_watermark
+            segment = self._segments[max(bisect_right(self._bases, hw) - 1, 0)]
+            boundary = (segment.base_offset, segment.batch_boundary_before(hw))
+            self._hw_boundary = boundary
+        return boundary
 
     @property
     def size_bytes(self) -> int:
@@ -316,13 +408,6 @@ class Log:
     def segments(self) -> tuple[Segment, ...]:
         self._load()
         return tuple(self._segments)
-
-    def _isolation_end(self, isolation: Isolation) -> int:
-        if isolation is Isolation.LOG_END:
-            return self._log_end_offset
-        if isolation is Isolation.TXN_COMMITTED:
-            return self.last_stable_offset
-        return self.high_watermark
 
     # -- listeners ------------------------------------------------------------------------
 
@@ -496,27 +581,38 @@ class Log:
     ) -> ReadResult:
         """A file slice starting at the batch that holds ``offset``.
 
-        ``offset`` equal to the readable end is legal and reads nothing (a
-        consumer that is caught up); outside [log start, end] raises.
+        LOG_END (followers) reads to the log end; HIGH_WATERMARK and
+        TXN_COMMITTED (consumers; LSO = HW without transactions) never return
+        a byte of a batch at or past the high watermark. Any offset in
+        [log start, log end] is legal, as in Kafka: at or past the readable
+        end it reads nothing, since a consumer may have seen a higher high
+        watermark from a previous leader. Outside that range raises
+        OffsetOutOfRangeError.
         """
         self._load()
-        end = self._isolation_end(isolation)
-        if offset < self._log_start_offset or offset > end:
+        leo = self._log_end_offset
+        if offset < self._log_start_offset or offset > leo:
             raise OffsetOutOfRangeError(
-                f"offset {offset} is outside [{self._log_start_offset}, {end}] of {self._path}"
+                f"offset {offset} is outside [{self._log_start_offset}, {leo}] of {self._path}"
             )
+        capped = self._replicated and isolation is not Isolation.LOG_END
+        end = self._high_watermark if capped else leo
         records = None
         if offset < end:
+            cap_base, cap_position = self._high_watermark_boundary() if capped else (leo, 0)
             first = max(bisect_right(self._bases, offset) - 1, 0)
             for segment in self._segments[first:]:
-                # Every isolation ends at the log end for now, so each segment can be
-                # read to its committed size; a lower high watermark would cap it here.
-                found = segment.read(offset, max_bytes, segment.size, min_one_batch)
+                max_position = segment.size
+                if capped and segment.base_offset >= cap_base:
+                    if segment.base_offset > cap_base:
+                        break
+                    max_position = cap_position
+                found = segment.read(offset, max_bytes, max_position, min_one_batch)
                 if found is not None:
                     records = found if found.size > 0 else None
                     break
-        hw = self._log_end_offset
-        return ReadResult(records, hw, hw, self._log_start_offset, self._log_end_offset)
+        hw = self._high_watermark if self._replicated else leo
+        return ReadResult(records, hw, hw, self._log_start_offset, leo)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record stamped at or after ``timestamp``."""
@@ -542,6 +638,10 @@ class Log:
         if self._producers is not None:
             self._producers.remove_expired(now_ms, self.config.producer_id_expiration_ms)
         candidates = self._segments[:-1]
+        if self._replicated:
+            # Only segments wholly below the high watermark: uncommitted data may
+            # still be needed by a follower or be truncated, never expired (Kafka).
+            candidates = candidates[: max(0, bisect_right(self._bases, self._high_watermark) - 1)]
         count = 0
         while count < len(candidates) and self._bases[count + 1] <= self._log_start_offset:
             count += 1
@@ -574,13 +674,20 @@ class Log:
             segment.delete()
         if self._epoch_cache is not None:
             self._epoch_cache.truncate_from_start(self._log_start_offset)
+        self._hw_boundary = None
+        self._clamp_high_watermark()
 
     def delete_records(self, offset: int) -> int:
-        """Advance the log start to ``offset`` (Kafka's DeleteRecords); returns the new start."""
+        """Advance the log start to ``offset`` (Kafka's DeleteRecords); returns the new start.
+
+        Not past the high watermark (the log end when not replicated): records
+        not yet on every in-sync replica cannot be deleted, as in Kafka.
+        """
         self._load()
-        if offset > self._log_end_offset or offset < 0:
+        limit = self.high_watermark
+        if offset > limit or offset < 0:
             raise OffsetOutOfRangeError(
-                f"cannot delete records before {offset}: log end is {self._log_end_offset}"
+                f"cannot delete records before {offset}: the high watermark is {limit}"
             )
         if offset <= self._log_start_offset:
             return self._log_start_offset
@@ -614,6 +721,8 @@ class Log:
         self._log_end_offset = active.next_offset
         if self._epoch_cache is not None:
             self._epoch_cache.truncate_from_end(self._log_end_offset)
+        self._hw_boundary = None
+        self._clamp_high_watermark()
         self._producers = None  # rebuilt from what is left, on next append
         self._notify()
 
@@ -647,6 +756,8 @@ class Log:
             self._write_log_start_checkpoint()
         # Nothing is left: the epochs of the next batches are all that will count.
         self.leader_epoch_cache.clear()
+        self._hw_boundary = None
+        self._clamp_high_watermark()
         self._producers = None
         self._notify()
 
@@ -686,6 +797,7 @@ class Log:
         self._bases = []
         self._producers = None
         self._epoch_cache = None
+        self._hw_boundary = None
 
     def delete(self) -> None:
         """Remove the partition directory and everything in it."""
@@ -697,6 +809,9 @@ class Log:
         self._bases = []
         self._producers = None
         self._epoch_cache = None
+        self._hw_boundary = None
         self._unflushed_messages = 0
         self._unflushed_since_ms = None
+        self._replicated = False
+        self._high_watermark = 0
         self._notify()
