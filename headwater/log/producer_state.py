@@ -5,6 +5,11 @@ per producer id, its epoch and its last five batches, which is enough to
 recognise a retry of any batch still in flight (a producer has at most five
 unacknowledged requests per connection) and to reject a gap. The table is
 derived from batch headers only, so it can be rebuilt from the log's tail.
+
+A follower records the leader's batches with ``update`` but never ``check``s
+them (the leader already did): so when it becomes leader it already knows
+every producer's last batches, dedupes a retry of a batch the old leader
+wrote, and refuses a gap, which is how idempotence survives a failover.
 """
 
 from __future__ import annotations

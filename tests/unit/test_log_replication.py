@@ -310,3 +310,34 @@ def test_a_follower_turned_leader_dedupes_a_producers_retry(tmp_path: Path) -> N
     assert epochs_of(follower) == [(0, 0), (1, 5)]
     values = [r.offset for b in decode_batches(leader_bytes(follower)) for r in b.records]
     assert values == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_retry_of_a_batch_the_follower_truncated_is_appended_again(tmp_path: Path) -> None:
+    """A truncated batch was never acknowledged: its retry is new data, not a duplicate."""
+    leader = make_log(tmp_path, "leader")
+    leader.append(batch(3, producer_id=7, epoch=0, seq=0), NOW)
+    unacked = batch(2, producer_id=7, epoch=0, seq=3)
+    leader.append(unacked, NOW)
+    follower = make_log(tmp_path, "follower")
+    follower.append_as_follower(leader_bytes(leader), NOW)
+    follower.truncate_to(3)  # the new leader's log ends before the unacknowledged batch
+    follower.partition_leader_epoch = 1
+    retry = follower.append(unacked, NOW)
+    assert not retry.duplicate
+    assert (retry.base_offset, retry.last_offset) == (3, 4)
+    assert follower.append(unacked, NOW).duplicate
+
+
+def test_a_restarted_follower_turned_leader_rebuilds_producer_state(tmp_path: Path) -> None:
+    leader = make_log(tmp_path, "leader")
+    first = batch(2, producer_id=11, epoch=3, seq=0)
+    leader.append(first, NOW)
+    follower = make_log(tmp_path, "follower")
+    follower.append_as_follower(leader_bytes(leader), NOW)
+    follower.close()
+    again = make_log(tmp_path, "follower")
+    again.partition_leader_epoch = 1
+    assert again.append(first, NOW).duplicate
+    with pytest.raises(OutOfOrderSequenceError):
+        again.append(batch(1, producer_id=11, epoch=3, seq=5), NOW)
+    assert again.append(batch(1, producer_id=11, epoch=3, seq=2), NOW).base_offset == 2
