@@ -275,6 +275,17 @@ class Log:
             visit(0, len(segments) - 1)
         return entries
 
+    def assign_leader_epoch(self, epoch: int) -> None:
+        """This replica leads in ``epoch`` from now on: stamp it on appends, from the log end.
+
+        Recording the start at once (Kafka's ``maybeAssignEpochStartOffset`` on
+        becoming leader), not at the first append, lets a follower of the old
+        epoch learn where that epoch ended even before anyone produces.
+        """
+        self._load()
+        self.partition_leader_epoch = epoch
+        self.leader_epoch_cache.assign(epoch, self._log_end_offset)
+
     @property
     def latest_epoch(self) -> int:
         """The newest leader epoch that wrote to this log (-1 when none did)."""

@@ -341,3 +341,15 @@ def test_a_restarted_follower_turned_leader_rebuilds_producer_state(tmp_path: Pa
     with pytest.raises(OutOfOrderSequenceError):
         again.append(batch(1, producer_id=11, epoch=3, seq=5), NOW)
     assert again.append(batch(1, producer_id=11, epoch=3, seq=2), NOW).base_offset == 2
+
+
+def test_a_new_leader_records_its_epoch_at_the_log_end_before_any_append(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    write_with_epochs(log, [(0, 3)])
+    log.assign_leader_epoch(2)
+    assert epochs_of(log) == [(0, 0), (2, 3)]
+    assert log.end_offset_for_epoch(0) == (0, 3)  # a follower of epoch 0 keeps offsets 0..2
+    log.append(batch(2), NOW)
+    assert epochs_of(log) == [(0, 0), (2, 3)]
+    data = leader_bytes(log, 3)
+    assert [h.partition_leader_epoch for h in iter_batch_headers(data)] == [2]
