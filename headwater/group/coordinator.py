@@ -11,7 +11,9 @@ milliseconds) and never blocks, sleeps or touches a socket.
   coordinator completes it later, when the last member rejoins, when the
   leader sends its assignment, or from `tick`. Callbacks registered with
   `Pending.on_done` run synchronously at completion.
-* `heartbeat`, `leave_group`, the offset methods and the queries answer at once.
+* `commit_offsets` returns a `Pending[list[ErrorCode]]`: it is answered once
+  its record is replicated (see `group/replication.py`).
+* `heartbeat`, `leave_group`, the other offset methods and the queries answer at once.
 * `tick(now_ms)` fires every timer that is due: member session expiry, the end
   of a join phase (rebalance timeout or `group.initial.rebalance.delay.ms`),
   members that never sent SyncGroup, and removal of empty groups that hold
@@ -22,13 +24,20 @@ The rules follow Kafka's GroupCoordinator (classic protocol, Kafka 3.x): error
 codes, when a rebalance starts, who is leader, static membership (KIP-345),
 MEMBER_ID_REQUIRED (KIP-394), pending-sync expiry and skip_assignment
 (KIP-814). Durability: completed generations and committed offsets go to the
-`OffsetsLog` (see `group/storage.py`) and are replayed by the constructor.
+`OffsetsLog` (see `group/storage.py`) and are replayed by the constructor (or
+by `load` in steps). A commit, the leader's SyncGroup and a static member's
+rejoin are answered only when the `Replicated` hook says the record is
+replicated, as Kafka's coordinator answers from its append callback.
+
+One `GroupCoordinator` holds the groups of one ``__consumer_offsets``
+partition, like a shard of Kafka's CoordinatorRuntime; `group/shards.py`
+routes groups to the shards this broker leads.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -47,6 +56,7 @@ from headwater.group.offsets import (
     TopicPartition,
 )
 from headwater.group.pending import Pending
+from headwater.group.replication import Replicated, coordinator_error, replicated_at_once
 from headwater.group.results import (
     GroupDescription,
     GroupListing,
@@ -99,7 +109,7 @@ _Completion = tuple[Pending[JoinResult] | Pending[SyncResult], JoinResult | Sync
 
 
 class GroupCoordinator:
-    """All consumer groups of this broker (a single broker coordinates every group)."""
+    """The consumer groups of one offsets partition, rebuilt from its `OffsetsLog`."""
 
     def __init__(
         self,
@@ -109,9 +119,13 @@ class GroupCoordinator:
         now_ms: int,
         config: GroupConfig | None = None,
         member_id_factory: Callable[[str], str] = random_member_id,
+        replicated: Replicated = replicated_at_once,
+        replay: bool = True,
     ) -> None:
+        """`replay=False` starts empty, for a caller that feeds the log through `load`."""
         self.config = config or GroupConfig()
         self._log = log
+        self._replicated = replicated
         self._new_member_id = member_id_factory
         self.offsets = OffsetStore(
             log, partition_exists, max_metadata_bytes=self.config.max_metadata_bytes
@@ -119,7 +133,10 @@ class GroupCoordinator:
         self._groups: dict[str, Group] = {}
         # Answers to hand out once the current operation has updated all state.
         self._completions: list[_Completion] = []
-        self._replay(now_ms)
+        self._answering_depth = 0
+        if replay:
+            self.load(self._log.replay(), now_ms)
+            self.finish_load(now_ms)
 
     # ------------------------------------------------------------------ JoinGroup
 
@@ -228,22 +245,30 @@ class GroupCoordinator:
         self._update_member(now_ms, member, request)
         if group.state is GroupState.STABLE and group.select_protocol() == group.protocol_name:
             # Same protocol: the old assignment still holds, no rebalance (KIP-345).
-            self._store_group(group)
+            stored = self._store_group(group)
             is_leader = group.leader_id == new_id
             skip = is_leader and request.supports_skip_assignment
-            return Pending.completed(
-                JoinResult(
-                    error=ErrorCode.none,
-                    member_id=new_id,
-                    generation_id=group.generation_id,
-                    protocol_type=group.protocol_type,
-                    protocol_name=group.protocol_name,
-                    # Below v9 the old leader id is returned, so a restarted leader
-                    # acts as a follower: a Stable group would not broadcast its
-                    # new assignment anyway.
-                    leader_id=new_id if skip else previous_leader,
-                    members=self._joined_members(group) if skip else (),
-                    skip_assignment=skip,
+            joined = JoinResult(
+                error=ErrorCode.none,
+                member_id=new_id,
+                generation_id=group.generation_id,
+                protocol_type=group.protocol_type,
+                protocol_name=group.protocol_name,
+                # Below v9 the old leader id is returned, so a restarted leader
+                # acts as a follower: a Stable group would not broadcast its
+                # new assignment anyway.
+                leader_id=new_id if skip else previous_leader,
+                members=self._joined_members(group) if skip else (),
+                skip_assignment=skip,
+            )
+            # The new member id is only answered once it is durable; a failed
+            # write keeps it in memory (Kafka reverts it), which a retry or the
+            # next coordinator's reload corrects.
+            return stored.map(
+                lambda error: (
+                    joined
+                    if error is ErrorCode.none
+                    else _join_error(coordinator_error(error), new_id)
                 )
             )
         pending: Pending[JoinResult] = Pending()
@@ -467,13 +492,41 @@ class GroupCoordinator:
                 given = dict(assignments)
                 for m in group.members.values():
                     m.assignment = given.get(m.member_id, b"")
-                self._store_group(group)
+                generation = group.generation_id
+                self._store_group(group).on_done(
+                    lambda error: self._assignment_stored(now_ms, group, generation, error)
+                )
+        return pending
+
+    def _assignment_stored(
+        self, now_ms: int, group: Group, generation: int, error: ErrorCode
+    ) -> None:
+        """The leader's assignment is replicated (or not): answer everyone waiting.
+
+        Members may have joined or left meanwhile; then the new rebalance
+        decides, as in Kafka. A failed write sends the group back to rebalance.
+        `now_ms` is the leader's SyncGroup time: the wait is short next to
+        session timeouts.
+        """
+        if (
+            self._groups.get(group.group_id) is not group
+            or group.state is not GroupState.COMPLETING_REBALANCE
+            or group.generation_id != generation
+        ):
+            return
+        with self._answering():
+            if error is ErrorCode.none:
                 group.transition_to(GroupState.STABLE)
                 for m in group.members.values():
                     if m.awaiting_sync is not None:
                         self._touch(now_ms, m)
                         self._answer_sync(m, self._sync_result(group, m))
-        return pending
+                return
+            failed = SyncResult(coordinator_error(error))
+            for m in group.members.values():
+                m.assignment = None
+                self._answer_sync(m, failed)
+            self._prepare_rebalance(now_ms, group)
 
     def _synced(self, group: Group, member_id: str) -> None:
         group.pending_sync.discard(member_id)
@@ -721,12 +774,13 @@ class GroupCoordinator:
         entries: Sequence[OffsetCommitEntry],
         timestamp_ms: int,
         group_instance_id: str | None = None,
-    ) -> list[ErrorCode]:
-        """OffsetCommit: one error per entry, in order.
+    ) -> Pending[list[ErrorCode]]:
+        """OffsetCommit: one error per entry, in order, once the commit is replicated.
 
         Members of a group must name their current generation; a consumer that
         manages its own partitions (generation -1, no member id) may commit
-        only while the group has no members.
+        only while the group has no members. The offsets are visible to
+        OffsetFetch once replicated; a failed replication leaves them out.
         """
         partition_errors = [self.offsets.partition_error(e.topic, e.partition) for e in entries]
         group = self._groups.get(group_id)
@@ -748,19 +802,33 @@ class GroupCoordinator:
         elif group.state is not GroupState.EMPTY:
             error = ErrorCode.unknown_member_id
         if error is not ErrorCode.none:
-            return [e if e is not ErrorCode.none else error for e in partition_errors]
+            return Pending.completed(
+                [e if e is not ErrorCode.none else error for e in partition_errors]
+            )
         valid = [
             entry for entry, e in zip(entries, partition_errors, strict=True) if e is ErrorCode.none
         ]
         if group is None:
             if not valid:
-                return partition_errors
+                return Pending.completed(partition_errors)
             group = self._groups[group_id] = Group(group_id, empty_since_ms=now_ms)
         member = group.members.get(member_id)
         if member is not None:
             self._touch(now_ms, member)
-        stored = iter(self.offsets.commit(group_id, valid, timestamp_ms=timestamp_ms))
-        return [next(stored) if e is ErrorCode.none else e for e in partition_errors]
+        appended = self.offsets.commit(group_id, valid, timestamp_ms=timestamp_ms)
+        stored = iter(appended.errors)
+        errors = [next(stored) if e is ErrorCode.none else e for e in partition_errors]
+        if appended.end_offset is None:
+            return Pending.completed(errors)
+
+        def answer(replication_error: ErrorCode) -> list[ErrorCode]:
+            if replication_error is ErrorCode.none:
+                self.offsets.apply(group_id, appended.accepted)
+                return errors
+            failed = coordinator_error(replication_error, commit=True)
+            return [failed if e is ErrorCode.none else e for e in errors]
+
+        return self._replicated(appended.end_offset).map(answer)
 
     def fetch_offsets(
         self, group_id: str, partitions: Sequence[TopicPartition] | None
@@ -876,11 +944,13 @@ class GroupCoordinator:
 
     # -------------------------------------------------------------- durability
 
-    def _store_group(self, group: Group) -> None:
-        self._log.append(
+    def _store_group(self, group: Group) -> Pending[ErrorCode]:
+        """Append the group's record; the pending tells when it is replicated."""
+        end_offset = self._log.append(
             [(encode_key(GroupKey(group.group_id)), encode_group_value(_group_record(group)))]
         )
         group.persisted = True
+        return self._replicated(end_offset)
 
     def live_records(self) -> Iterator[LogEntry]:
         """The current state as records: what a compacted offsets log would hold."""
@@ -892,8 +962,9 @@ class GroupCoordinator:
                 )
         yield from self.offsets.live_records()
 
-    def _replay(self, now_ms: int) -> None:
-        for raw_key, raw_value in self._log.replay():
+    def load(self, entries: Iterable[LogEntry], now_ms: int) -> None:
+        """Apply replayed records, oldest first; may be called in steps, then `finish_load`."""
+        for raw_key, raw_value in entries:
             key = decode_key(raw_key)
             if isinstance(key, OffsetKey):
                 value = None if raw_value is None else decode_offset_value(raw_value)
@@ -904,9 +975,35 @@ class GroupCoordinator:
                 self._groups[key.group_id] = _group_from_record(
                     key.group_id, decode_group_value(raw_value), now_ms
                 )
+
+    def finish_load(self, now_ms: int) -> None:
+        """Groups known only by their offsets appear; loaded members' sessions start now."""
         for group_id in self.offsets.group_ids():
             if group_id not in self._groups:
                 self._groups[group_id] = Group(group_id, empty_since_ms=now_ms)
+        for group in self._groups.values():
+            for member in group.members.values():
+                self._touch(now_ms, member)
+
+    def unload(self) -> None:
+        """This broker stopped coordinating the partition: forget every group.
+
+        Requests still waiting get NOT_COORDINATOR, so their clients look up
+        the new coordinator (Kafka's onGroupUnloaded).
+        """
+        with self._answering():
+            for group in self._groups.values():
+                for member in group.members.values():
+                    if member.awaiting_join is not None:
+                        pending = member.awaiting_join
+                        member.awaiting_join = None
+                        self._completions.append(
+                            (pending, _join_error(ErrorCode.not_coordinator, member.member_id))
+                        )
+                    self._answer_sync(member, SyncResult(ErrorCode.not_coordinator))
+                group.transition_to(GroupState.DEAD)
+            self._groups.clear()
+            self.offsets.clear()
 
     # --------------------------------------------------------------- answering
 
@@ -914,6 +1011,8 @@ class GroupCoordinator:
         return _Answering(self)
 
     def _flush_completions(self) -> None:
+        if self._answering_depth:
+            return  # an enclosing operation answers when it is done
         while self._completions:
             completions, self._completions = self._completions, []
             for pending, result in completions:
@@ -930,9 +1029,10 @@ class _Answering:
         self._coordinator = coordinator
 
     def __enter__(self) -> None:
-        return None
+        self._coordinator._answering_depth += 1
 
     def __exit__(self, *exc: object) -> None:
+        self._coordinator._answering_depth -= 1
         self._coordinator._flush_completions()
 
 

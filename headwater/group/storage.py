@@ -47,8 +47,12 @@ LogEntry = tuple[bytes, bytes | None]
 class OffsetsLog(Protocol):
     """The durable store the coordinator writes through (adapted by the broker)."""
 
-    def append(self, entries: Sequence[LogEntry]) -> None:
-        """Append all entries atomically; durable when it returns. None value = tombstone."""
+    def append(self, entries: Sequence[LogEntry]) -> int:
+        """Append all entries atomically; None value = tombstone.
+
+        Returns the log's next offset after the write: the offset the caller
+        waits for when the write must be replicated before it is answered.
+        """
         ...
 
     def replay(self) -> Iterator[LogEntry]:
@@ -62,8 +66,9 @@ class InMemoryOffsetsLog:
     def __init__(self) -> None:
         self.entries: list[LogEntry] = []
 
-    def append(self, entries: Sequence[LogEntry]) -> None:
+    def append(self, entries: Sequence[LogEntry]) -> int:
         self.entries.extend(entries)
+        return len(self.entries)
 
     def replay(self) -> Iterator[LogEntry]:
         return iter(list(self.entries))
