@@ -82,8 +82,7 @@ class GroupService:
         self._wait_replicated = wait_replicated
         self._member_id_factory = member_id_factory
         self._ticker: asyncio.Task[None] | None = None
-        self._waits: set[asyncio.Task[int]] = set()
-        self._wake = asyncio.Event()
+        self._waits: set[asyncio.Future[int]] = set()
 
     @classmethod
     def create(
@@ -187,8 +186,7 @@ class GroupService:
                 self.shards.unload(partition)
             raise
         coordinator.finish_load(self._clock_ms())
-        if self.shards.finish_load(token, coordinator):
-            self._wake.set()  # its timers may be due before the ticker's next turn
+        self.shards.finish_load(token, coordinator)
 
     def load_partition_now(self, partition: int, offsets_log: OffsetsLog) -> None:
         """`load_partition` in one go, for start-up before any request is served."""
@@ -236,7 +234,7 @@ class GroupService:
 
         return replicated
 
-    def _replication_done(self, task: asyncio.Task[int], pending: Pending[ErrorCode]) -> None:
+    def _replication_done(self, task: asyncio.Future[int], pending: Pending[ErrorCode]) -> None:
         self._waits.discard(task)
         if task.cancelled():
             error = ErrorCode.request_timed_out
@@ -281,9 +279,7 @@ class GroupService:
             delay = self._max_tick_interval_s
             if deadline is not None:
                 delay = min(delay, max(deadline - now, 1) / 1000)
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)
+            await asyncio.sleep(delay)
 
 
 def _awaitable(pending: Pending[Response]) -> asyncio.Future[Response]:
