@@ -27,7 +27,9 @@ MEMBER_ID_REQUIRED (KIP-394), pending-sync expiry and skip_assignment
 `OffsetsLog` (see `group/storage.py`) and are replayed by the constructor (or
 by `load` in steps). A commit, the leader's SyncGroup and a static member's
 rejoin are answered only when the `Replicated` hook says the record is
-replicated, as Kafka's coordinator answers from its append callback.
+replicated, as Kafka's coordinator answers from its append callback. What is
+kept and how it becomes records is `GroupStore`'s (group/group_store.py);
+a group's own state machine is `Group`'s (group/membership.py).
 
 One `GroupCoordinator` holds the groups of one ``__consumer_offsets``
 partition, like a shard of Kafka's CoordinatorRuntime; `group/shards.py`
@@ -47,11 +49,11 @@ from headwater.group.consumer_protocol import (
     ConsumerProtocolError,
     decode_subscription,
 )
+from headwater.group.group_store import GroupStore
 from headwater.group.membership import Group, GroupState, Member, Protocols
 from headwater.group.offsets import (
     DEFAULT_MAX_METADATA_BYTES,
     OffsetCommitEntry,
-    OffsetStore,
     PartitionExists,
     TopicPartition,
 )
@@ -67,20 +69,7 @@ from headwater.group.results import (
     MemberLeaveResult,
     SyncResult,
 )
-from headwater.group.storage import (
-    CommittedOffset,
-    GroupKey,
-    GroupRecord,
-    LogEntry,
-    MemberRecord,
-    OffsetKey,
-    OffsetsLog,
-    decode_group_value,
-    decode_key,
-    decode_offset_value,
-    encode_group_value,
-    encode_key,
-)
+from headwater.group.storage import CommittedOffset, LogEntry, OffsetsLog
 
 # Kafka's bit set of operations allowed on a group when no ACLs are in force:
 # READ(3), DELETE(6), DESCRIBE(8), DESCRIBE_CONFIGS(10), ALTER_CONFIGS(11).
@@ -124,18 +113,20 @@ class GroupCoordinator:
     ) -> None:
         """`replay=False` starts empty, for a caller that feeds the log through `load`."""
         self.config = config or GroupConfig()
-        self._log = log
-        self._replicated = replicated
         self._new_member_id = member_id_factory
-        self.offsets = OffsetStore(
-            log, partition_exists, max_metadata_bytes=self.config.max_metadata_bytes
+        self._store = GroupStore(
+            log,
+            partition_exists,
+            max_metadata_bytes=self.config.max_metadata_bytes,
+            replicated=replicated,
         )
-        self._groups: dict[str, Group] = {}
+        self._groups = self._store.groups
+        self.offsets = self._store.offsets
         # Answers to hand out once the current operation has updated all state.
         self._completions: list[_Completion] = []
         self._answering_depth = 0
         if replay:
-            self.load(self._log.replay(), now_ms)
+            self.load(log.replay(), now_ms)
             self.finish_load(now_ms)
 
     # ------------------------------------------------------------------ JoinGroup
@@ -245,7 +236,7 @@ class GroupCoordinator:
         self._update_member(now_ms, member, request)
         if group.state is GroupState.STABLE and group.select_protocol() == group.protocol_name:
             # Same protocol: the old assignment still holds, no rebalance (KIP-345).
-            stored = self._store_group(group)
+            stored = self._store.store_group(group)
             is_leader = group.leader_id == new_id
             skip = is_leader and request.supports_skip_assignment
             joined = JoinResult(
@@ -405,7 +396,7 @@ class GroupCoordinator:
             group.protocol_name = None
             group.transition_to(GroupState.EMPTY)
             group.empty_since_ms = now_ms
-            self._store_group(group)
+            self._store.store_group(group)
             return
         group.protocol_name = group.select_protocol()
         group.transition_to(GroupState.COMPLETING_REBALANCE)
@@ -493,7 +484,7 @@ class GroupCoordinator:
                 for m in group.members.values():
                     m.assignment = given.get(m.member_id, b"")
                 generation = group.generation_id
-                self._store_group(group).on_done(
+                self._store.store_group(group).on_done(
                     lambda error: self._assignment_stored(now_ms, group, generation, error)
                 )
         return pending
@@ -760,7 +751,7 @@ class GroupCoordinator:
             never_used = group.generation_id == 0 and not group.persisted
             expired = now_ms - group.empty_since_ms >= self.config.empty_group_retention_ms
             if never_used or expired:
-                self._delete_group(group)
+                self._store.delete_group(group)
 
     # ------------------------------------------------------------------ offsets
 
@@ -828,7 +819,7 @@ class GroupCoordinator:
             failed = coordinator_error(replication_error, commit=True)
             return [failed if e is ErrorCode.none else e for e in errors]
 
-        return self._replicated(appended.end_offset).map(answer)
+        return self._store.replicated(appended.end_offset).map(answer)
 
     def fetch_offsets(
         self, group_id: str, partitions: Sequence[TopicPartition] | None
@@ -888,19 +879,9 @@ class GroupCoordinator:
             elif group.state is not GroupState.EMPTY:
                 errors.append(ErrorCode.non_empty_group)
             else:
-                self._delete_group(group)
+                self._store.delete_group(group)
                 errors.append(ErrorCode.none)
         return errors
-
-    def _delete_group(self, group: Group) -> None:
-        entries = self.offsets.tombstones_for_group(group.group_id)
-        if group.persisted:
-            entries.append((encode_key(GroupKey(group.group_id)), None))
-        if entries:
-            self._log.append(entries)
-        self.offsets.forget_group(group.group_id)
-        group.transition_to(GroupState.DEAD)
-        del self._groups[group.group_id]
 
     def list_groups(self, states: Collection[str] | None = None) -> list[GroupListing]:
         """ListGroups; `states` (v4) filters by state name, case-insensitively."""
@@ -944,46 +925,17 @@ class GroupCoordinator:
 
     # -------------------------------------------------------------- durability
 
-    def _store_group(self, group: Group) -> Pending[ErrorCode]:
-        """Append the group's record; the pending tells when it is replicated."""
-        end_offset = self._log.append(
-            [(encode_key(GroupKey(group.group_id)), encode_group_value(_group_record(group)))]
-        )
-        group.persisted = True
-        return self._replicated(end_offset)
-
     def live_records(self) -> Iterator[LogEntry]:
         """The current state as records: what a compacted offsets log would hold."""
-        for group in self._groups.values():
-            if group.persisted:
-                yield (
-                    encode_key(GroupKey(group.group_id)),
-                    encode_group_value(_group_record(group)),
-                )
-        yield from self.offsets.live_records()
+        return self._store.live_records()
 
     def load(self, entries: Iterable[LogEntry], now_ms: int) -> None:
         """Apply replayed records, oldest first; may be called in steps, then `finish_load`."""
-        for raw_key, raw_value in entries:
-            key = decode_key(raw_key)
-            if isinstance(key, OffsetKey):
-                value = None if raw_value is None else decode_offset_value(raw_value)
-                self.offsets.load(key, value)
-            elif raw_value is None:
-                self._groups.pop(key.group_id, None)
-            else:
-                self._groups[key.group_id] = _group_from_record(
-                    key.group_id, decode_group_value(raw_value), now_ms
-                )
+        self._store.load(entries, now_ms)
 
     def finish_load(self, now_ms: int) -> None:
         """Groups known only by their offsets appear; loaded members' sessions start now."""
-        for group_id in self.offsets.group_ids():
-            if group_id not in self._groups:
-                self._groups[group_id] = Group(group_id, empty_since_ms=now_ms)
-        for group in self._groups.values():
-            for member in group.members.values():
-                self._touch(now_ms, member)
+        self._store.finish_load(now_ms)
 
     def unload(self) -> None:
         """This broker stopped coordinating the partition: forget every group.
@@ -1002,8 +954,7 @@ class GroupCoordinator:
                         )
                     self._answer_sync(member, SyncResult(ErrorCode.not_coordinator))
                 group.transition_to(GroupState.DEAD)
-            self._groups.clear()
-            self.offsets.clear()
+            self._store.clear()
 
     # --------------------------------------------------------------- answering
 
@@ -1066,55 +1017,3 @@ def _validate_member(group: Group, member_id: str, instance_id: str | None) -> E
     if member_id not in group.members:
         return ErrorCode.unknown_member_id
     return ErrorCode.none
-
-
-def _group_record(group: Group) -> GroupRecord:
-    protocol = group.protocol_name or ""
-    return GroupRecord(
-        protocol_type=group.protocol_type or "",
-        generation_id=group.generation_id,
-        protocol_name=group.protocol_name,
-        leader_id=group.leader_id,
-        members=tuple(
-            MemberRecord(
-                member_id=m.member_id,
-                group_instance_id=m.group_instance_id,
-                client_id=m.client_id,
-                client_host=m.client_host,
-                rebalance_timeout_ms=m.rebalance_timeout_ms,
-                session_timeout_ms=m.session_timeout_ms,
-                subscription=m.metadata(protocol),
-                assignment=m.assignment or b"",
-            )
-            for m in group.members.values()
-        ),
-    )
-
-
-def _group_from_record(group_id: str, record: GroupRecord, now_ms: int) -> Group:
-    """A group as it was at its last durable generation; members get a fresh session."""
-    group = Group(
-        group_id,
-        state=GroupState.STABLE if record.members else GroupState.EMPTY,
-        generation_id=record.generation_id,
-        protocol_type=record.protocol_type or None,
-        protocol_name=record.protocol_name,
-        leader_id=record.leader_id if record.members else None,
-        persisted=True,
-        empty_since_ms=now_ms,
-    )
-    for m in record.members:
-        group.members[m.member_id] = Member(
-            member_id=m.member_id,
-            group_instance_id=m.group_instance_id,
-            client_id=m.client_id,
-            client_host=m.client_host,
-            session_timeout_ms=m.session_timeout_ms,
-            rebalance_timeout_ms=m.rebalance_timeout_ms,
-            protocols=((record.protocol_name or "", m.subscription),),
-            session_deadline_ms=now_ms + m.session_timeout_ms,
-            assignment=m.assignment,
-        )
-        if m.group_instance_id is not None:
-            group.static_members[m.group_instance_id] = m.member_id
-    return group
