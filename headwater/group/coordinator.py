@@ -44,13 +44,9 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from headwater.group.consumer_protocol import (
-    CONSUMER_PROTOCOL_TYPE,
-    ConsumerProtocolError,
-    decode_subscription,
-)
 from headwater.group.group_store import GroupStore
 from headwater.group.membership import Group, GroupState, Member, Protocols
+from headwater.group.offset_commits import OffsetCommits
 from headwater.group.offsets import (
     DEFAULT_MAX_METADATA_BYTES,
     OffsetCommitEntry,
@@ -122,6 +118,7 @@ class GroupCoordinator:
         )
         self._groups = self._store.groups
         self.offsets = self._store.offsets
+        self._offset_commits = OffsetCommits(self._store)
         # Answers to hand out once the current operation has updated all state.
         self._completions: list[_Completion] = []
         self._answering_depth = 0
@@ -287,7 +284,7 @@ class GroupCoordinator:
             if request.group_instance_id is not None:
                 return Pending.completed(_join_error(ErrorCode.unknown_member_id, member_id))
             return self._add_member_and_rebalance(now_ms, group, member_id, request)
-        error = _validate_member(group, member_id, request.group_instance_id)
+        error = group.validate_member(member_id, request.group_instance_id)
         if error is not ErrorCode.none:
             return Pending.completed(_join_error(error, member_id))
         member = group.members[member_id]
@@ -453,7 +450,7 @@ class GroupCoordinator:
             return Pending.completed(SyncResult(ErrorCode.unknown_member_id))
         if group.state is GroupState.DEAD:
             return Pending.completed(SyncResult(ErrorCode.coordinator_not_available))
-        error = _validate_member(group, member_id, group_instance_id)
+        error = group.validate_member(member_id, group_instance_id)
         if error is ErrorCode.none and generation_id != group.generation_id:
             error = ErrorCode.illegal_generation
         if error is ErrorCode.none and (
@@ -552,7 +549,7 @@ class GroupCoordinator:
             return ErrorCode.unknown_member_id
         if group.state is GroupState.DEAD:
             return ErrorCode.coordinator_not_available
-        error = _validate_member(group, member_id, group_instance_id)
+        error = group.validate_member(member_id, group_instance_id)
         if error is not ErrorCode.none:
             return error
         member = group.members[member_id]
@@ -600,7 +597,7 @@ class GroupCoordinator:
             self._maybe_complete_join(now_ms, group)
             return ErrorCode.none
         else:
-            error = _validate_member(group, member_id, instance_id)
+            error = group.validate_member(member_id, instance_id)
             if error is not ErrorCode.none:
                 return error
         self._remove_member_and_rebalance(now_ms, group, group.members[member_id])
@@ -643,7 +640,7 @@ class GroupCoordinator:
 
     @staticmethod
     def _touch(now_ms: int, member: Member) -> None:
-        member.session_deadline_ms = now_ms + member.session_timeout_ms
+        member.touch(now_ms)
 
     # ------------------------------------------------------------------- timers
 
@@ -766,60 +763,16 @@ class GroupCoordinator:
         timestamp_ms: int,
         group_instance_id: str | None = None,
     ) -> Pending[list[ErrorCode]]:
-        """OffsetCommit: one error per entry, in order, once the commit is replicated.
-
-        Members of a group must name their current generation; a consumer that
-        manages its own partitions (generation -1, no member id) may commit
-        only while the group has no members. The offsets are visible to
-        OffsetFetch once replicated; a failed replication leaves them out.
-        """
-        partition_errors = [self.offsets.partition_error(e.topic, e.partition) for e in entries]
-        group = self._groups.get(group_id)
-        error = ErrorCode.none
-        if group is None:
-            if generation_id >= 0:
-                error = ErrorCode.illegal_generation
-        elif group.state is GroupState.DEAD:
-            error = ErrorCode.coordinator_not_available
-        elif generation_id < 0 and group.state is GroupState.EMPTY:
-            pass  # the group only uses Kafka to store offsets
-        elif generation_id >= 0 or member_id or group_instance_id is not None:
-            error = _validate_member(group, member_id, group_instance_id)
-            if error is ErrorCode.none and generation_id != group.generation_id:
-                error = ErrorCode.illegal_generation
-            if error is ErrorCode.none and group.state is GroupState.COMPLETING_REBALANCE:
-                # It has the new generation but not yet its assignment.
-                error = ErrorCode.rebalance_in_progress
-        elif group.state is not GroupState.EMPTY:
-            error = ErrorCode.unknown_member_id
-        if error is not ErrorCode.none:
-            return Pending.completed(
-                [e if e is not ErrorCode.none else error for e in partition_errors]
-            )
-        valid = [
-            entry for entry, e in zip(entries, partition_errors, strict=True) if e is ErrorCode.none
-        ]
-        if group is None:
-            if not valid:
-                return Pending.completed(partition_errors)
-            group = self._groups[group_id] = Group(group_id, empty_since_ms=now_ms)
-        member = group.members.get(member_id)
-        if member is not None:
-            self._touch(now_ms, member)
-        appended = self.offsets.commit(group_id, valid, timestamp_ms=timestamp_ms)
-        stored = iter(appended.errors)
-        errors = [next(stored) if e is ErrorCode.none else e for e in partition_errors]
-        if appended.end_offset is None:
-            return Pending.completed(errors)
-
-        def answer(replication_error: ErrorCode) -> list[ErrorCode]:
-            if replication_error is ErrorCode.none:
-                self.offsets.apply(group_id, appended.accepted)
-                return errors
-            failed = coordinator_error(replication_error, commit=True)
-            return [failed if e is ErrorCode.none else e for e in errors]
-
-        return self._store.replicated(appended.end_offset).map(answer)
+        """OffsetCommit, answered once replicated (see `OffsetCommits.commit`)."""
+        return self._offset_commits.commit(
+            now_ms,
+            group_id=group_id,
+            generation_id=generation_id,
+            member_id=member_id,
+            entries=entries,
+            timestamp_ms=timestamp_ms,
+            group_instance_id=group_instance_id,
+        )
 
     def fetch_offsets(
         self, group_id: str, partitions: Sequence[TopicPartition] | None
@@ -830,42 +783,8 @@ class GroupCoordinator:
     def delete_offsets(
         self, group_id: str, partitions: Sequence[TopicPartition]
     ) -> tuple[ErrorCode, list[ErrorCode]]:
-        """OffsetDelete: only offsets of topics the group's members do not subscribe to."""
-        group = self._groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD:
-            return ErrorCode.group_id_not_found, []
-        subscribed: frozenset[str] = frozenset()
-        if group.state is not GroupState.EMPTY and group.protocol_type == CONSUMER_PROTOCOL_TYPE:
-            topics = self._subscribed_topics(group)
-            if topics is None:
-                return ErrorCode.non_empty_group, []
-            subscribed = topics
-        errors: list[ErrorCode] = []
-        doomed: list[TopicPartition] = []
-        for topic, partition in partitions:
-            error = self.offsets.partition_error(topic, partition)
-            if error is not ErrorCode.none:
-                errors.append(error)
-            elif topic in subscribed:
-                errors.append(ErrorCode.group_subscribed_to_topic)
-            else:
-                errors.append(ErrorCode.none)
-                doomed.append((topic, partition))
-        self.offsets.delete(group_id, doomed)
-        return ErrorCode.none, errors
-
-    @staticmethod
-    def _subscribed_topics(group: Group) -> frozenset[str] | None:
-        """Union of the members' subscribed topics, or None if it cannot be known."""
-        if group.protocol_name is None:
-            return None
-        topics: set[str] = set()
-        for member in group.members.values():
-            try:
-                topics.update(decode_subscription(member.metadata(group.protocol_name)).topics)
-            except ConsumerProtocolError:
-                return None
-        return frozenset(topics)
+        """OffsetDelete (see `OffsetCommits.delete`)."""
+        return self._offset_commits.delete(group_id, partitions)
 
     # ------------------------------------------------------------ groups as a whole
 
@@ -1006,14 +925,3 @@ class _JoinRequest:
 
 def _join_error(error: ErrorCode, member_id: str) -> JoinResult:
     return JoinResult(error=error, member_id=member_id)
-
-
-def _validate_member(group: Group, member_id: str, instance_id: str | None) -> ErrorCode:
-    """Kafka's validateCurrentMember: a stale instance is fenced, a stranger unknown."""
-    if instance_id is not None:
-        current = group.static_members.get(instance_id)
-        if current is not None and current != member_id:
-            return ErrorCode.fenced_instance_id
-    if member_id not in group.members:
-        return ErrorCode.unknown_member_id
-    return ErrorCode.none
