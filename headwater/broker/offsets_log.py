@@ -14,8 +14,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Sequence
 
+from kio.schema.errors import ErrorCode
+
 from headwater.fetch.types import Isolation
+from headwater.group.storage import AppendFailed
 from headwater.log.log import Log
+from headwater.records.errors import KafkaApiError
 from headwater.records.record import RecordBatchBuilder, decode_batches
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -40,7 +44,10 @@ class PartitionOffsetsLog:
         builder = RecordBatchBuilder()
         for key, value in entries:
             builder.append(now_ms, key, value)
-        return self._log.append(builder.build(), now_ms).last_offset + 1
+        try:
+            return self._log.append(builder.build(), now_ms).last_offset + 1
+        except KafkaApiError as exc:
+            raise AppendFailed(_error_code(exc.kafka_error_code), str(exc)) from exc
 
     def replay(self) -> Iterator[tuple[bytes, bytes | None]]:
         offset = self._log.log_start_offset
@@ -60,3 +67,10 @@ class PartitionOffsetsLog:
                     progressed = True
             if not progressed:
                 return
+
+
+def _error_code(code: int) -> ErrorCode:
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return ErrorCode.unknown_server_error

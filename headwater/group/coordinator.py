@@ -798,8 +798,7 @@ class GroupCoordinator:
             elif group.state is not GroupState.EMPTY:
                 errors.append(ErrorCode.non_empty_group)
             else:
-                self._store.delete_group(group)
-                errors.append(ErrorCode.none)
+                errors.append(self._store.delete_group(group))
         return errors
 
     def list_groups(self, states: Collection[str] | None = None) -> list[GroupListing]:

@@ -17,8 +17,9 @@ from kio.schema.errors import ErrorCode
 from headwater.group.membership import Group, GroupState, Member
 from headwater.group.offsets import DEFAULT_MAX_METADATA_BYTES, OffsetStore, PartitionExists
 from headwater.group.pending import Pending
-from headwater.group.replication import Replicated, replicated_at_once
+from headwater.group.replication import Replicated, coordinator_error, replicated_at_once
 from headwater.group.storage import (
+    AppendFailed,
     GroupKey,
     GroupRecord,
     LogEntry,
@@ -50,23 +51,31 @@ class GroupStore:
         self.groups: dict[str, Group] = {}
 
     def store_group(self, group: Group) -> Pending[ErrorCode]:
-        """Append the group's record; the pending tells when it is replicated."""
-        end_offset = self.log.append(
-            [(encode_key(GroupKey(group.group_id)), encode_group_value(group_record(group)))]
-        )
+        """Append the group's record; the pending tells when it is replicated (or why not)."""
+        try:
+            end_offset = self.log.append(
+                [(encode_key(GroupKey(group.group_id)), encode_group_value(group_record(group)))]
+            )
+        except AppendFailed as failed:
+            return Pending.completed(failed.error)
         group.persisted = True
         return self.replicated(end_offset)
 
-    def delete_group(self, group: Group) -> None:
-        """Tombstone the group and its offsets, and forget them."""
+    def delete_group(self, group: Group) -> ErrorCode:
+        """Tombstone the group and its offsets, and forget them; nothing changes if the
+        log refuses the tombstones (the coordinator's error is returned)."""
         entries = self.offsets.tombstones_for_group(group.group_id)
         if group.persisted:
             entries.append((encode_key(GroupKey(group.group_id)), None))
         if entries:
-            self.log.append(entries)
+            try:
+                self.log.append(entries)
+            except AppendFailed as failed:
+                return coordinator_error(failed.error)
         self.offsets.forget_group(group.group_id)
         group.transition_to(GroupState.DEAD)
         del self.groups[group.group_id]
+        return ErrorCode.none
 
     def clear(self) -> None:
         """Forget everything in memory (the partition moved); the log keeps it."""

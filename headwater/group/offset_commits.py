@@ -21,6 +21,7 @@ from headwater.group.membership import Group, GroupState
 from headwater.group.offsets import OffsetCommitEntry, TopicPartition
 from headwater.group.pending import Pending
 from headwater.group.replication import coordinator_error
+from headwater.group.storage import AppendFailed
 
 
 class OffsetCommits:
@@ -82,7 +83,13 @@ class OffsetCommits:
         member = group.members.get(member_id)
         if member is not None:
             member.touch(now_ms)
-        appended = self._store.offsets.commit(group_id, valid, timestamp_ms=timestamp_ms)
+        try:
+            appended = self._store.offsets.commit(group_id, valid, timestamp_ms=timestamp_ms)
+        except AppendFailed as failed:
+            refused = coordinator_error(failed.error, commit=True)
+            return Pending.completed(
+                [refused if e is ErrorCode.none else e for e in partition_errors]
+            )
         stored = iter(appended.errors)
         errors = [next(stored) if e is ErrorCode.none else e for e in partition_errors]
         if appended.end_offset is None:
@@ -121,7 +128,10 @@ class OffsetCommits:
             else:
                 errors.append(ErrorCode.none)
                 doomed.append((topic, partition))
-        self._store.offsets.delete(group_id, doomed)
+        try:
+            self._store.offsets.delete(group_id, doomed)
+        except AppendFailed as failed:
+            return coordinator_error(failed.error), []
         return ErrorCode.none, errors
 
     @staticmethod

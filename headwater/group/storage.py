@@ -36,6 +36,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from kio.schema.errors import ErrorCode
+
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
 OFFSET_VALUE_VERSION = 1
@@ -52,12 +54,25 @@ class OffsetsLog(Protocol):
 
         Returns the log's next offset after the write: the offset the caller
         waits for when the write must be replicated before it is answered.
+        Raises `AppendFailed` when nothing was written.
         """
         ...
 
     def replay(self) -> Iterator[LogEntry]:
         """Every entry ever appended, oldest first."""
         ...
+
+
+class AppendFailed(Exception):
+    """The offsets log refused a write (too large, not the leader, disk error...).
+
+    Carries the log's error code; the coordinator answers with its own
+    equivalent (`group/replication.py`) instead of failing the request.
+    """
+
+    def __init__(self, error: ErrorCode, reason: str = "") -> None:
+        super().__init__(reason or error.name)
+        self.error = error
 
 
 class InMemoryOffsetsLog:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kio.schema.errors import ErrorCode
 
+from headwater.broker.offsets_log import PartitionOffsetsLog
 from headwater.group.apis import GroupApis
 from headwater.group.coordinator import GroupConfig, GroupCoordinator
 from headwater.group.membership import GroupState
@@ -21,7 +23,10 @@ from headwater.group.offsets import OffsetCommitEntry
 from headwater.group.pending import Pending
 from headwater.group.placement import partition_for
 from headwater.group.service import GroupService
-from headwater.group.storage import InMemoryOffsetsLog
+from headwater.group.storage import AppendFailed, InMemoryOffsetsLog, LogEntry
+from headwater.log.config import LogConfig
+from headwater.log.handles import FileHandleCache
+from headwater.log.log import Log
 from headwater.protocol.apis import ApiKey
 from headwater.protocol.messages import (
     build_request,
@@ -593,3 +598,82 @@ def test_without_wait_replicated_writes_count_as_replicated_at_once() -> None:
     response = answer(service.apis, ApiKey.OFFSET_COMMIT, 2, **commit(G0, 11))
     assert commit_errors(response) == [ErrorCode.none]
     assert fetched(service.apis, G0) == 11
+
+
+# ------------------------------------------------------ the log refuses a write
+
+
+class RefusingLog(InMemoryOffsetsLog):
+    """An offsets log that refuses writes while `refuse` is set (not leader, too large...)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refuse: ErrorCode | None = None
+
+    def append(self, entries: Sequence[LogEntry]) -> int:
+        if self.refuse is not None:
+            raise AppendFailed(self.refuse)
+        return super().append(entries)
+
+
+def refusing_coordinator() -> tuple[GroupCoordinator, RefusingLog]:
+    log = RefusingLog()
+    coordinator = GroupCoordinator(log, lambda topic, partition: True, now_ms=0, config=CONFIG)
+    return coordinator, log
+
+
+def test_a_refused_commit_is_answered_with_the_coordinators_error() -> None:
+    coordinator, log = refusing_coordinator()
+    log.refuse = ErrorCode.message_too_large
+    pending = coordinator.commit_offsets(
+        0,
+        group_id="g",
+        generation_id=-1,
+        member_id="",
+        entries=[OffsetCommitEntry("orders", 0, 1)],
+        timestamp_ms=0,
+    )
+    assert pending.result() == [ErrorCode.invalid_commit_offset_size]
+    assert coordinator.fetch_offsets("g", None) == []
+
+
+def test_a_refused_assignment_is_answered_and_the_group_rebalances() -> None:
+    coordinator, log = refusing_coordinator()
+    members = two_members_completing_rebalance(coordinator)
+    log.refuse = ErrorCode.not_leader_or_follower
+    follower_sync, leader_sync = sync_both(coordinator, members)
+    assert leader_sync.result().error is ErrorCode.not_coordinator
+    assert follower_sync.result().error is ErrorCode.not_coordinator
+    assert state_of(coordinator) is GroupState.PREPARING_REBALANCE
+
+
+def test_a_refused_group_deletion_keeps_the_group() -> None:
+    coordinator, log = refusing_coordinator()
+    coordinator.commit_offsets(
+        0,
+        group_id="g",
+        generation_id=-1,
+        member_id="",
+        entries=[OffsetCommitEntry("orders", 0, 1)],
+        timestamp_ms=0,
+    )
+    log.refuse = ErrorCode.kafka_storage_error
+    assert coordinator.delete_groups(["g"]) == [ErrorCode.not_coordinator]
+    assert coordinator.delete_offsets("g", [("orders", 0)]) == (ErrorCode.not_coordinator, [])
+    assert coordinator.fetch_offsets("g", [("orders", 0)])[0][2] is not None
+    log.refuse = None
+    assert coordinator.delete_groups(["g"]) == [ErrorCode.none]
+
+
+def test_the_partition_adapter_turns_log_errors_into_append_failed(tmp_path: Path) -> None:
+    log = Log(
+        tmp_path / "__consumer_offsets-0", LogConfig(max_message_bytes=200), FileHandleCache(4)
+    )
+    offsets_log = PartitionOffsetsLog(log)
+    assert offsets_log.append([(b"k", b"v")]) == 1
+    assert offsets_log.append([(b"k2", None), (b"k3", b"w")]) == 3  # the next offset after
+    with pytest.raises(AppendFailed) as refused:
+        offsets_log.append([(b"big", b"x" * 500)])
+    assert refused.value.error is ErrorCode.message_too_large
+    assert list(offsets_log.replay()) == [(b"k", b"v"), (b"k2", None), (b"k3", b"w")]
+    log.close()
