@@ -145,14 +145,21 @@ class Broker:
         self._build_group_apis()
 
     def _build_group_apis(self) -> None:
-        """The group coordinator, persisted in ``__consumer_offsets`` partition 0."""
-        if OFFSETS_TOPIC not in self.logs.topics():
-            self.logs.create_topic(OFFSETS_TOPIC, 1)
+        """The group coordinator over the partitions of ``__consumer_offsets``.
+
+        A single broker leads every partition, so all are loaded now, before
+        any request is served; a data directory from before the topic had
+        ``offsets.topic.num.partitions`` keeps its (single) partition, since
+        moving groups between partitions would lose them.
+        """
         c = self.config
+        if OFFSETS_TOPIC not in self.logs.topics():
+            self.logs.create_topic(OFFSETS_TOPIC, c.offsets_topic_num_partitions)
+        num_partitions = self.logs.topics()[OFFSETS_TOPIC].num_partitions
         host, port = c.advertised
-        self.groups = GroupService.open(
-            PartitionOffsetsLog(self.logs.log(OFFSETS_TOPIC, 0)),
+        self.groups = GroupService.create(
             lambda topic, partition: self.logs.existing_log(topic, partition) is not None,
+            num_partitions=num_partitions,
             node_id=c.node_id,
             host=host,
             port=port,
@@ -164,6 +171,10 @@ class Broker:
                 max_metadata_bytes=c.offset_metadata_max_bytes,
             ),
         )
+        for partition in range(num_partitions):
+            self.groups.load_partition_now(
+                partition, PartitionOffsetsLog(self.logs.log(OFFSETS_TOPIC, partition))
+            )
         groups = self.groups
 
         def handle(ctx: RequestContext, req: Any) -> Awaitable[dict[str, Any]]:

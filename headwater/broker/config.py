@@ -76,12 +76,22 @@ class BrokerConfig:
     group_max_session_timeout_ms: int = 1_800_000
     group_max_size: int = 2**31 - 1
     offset_metadata_max_bytes: int = 4096
+    # Partitions of __consumer_offsets when it is created (an existing topic keeps its count).
+    offsets_topic_num_partitions: int = 50
+    # Stored for the cluster mode; a single broker has one replica of everything.
+    offsets_topic_replication_factor: int = 3
     metrics_host: str | None = None
     metrics_port: int | None = None
     housekeeping_interval_ms: int = 1000
     retention_check_interval_ms: int = 300_000
     log: LogConfig = field(default_factory=LogConfig)
     extra: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.offsets_topic_num_partitions < 1:
+            raise ValueError("offsets.topic.num.partitions must be at least 1")
+        if self.offsets_topic_replication_factor < 1:
+            raise ValueError("offsets.topic.replication.factor must be at least 1")
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -116,6 +126,8 @@ class BrokerConfig:
             "group.max.session.timeout.ms": "group_max_session_timeout_ms",
             "group.max.size": "group_max_size",
             "offset.metadata.max.bytes": "offset_metadata_max_bytes",
+            "offsets.topic.num.partitions": "offsets_topic_num_partitions",
+            "offsets.topic.replication.factor": "offsets_topic_replication_factor",
             "headwater.housekeeping.interval.ms": "housekeeping_interval_ms",
             "log.retention.check.interval.ms": "retention_check_interval_ms",
         }

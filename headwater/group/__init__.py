@@ -1,13 +1,18 @@
 """Consumer groups and committed offsets: Headwater's group coordinator.
 
-pending.py           Pending[T]: an answer the coordinator owes (JoinGroup, SyncGroup)
-membership.py        Group, Member, GroupState and the legal state transitions
-coordinator.py       GroupCoordinator: the classic rebalance protocol, sans-I/O
+pending.py           Pending[T]: an answer the coordinator owes (JoinGroup, SyncGroup, commits)
+membership.py        Group, Member, GroupState and the legal state transitions (GroupMetadata)
+coordinator.py       GroupCoordinator: the classic rebalance protocol for one offsets partition
+group_store.py       GroupStore: a partition's groups and offsets, as records (GroupMetadataManager)
+offset_commits.py    OffsetCommits: who may commit or delete offsets (OffsetMetadataManager)
 offsets.py           OffsetStore: committed offsets per group
 storage.py           the offsets-log record format, OffsetsLog, InMemoryOffsetsLog
+replication.py       Replicated: waiting for a write's replication, and Kafka's error mapping
+placement.py         which __consumer_offsets partition holds a group (Java String.hashCode)
+shards.py            CoordinatorShards: the offsets partitions loaded here, routing by group
 consumer_protocol.py decoding "consumer" subscriptions and assignments
 results.py           the coordinator's answers (JoinResult, SyncResult, ...)
 apis.py              GroupApis: kio requests in, response dicts out
-service.py           GroupService: the asyncio adapter (awaits, timer task)
+service.py           GroupService: the asyncio adapter (awaits, timers, loading, replication)
 describe.py          reports for `headwater groups list|describe`
 """

@@ -9,14 +9,20 @@ may include fields newer versions have; they only take care where a field's
 type changes between versions (JoinGroup's protocol_name is nullable only
 from v7).
 
-JoinGroup and SyncGroup answers may be delayed, so `GroupApis.handle` returns
-every response as a `Pending`; `group/service.py` awaits it.
+JoinGroup and SyncGroup answers may be delayed, and OffsetCommit waits for
+replication, so `GroupApis.handle` returns every response as a `Pending`;
+`group/service.py` awaits it.
+
+Each group is answered by the coordinator of its offsets partition
+(`CoordinatorShards.route`); a group whose partition is not loaded here gets
+NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS while it loads, in the
+error shape of each API.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, cast
 
 from kio.schema.errors import ErrorCode
@@ -25,10 +31,13 @@ from headwater.group.coordinator import ALL_GROUP_OPERATIONS, GroupCoordinator
 from headwater.group.offsets import OffsetCommitEntry, TopicPartition
 from headwater.group.pending import Pending
 from headwater.group.results import JoinResult, SyncResult
+from headwater.group.shards import CoordinatorShards
 from headwater.group.storage import CommittedOffset
 from headwater.protocol.apis import ApiKey
 
 Response = dict[str, object]
+# Offsets partition -> (node id, host, port) of its leader, or None if it has none.
+CoordinatorOf = Callable[[int], "tuple[int, str, int] | None"]
 
 
 # API key -> (min, max) version handled here, for the broker's ApiVersions table.
@@ -180,13 +189,35 @@ class FindCoordinatorRequestLike(Protocol):
 
 
 class GroupApis:
-    """Request handlers for the group coordinator of a single-broker cluster."""
+    """Request handlers for the groups of the offsets partitions loaded on this broker."""
 
-    def __init__(self, coordinator: GroupCoordinator, *, node_id: int, host: str, port: int):
-        self.coordinator = coordinator
+    def __init__(
+        self,
+        coordinator: GroupCoordinator | CoordinatorShards,
+        *,
+        node_id: int,
+        host: str,
+        port: int,
+        coordinator_of: CoordinatorOf | None = None,
+    ):
+        """A single `GroupCoordinator` serves every group; `coordinator_of` defaults
+        to this broker for every partition (a single broker)."""
+        if isinstance(coordinator, GroupCoordinator):
+            coordinator = CoordinatorShards.single(coordinator)
+        self.shards = coordinator
         self._node_id = node_id
         self._host = host
         self._port = port
+        self._coordinator_of = coordinator_of or self._this_broker
+
+    def _this_broker(self, partition: int) -> tuple[int, str, int]:
+        return self._node_id, self._host, self._port
+
+    def _route(self, group_id: str, *, allow_empty: bool = False) -> GroupCoordinator | ErrorCode:
+        """Kafka's validateGroupStatus: an empty id is invalid where a member acts."""
+        if not group_id and not allow_empty:
+            return ErrorCode.invalid_group_id
+        return self.shards.route(group_id)
 
     def handle(
         self,
@@ -208,6 +239,10 @@ class GroupApis:
             )
         if api_key == ApiKey.SYNC_GROUP:
             return self.sync_group(cast(SyncGroupRequestLike, request), now_ms=now_ms)
+        if api_key == ApiKey.OFFSET_COMMIT:
+            return self.offset_commit(
+                cast(OffsetCommitRequestLike, request), now_ms=now_ms, timestamp_ms=timestamp_ms
+            )
         response: Response
         if api_key == ApiKey.FIND_COORDINATOR:
             response = self.find_coordinator(cast(FindCoordinatorRequestLike, request))
@@ -215,10 +250,6 @@ class GroupApis:
             response = self.heartbeat(cast(HeartbeatRequestLike, request), now_ms=now_ms)
         elif api_key == ApiKey.LEAVE_GROUP:
             response = self.leave_group(cast(LeaveGroupRequestLike, request), now_ms=now_ms)
-        elif api_key == ApiKey.OFFSET_COMMIT:
-            response = self.offset_commit(
-                cast(OffsetCommitRequestLike, request), now_ms=now_ms, timestamp_ms=timestamp_ms
-            )
         elif api_key == ApiKey.OFFSET_FETCH:
             response = self.offset_fetch(request)
         elif api_key == ApiKey.DESCRIBE_GROUPS:
@@ -236,20 +267,39 @@ class GroupApis:
     # -------------------------------------------------------------- coordinator
 
     def find_coordinator(self, request: FindCoordinatorRequestLike) -> Response:
-        """Every group (and transactional id) is coordinated by this one broker."""
-        key_type = request.key_type if version_of(request) >= 1 else _GROUP_KEY_TYPE
-        valid = key_type in (_GROUP_KEY_TYPE, _TRANSACTION_KEY_TYPE)
-        answer: Response = {
-            "error_code": ErrorCode.none if valid else ErrorCode.invalid_request,
-            "error_message": None if valid else f"unsupported key type {key_type}",
-            "node_id": self._node_id if valid else -1,
-            "host": self._host if valid else "",
-            "port": self._port if valid else -1,
-        }
-        if version_of(request) < 4:
-            return answer
+        """A group's coordinator is the leader of its offsets partition.
+
+        Transactional ids are answered with this broker, which has no
+        transaction coordinator of its own yet. v4+ batches keys: one answer each.
+        """
+        version = version_of(request)
+        key_type = request.key_type if version >= 1 else _GROUP_KEY_TYPE
+        if version < 4:
+            return self._coordinator_answer(key_type, getattr(request, "key", ""))
         keys: Sequence[str] = getattr(request, "coordinator_keys", ())
-        return {"coordinators": [{"key": key, **answer} for key in keys]}
+        return {
+            "coordinators": [
+                {"key": key, **self._coordinator_answer(key_type, key)} for key in keys
+            ]
+        }
+
+    def _coordinator_answer(self, key_type: int, key: str) -> Response:
+        if key_type == _GROUP_KEY_TYPE:
+            found = self._coordinator_of(self.shards.partition_for(key))
+            if found is None:
+                return _no_coordinator(ErrorCode.coordinator_not_available, None)
+        elif key_type == _TRANSACTION_KEY_TYPE:
+            found = self._this_broker(0)
+        else:
+            return _no_coordinator(ErrorCode.invalid_request, f"unsupported key type {key_type}")
+        node_id, host, port = found
+        return {
+            "error_code": ErrorCode.none,
+            "error_message": None,
+            "node_id": node_id,
+            "host": host,
+            "port": port,
+        }
 
     # ------------------------------------------------------------- membership
 
@@ -262,8 +312,12 @@ class GroupApis:
         client_host: str = "",
     ) -> Pending[Response]:
         version = version_of(request)
+        coordinator = self._route(request.group_id)
+        if isinstance(coordinator, ErrorCode):
+            failed = JoinResult(error=coordinator, member_id=request.member_id)
+            return Pending.completed(join_group_response(failed, version))
         rebalance_timeout: datetime.timedelta | None = getattr(request, "rebalance_timeout", None)
-        pending = self.coordinator.join_group(
+        pending = coordinator.join_group(
             now_ms,
             group_id=request.group_id,
             member_id=request.member_id,
@@ -280,7 +334,10 @@ class GroupApis:
         return pending.map(lambda result: join_group_response(result, version))
 
     def sync_group(self, request: SyncGroupRequestLike, *, now_ms: int) -> Pending[Response]:
-        pending = self.coordinator.sync_group(
+        coordinator = self._route(request.group_id)
+        if isinstance(coordinator, ErrorCode):
+            return Pending.completed(sync_group_response(SyncResult(coordinator)))
+        pending = coordinator.sync_group(
             now_ms,
             group_id=request.group_id,
             generation_id=request.generation_id,
@@ -293,7 +350,10 @@ class GroupApis:
         return pending.map(sync_group_response)
 
     def heartbeat(self, request: HeartbeatRequestLike, *, now_ms: int) -> Response:
-        error = self.coordinator.heartbeat(
+        coordinator = self._route(request.group_id)
+        if isinstance(coordinator, ErrorCode):
+            return {"error_code": coordinator}
+        error = coordinator.heartbeat(
             now_ms,
             group_id=request.group_id,
             generation_id=request.generation_id,
@@ -303,9 +363,12 @@ class GroupApis:
         return {"error_code": error}
 
     def leave_group(self, request: LeaveGroupRequestLike, *, now_ms: int) -> Response:
+        coordinator = self._route(request.group_id)
+        if isinstance(coordinator, ErrorCode):
+            return {"error_code": coordinator, "members": []}
         if version_of(request) < 3:
             member_id: str = getattr(request, "member_id", "")
-            result = self.coordinator.leave_group(
+            result = coordinator.leave_group(
                 now_ms, group_id=request.group_id, members=[(member_id, None)]
             )
             error = result.error
@@ -313,7 +376,7 @@ class GroupApis:
                 error = result.members[0].error
             return {"error_code": error}
         leaving: Sequence[object] = getattr(request, "members", ())
-        result = self.coordinator.leave_group(
+        result = coordinator.leave_group(
             now_ms,
             group_id=request.group_id,
             members=[
@@ -337,7 +400,13 @@ class GroupApis:
 
     def offset_commit(
         self, request: OffsetCommitRequestLike, *, now_ms: int, timestamp_ms: int
-    ) -> Response:
+    ) -> Pending[Response]:
+        coordinator = self._route(request.group_id, allow_empty=True)
+        if isinstance(coordinator, ErrorCode):
+            error = coordinator
+            return Pending.completed(
+                _commit_response(request, [error] * sum(len(t.partitions) for t in request.topics))
+            )
         entries = [
             OffsetCommitEntry(
                 topic=topic.name,
@@ -349,68 +418,63 @@ class GroupApis:
             for topic in request.topics
             for partition in topic.partitions
         ]
-        errors = iter(
-            self.coordinator.commit_offsets(
-                now_ms,
-                group_id=request.group_id,
-                generation_id=request.generation_id_or_member_epoch,
-                member_id=request.member_id,
-                group_instance_id=getattr(request, "group_instance_id", None),
-                entries=entries,
-                timestamp_ms=timestamp_ms,
-            )
+        committed = coordinator.commit_offsets(
+            now_ms,
+            group_id=request.group_id,
+            generation_id=request.generation_id_or_member_epoch,
+            member_id=request.member_id,
+            group_instance_id=getattr(request, "group_instance_id", None),
+            entries=entries,
+            timestamp_ms=timestamp_ms,
         )
-        return {
-            "topics": [
-                {
-                    "name": topic.name,
-                    "partitions": [
-                        {"partition_index": p.partition_index, "error_code": next(errors)}
-                        for p in topic.partitions
-                    ],
-                }
-                for topic in request.topics
-            ]
-        }
+        return committed.map(lambda errors: _commit_response(request, errors))
 
     def offset_fetch(self, request: object) -> Response:
         version = version_of(request)
         if version >= 8:
             groups: Sequence[object] = getattr(request, "groups", ())
-            return {
-                "groups": [
-                    {
-                        "group_id": getattr(group, "group_id", ""),
-                        "topics": self._fetched_topics(
-                            getattr(group, "group_id", ""), getattr(group, "topics", None)
-                        ),
-                        "error_code": ErrorCode.none,
-                    }
-                    for group in groups
-                ]
-            }
-        return {
-            "topics": self._fetched_topics(
-                getattr(request, "group_id", ""), getattr(request, "topics", None)
-            ),
-            "error_code": ErrorCode.none,
-        }
+            answers = []
+            for group in groups:
+                group_id: str = getattr(group, "group_id", "")
+                error, topics = self._fetched_topics(group_id, getattr(group, "topics", None))
+                answers.append({"group_id": group_id, "topics": topics, "error_code": error})
+            return {"groups": answers}
+        requested: Sequence[_FetchTopic] | None = getattr(request, "topics", None)
+        error, topics = self._fetched_topics(getattr(request, "group_id", ""), requested)
+        if error is not ErrorCode.none and version < 2:
+            # v1 has no group-level error: Kafka puts it on every requested partition.
+            topics = [
+                {
+                    "name": t.name,
+                    "partitions": [_fetched_partition(p, None, error) for p in t.partition_indexes],
+                }
+                for t in requested or ()
+            ]
+        return {"topics": topics, "error_code": error}
 
     def _fetched_topics(
         self, group_id: str, topics: Sequence[_FetchTopic] | None
-    ) -> list[Response]:
+    ) -> tuple[ErrorCode, list[Response]]:
         """Committed offsets grouped by topic; -1 and "" where nothing is committed."""
+        coordinator = self._route(group_id, allow_empty=True)
+        if isinstance(coordinator, ErrorCode):
+            return coordinator, []
         requested: list[TopicPartition] | None = None
         if topics is not None:
             requested = [(t.name, p) for t in topics for p in t.partition_indexes]
         by_topic: dict[str, list[Response]] = {}
-        for topic, partition, committed in self.coordinator.fetch_offsets(group_id, requested):
+        for topic, partition, committed in coordinator.fetch_offsets(group_id, requested):
             by_topic.setdefault(topic, []).append(_fetched_partition(partition, committed))
-        return [{"name": name, "partitions": parts} for name, parts in by_topic.items()]
+        return ErrorCode.none, [
+            {"name": name, "partitions": parts} for name, parts in by_topic.items()
+        ]
 
     def offset_delete(self, request: OffsetDeleteRequestLike) -> Response:
+        coordinator = self._route(request.group_id)
+        if isinstance(coordinator, ErrorCode):
+            return {"error_code": coordinator, "topics": []}
         requested = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
-        error, errors = self.coordinator.delete_offsets(request.group_id, requested)
+        error, errors = coordinator.delete_offsets(request.group_id, requested)
         if error is not ErrorCode.none:
             return {"error_code": error, "topics": []}
         per_partition = iter(errors)
@@ -435,7 +499,21 @@ class GroupApis:
         group_ids: Sequence[str] = getattr(request, "groups", ())
         described = []
         for group_id in group_ids:
-            group = self.coordinator.describe_group(group_id)
+            coordinator = self._route(group_id, allow_empty=True)
+            if isinstance(coordinator, ErrorCode):
+                described.append(
+                    {
+                        "error_code": coordinator,
+                        "group_id": group_id,
+                        "group_state": "",
+                        "protocol_type": "",
+                        "protocol_data": "",
+                        "members": [],
+                        "authorized_operations": _NO_AUTHORIZED_OPERATIONS,
+                    }
+                )
+                continue
+            group = coordinator.describe_group(group_id)
             described.append(
                 {
                     "error_code": ErrorCode.none,
@@ -463,27 +541,30 @@ class GroupApis:
 
     def list_groups(self, request: object) -> Response:
         states: Sequence[str] = getattr(request, "states_filter", ())
+        error, listed = self.shards.list_groups(list(states) or None)
         return {
-            "error_code": ErrorCode.none,
+            "error_code": error,
             "groups": [
                 {
                     "group_id": g.group_id,
                     "protocol_type": g.protocol_type,
                     "group_state": g.state,
                 }
-                for g in self.coordinator.list_groups(states or None)
+                for g in listed
             ],
         }
 
     def delete_groups(self, request: object) -> Response:
         group_ids: Sequence[str] = getattr(request, "groups_names", ())
-        errors = self.coordinator.delete_groups(list(group_ids))
-        return {
-            "results": [
-                {"group_id": group_id, "error_code": error}
-                for group_id, error in zip(group_ids, errors, strict=True)
-            ]
-        }
+        results = []
+        for group_id in group_ids:
+            coordinator = self._route(group_id, allow_empty=True)
+            if isinstance(coordinator, ErrorCode):
+                error = coordinator
+            else:
+                (error,) = coordinator.delete_groups([group_id])
+            results.append({"group_id": group_id, "error_code": error})
+        return {"results": results}
 
 
 def join_group_response(result: JoinResult, version: int) -> Response:
@@ -518,11 +599,34 @@ def sync_group_response(result: SyncResult) -> Response:
     }
 
 
-def _fetched_partition(partition: int, committed: CommittedOffset | None) -> Response:
+def _fetched_partition(
+    partition: int, committed: CommittedOffset | None, error: ErrorCode = ErrorCode.none
+) -> Response:
     return {
         "partition_index": partition,
         "committed_offset": committed.offset if committed else -1,
         "committed_leader_epoch": committed.leader_epoch if committed else -1,
         "metadata": committed.metadata if committed else "",
-        "error_code": ErrorCode.none,
+        "error_code": error,
     }
+
+
+def _commit_response(request: OffsetCommitRequestLike, errors: Sequence[ErrorCode]) -> Response:
+    """One error per requested partition, in request order."""
+    per_partition = iter(errors)
+    return {
+        "topics": [
+            {
+                "name": topic.name,
+                "partitions": [
+                    {"partition_index": p.partition_index, "error_code": next(per_partition)}
+                    for p in topic.partitions
+                ],
+            }
+            for topic in request.topics
+        ]
+    }
+
+
+def _no_coordinator(error: ErrorCode, message: str | None) -> Response:
+    return {"error_code": error, "error_message": message, "node_id": -1, "host": "", "port": -1}

@@ -11,7 +11,9 @@ milliseconds) and never blocks, sleeps or touches a socket.
   coordinator completes it later, when the last member rejoins, when the
   leader sends its assignment, or from `tick`. Callbacks registered with
   `Pending.on_done` run synchronously at completion.
-* `heartbeat`, `leave_group`, the offset methods and the queries answer at once.
+* `commit_offsets` returns a `Pending[list[ErrorCode]]`: it is answered once
+  its record is replicated (see `group/replication.py`).
+* `heartbeat`, `leave_group`, the other offset methods and the queries answer at once.
 * `tick(now_ms)` fires every timer that is due: member session expiry, the end
   of a join phase (rebalance timeout or `group.initial.rebalance.delay.ms`),
   members that never sent SyncGroup, and removal of empty groups that hold
@@ -22,31 +24,37 @@ The rules follow Kafka's GroupCoordinator (classic protocol, Kafka 3.x): error
 codes, when a rebalance starts, who is leader, static membership (KIP-345),
 MEMBER_ID_REQUIRED (KIP-394), pending-sync expiry and skip_assignment
 (KIP-814). Durability: completed generations and committed offsets go to the
-`OffsetsLog` (see `group/storage.py`) and are replayed by the constructor.
+`OffsetsLog` (see `group/storage.py`) and are replayed by the constructor (or
+by `load` in steps). A commit, the leader's SyncGroup and a static member's
+rejoin are answered only when the `Replicated` hook says the record is
+replicated, as Kafka's coordinator answers from its append callback. What is
+kept and how it becomes records is `GroupStore`'s (group/group_store.py);
+a group's own state machine is `Group`'s (group/membership.py).
+
+One `GroupCoordinator` holds the groups of one ``__consumer_offsets``
+partition, like a shard of Kafka's CoordinatorRuntime; `group/shards.py`
+routes groups to the shards this broker leads.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from headwater.group.consumer_protocol import (
-    CONSUMER_PROTOCOL_TYPE,
-    ConsumerProtocolError,
-    decode_subscription,
-)
+from headwater.group.group_store import GroupStore
 from headwater.group.membership import Group, GroupState, Member, Protocols
+from headwater.group.offset_commits import OffsetCommits
 from headwater.group.offsets import (
     DEFAULT_MAX_METADATA_BYTES,
     OffsetCommitEntry,
-    OffsetStore,
     PartitionExists,
     TopicPartition,
 )
 from headwater.group.pending import Pending
+from headwater.group.replication import Replicated, coordinator_error, replicated_at_once
 from headwater.group.results import (
     GroupDescription,
     GroupListing,
@@ -57,20 +65,7 @@ from headwater.group.results import (
     MemberLeaveResult,
     SyncResult,
 )
-from headwater.group.storage import (
-    CommittedOffset,
-    GroupKey,
-    GroupRecord,
-    LogEntry,
-    MemberRecord,
-    OffsetKey,
-    OffsetsLog,
-    decode_group_value,
-    decode_key,
-    decode_offset_value,
-    encode_group_value,
-    encode_key,
-)
+from headwater.group.storage import CommittedOffset, LogEntry, OffsetsLog
 
 # Kafka's bit set of operations allowed on a group when no ACLs are in force:
 # READ(3), DELETE(6), DESCRIBE(8), DESCRIBE_CONFIGS(10), ALTER_CONFIGS(11).
@@ -99,7 +94,7 @@ _Completion = tuple[Pending[JoinResult] | Pending[SyncResult], JoinResult | Sync
 
 
 class GroupCoordinator:
-    """All consumer groups of this broker (a single broker coordinates every group)."""
+    """The consumer groups of one offsets partition, rebuilt from its `OffsetsLog`."""
 
     def __init__(
         self,
@@ -109,17 +104,27 @@ class GroupCoordinator:
         now_ms: int,
         config: GroupConfig | None = None,
         member_id_factory: Callable[[str], str] = random_member_id,
+        replicated: Replicated = replicated_at_once,
+        replay: bool = True,
     ) -> None:
+        """`replay=False` starts empty, for a caller that feeds the log through `load`."""
         self.config = config or GroupConfig()
-        self._log = log
         self._new_member_id = member_id_factory
-        self.offsets = OffsetStore(
-            log, partition_exists, max_metadata_bytes=self.config.max_metadata_bytes
+        self._store = GroupStore(
+            log,
+            partition_exists,
+            max_metadata_bytes=self.config.max_metadata_bytes,
+            replicated=replicated,
         )
-        self._groups: dict[str, Group] = {}
+        self._groups = self._store.groups
+        self.offsets = self._store.offsets
+        self._offset_commits = OffsetCommits(self._store)
         # Answers to hand out once the current operation has updated all state.
         self._completions: list[_Completion] = []
-        self._replay(now_ms)
+        self._answering_depth = 0
+        if replay:
+            self.load(log.replay(), now_ms)
+            self.finish_load(now_ms)
 
     # ------------------------------------------------------------------ JoinGroup
 
@@ -228,22 +233,30 @@ class GroupCoordinator:
         self._update_member(now_ms, member, request)
         if group.state is GroupState.STABLE and group.select_protocol() == group.protocol_name:
             # Same protocol: the old assignment still holds, no rebalance (KIP-345).
-            self._store_group(group)
+            stored = self._store.store_group(group)
             is_leader = group.leader_id == new_id
             skip = is_leader and request.supports_skip_assignment
-            return Pending.completed(
-                JoinResult(
-                    error=ErrorCode.none,
-                    member_id=new_id,
-                    generation_id=group.generation_id,
-                    protocol_type=group.protocol_type,
-                    protocol_name=group.protocol_name,
-                    # Below v9 the old leader id is returned, so a restarted leader
-                    # acts as a follower: a Stable group would not broadcast its
-                    # new assignment anyway.
-                    leader_id=new_id if skip else previous_leader,
-                    members=self._joined_members(group) if skip else (),
-                    skip_assignment=skip,
+            joined = JoinResult(
+                error=ErrorCode.none,
+                member_id=new_id,
+                generation_id=group.generation_id,
+                protocol_type=group.protocol_type,
+                protocol_name=group.protocol_name,
+                # Below v9 the old leader id is returned, so a restarted leader
+                # acts as a follower: a Stable group would not broadcast its
+                # new assignment anyway.
+                leader_id=new_id if skip else previous_leader,
+                members=self._joined_members(group) if skip else (),
+                skip_assignment=skip,
+            )
+            # The new member id is only answered once it is durable; a failed
+            # write keeps it in memory (Kafka reverts it), which a retry or the
+            # next coordinator's reload corrects.
+            return stored.map(
+                lambda error: (
+                    joined
+                    if error is ErrorCode.none
+                    else _join_error(coordinator_error(error), new_id)
                 )
             )
         pending: Pending[JoinResult] = Pending()
@@ -271,7 +284,7 @@ class GroupCoordinator:
             if request.group_instance_id is not None:
                 return Pending.completed(_join_error(ErrorCode.unknown_member_id, member_id))
             return self._add_member_and_rebalance(now_ms, group, member_id, request)
-        error = _validate_member(group, member_id, request.group_instance_id)
+        error = group.validate_member(member_id, request.group_instance_id)
         if error is not ErrorCode.none:
             return Pending.completed(_join_error(error, member_id))
         member = group.members[member_id]
@@ -380,7 +393,7 @@ class GroupCoordinator:
             group.protocol_name = None
             group.transition_to(GroupState.EMPTY)
             group.empty_since_ms = now_ms
-            self._store_group(group)
+            self._store.store_group(group)
             return
         group.protocol_name = group.select_protocol()
         group.transition_to(GroupState.COMPLETING_REBALANCE)
@@ -437,7 +450,7 @@ class GroupCoordinator:
             return Pending.completed(SyncResult(ErrorCode.unknown_member_id))
         if group.state is GroupState.DEAD:
             return Pending.completed(SyncResult(ErrorCode.coordinator_not_available))
-        error = _validate_member(group, member_id, group_instance_id)
+        error = group.validate_member(member_id, group_instance_id)
         if error is ErrorCode.none and generation_id != group.generation_id:
             error = ErrorCode.illegal_generation
         if error is ErrorCode.none and (
@@ -467,13 +480,41 @@ class GroupCoordinator:
                 given = dict(assignments)
                 for m in group.members.values():
                     m.assignment = given.get(m.member_id, b"")
-                self._store_group(group)
+                generation = group.generation_id
+                self._store.store_group(group).on_done(
+                    lambda error: self._assignment_stored(now_ms, group, generation, error)
+                )
+        return pending
+
+    def _assignment_stored(
+        self, now_ms: int, group: Group, generation: int, error: ErrorCode
+    ) -> None:
+        """The leader's assignment is replicated (or not): answer everyone waiting.
+
+        Members may have joined or left meanwhile; then the new rebalance
+        decides, as in Kafka. A failed write sends the group back to rebalance.
+        `now_ms` is the leader's SyncGroup time: the wait is short next to
+        session timeouts.
+        """
+        if (
+            self._groups.get(group.group_id) is not group
+            or group.state is not GroupState.COMPLETING_REBALANCE
+            or group.generation_id != generation
+        ):
+            return
+        with self._answering():
+            if error is ErrorCode.none:
                 group.transition_to(GroupState.STABLE)
                 for m in group.members.values():
                     if m.awaiting_sync is not None:
                         self._touch(now_ms, m)
                         self._answer_sync(m, self._sync_result(group, m))
-        return pending
+                return
+            failed = SyncResult(coordinator_error(error))
+            for m in group.members.values():
+                m.assignment = None
+                self._answer_sync(m, failed)
+            self._prepare_rebalance(now_ms, group)
 
     def _synced(self, group: Group, member_id: str) -> None:
         group.pending_sync.discard(member_id)
@@ -508,7 +549,7 @@ class GroupCoordinator:
             return ErrorCode.unknown_member_id
         if group.state is GroupState.DEAD:
             return ErrorCode.coordinator_not_available
-        error = _validate_member(group, member_id, group_instance_id)
+        error = group.validate_member(member_id, group_instance_id)
         if error is not ErrorCode.none:
             return error
         member = group.members[member_id]
@@ -556,7 +597,7 @@ class GroupCoordinator:
             self._maybe_complete_join(now_ms, group)
             return ErrorCode.none
         else:
-            error = _validate_member(group, member_id, instance_id)
+            error = group.validate_member(member_id, instance_id)
             if error is not ErrorCode.none:
                 return error
         self._remove_member_and_rebalance(now_ms, group, group.members[member_id])
@@ -599,7 +640,7 @@ class GroupCoordinator:
 
     @staticmethod
     def _touch(now_ms: int, member: Member) -> None:
-        member.session_deadline_ms = now_ms + member.session_timeout_ms
+        member.touch(now_ms)
 
     # ------------------------------------------------------------------- timers
 
@@ -707,7 +748,7 @@ class GroupCoordinator:
             never_used = group.generation_id == 0 and not group.persisted
             expired = now_ms - group.empty_since_ms >= self.config.empty_group_retention_ms
             if never_used or expired:
-                self._delete_group(group)
+                self._store.delete_group(group)
 
     # ------------------------------------------------------------------ offsets
 
@@ -721,46 +762,17 @@ class GroupCoordinator:
         entries: Sequence[OffsetCommitEntry],
         timestamp_ms: int,
         group_instance_id: str | None = None,
-    ) -> list[ErrorCode]:
-        """OffsetCommit: one error per entry, in order.
-
-        Members of a group must name their current generation; a consumer that
-        manages its own partitions (generation -1, no member id) may commit
-        only while the group has no members.
-        """
-        partition_errors = [self.offsets.partition_error(e.topic, e.partition) for e in entries]
-        group = self._groups.get(group_id)
-        error = ErrorCode.none
-        if group is None:
-            if generation_id >= 0:
-                error = ErrorCode.illegal_generation
-        elif group.state is GroupState.DEAD:
-            error = ErrorCode.coordinator_not_available
-        elif generation_id < 0 and group.state is GroupState.EMPTY:
-            pass  # the group only uses Kafka to store offsets
-        elif generation_id >= 0 or member_id or group_instance_id is not None:
-            error = _validate_member(group, member_id, group_instance_id)
-            if error is ErrorCode.none and generation_id != group.generation_id:
-                error = ErrorCode.illegal_generation
-            if error is ErrorCode.none and group.state is GroupState.COMPLETING_REBALANCE:
-                # It has the new generation but not yet its assignment.
-                error = ErrorCode.rebalance_in_progress
-        elif group.state is not GroupState.EMPTY:
-            error = ErrorCode.unknown_member_id
-        if error is not ErrorCode.none:
-            return [e if e is not ErrorCode.none else error for e in partition_errors]
-        valid = [
-            entry for entry, e in zip(entries, partition_errors, strict=True) if e is ErrorCode.none
-        ]
-        if group is None:
-            if not valid:
-                return partition_errors
-            group = self._groups[group_id] = Group(group_id, empty_since_ms=now_ms)
-        member = group.members.get(member_id)
-        if member is not None:
-            self._touch(now_ms, member)
-        stored = iter(self.offsets.commit(group_id, valid, timestamp_ms=timestamp_ms))
-        return [next(stored) if e is ErrorCode.none else e for e in partition_errors]
+    ) -> Pending[list[ErrorCode]]:
+        """OffsetCommit, answered once replicated (see `OffsetCommits.commit`)."""
+        return self._offset_commits.commit(
+            now_ms,
+            group_id=group_id,
+            generation_id=generation_id,
+            member_id=member_id,
+            entries=entries,
+            timestamp_ms=timestamp_ms,
+            group_instance_id=group_instance_id,
+        )
 
     def fetch_offsets(
         self, group_id: str, partitions: Sequence[TopicPartition] | None
@@ -771,42 +783,8 @@ class GroupCoordinator:
     def delete_offsets(
         self, group_id: str, partitions: Sequence[TopicPartition]
     ) -> tuple[ErrorCode, list[ErrorCode]]:
-        """OffsetDelete: only offsets of topics the group's members do not subscribe to."""
-        group = self._groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD:
-            return ErrorCode.group_id_not_found, []
-        subscribed: frozenset[str] = frozenset()
-        if group.state is not GroupState.EMPTY and group.protocol_type == CONSUMER_PROTOCOL_TYPE:
-            topics = self._subscribed_topics(group)
-            if topics is None:
-                return ErrorCode.non_empty_group, []
-            subscribed = topics
-        errors: list[ErrorCode] = []
-        doomed: list[TopicPartition] = []
-        for topic, partition in partitions:
-            error = self.offsets.partition_error(topic, partition)
-            if error is not ErrorCode.none:
-                errors.append(error)
-            elif topic in subscribed:
-                errors.append(ErrorCode.group_subscribed_to_topic)
-            else:
-                errors.append(ErrorCode.none)
-                doomed.append((topic, partition))
-        self.offsets.delete(group_id, doomed)
-        return ErrorCode.none, errors
-
-    @staticmethod
-    def _subscribed_topics(group: Group) -> frozenset[str] | None:
-        """Union of the members' subscribed topics, or None if it cannot be known."""
-        if group.protocol_name is None:
-            return None
-        topics: set[str] = set()
-        for member in group.members.values():
-            try:
-                topics.update(decode_subscription(member.metadata(group.protocol_name)).topics)
-            except ConsumerProtocolError:
-                return None
-        return frozenset(topics)
+        """OffsetDelete (see `OffsetCommits.delete`)."""
+        return self._offset_commits.delete(group_id, partitions)
 
     # ------------------------------------------------------------ groups as a whole
 
@@ -820,19 +798,8 @@ class GroupCoordinator:
             elif group.state is not GroupState.EMPTY:
                 errors.append(ErrorCode.non_empty_group)
             else:
-                self._delete_group(group)
-                errors.append(ErrorCode.none)
+                errors.append(self._store.delete_group(group))
         return errors
-
-    def _delete_group(self, group: Group) -> None:
-        entries = self.offsets.tombstones_for_group(group.group_id)
-        if group.persisted:
-            entries.append((encode_key(GroupKey(group.group_id)), None))
-        if entries:
-            self._log.append(entries)
-        self.offsets.forget_group(group.group_id)
-        group.transition_to(GroupState.DEAD)
-        del self._groups[group.group_id]
 
     def list_groups(self, states: Collection[str] | None = None) -> list[GroupListing]:
         """ListGroups; `states` (v4) filters by state name, case-insensitively."""
@@ -876,37 +843,36 @@ class GroupCoordinator:
 
     # -------------------------------------------------------------- durability
 
-    def _store_group(self, group: Group) -> None:
-        self._log.append(
-            [(encode_key(GroupKey(group.group_id)), encode_group_value(_group_record(group)))]
-        )
-        group.persisted = True
-
     def live_records(self) -> Iterator[LogEntry]:
         """The current state as records: what a compacted offsets log would hold."""
-        for group in self._groups.values():
-            if group.persisted:
-                yield (
-                    encode_key(GroupKey(group.group_id)),
-                    encode_group_value(_group_record(group)),
-                )
-        yield from self.offsets.live_records()
+        return self._store.live_records()
 
-    def _replay(self, now_ms: int) -> None:
-        for raw_key, raw_value in self._log.replay():
-            key = decode_key(raw_key)
-            if isinstance(key, OffsetKey):
-                value = None if raw_value is None else decode_offset_value(raw_value)
-                self.offsets.load(key, value)
-            elif raw_value is None:
-                self._groups.pop(key.group_id, None)
-            else:
-                self._groups[key.group_id] = _group_from_record(
-                    key.group_id, decode_group_value(raw_value), now_ms
-                )
-        for group_id in self.offsets.group_ids():
-            if group_id not in self._groups:
-                self._groups[group_id] = Group(group_id, empty_since_ms=now_ms)
+    def load(self, entries: Iterable[LogEntry], now_ms: int) -> None:
+        """Apply replayed records, oldest first; may be called in steps, then `finish_load`."""
+        self._store.load(entries, now_ms)
+
+    def finish_load(self, now_ms: int) -> None:
+        """Groups known only by their offsets appear; loaded members' sessions start now."""
+        self._store.finish_load(now_ms)
+
+    def unload(self) -> None:
+        """This broker stopped coordinating the partition: forget every group.
+
+        Requests still waiting get NOT_COORDINATOR, so their clients look up
+        the new coordinator (Kafka's onGroupUnloaded).
+        """
+        with self._answering():
+            for group in self._groups.values():
+                for member in group.members.values():
+                    if member.awaiting_join is not None:
+                        pending = member.awaiting_join
+                        member.awaiting_join = None
+                        self._completions.append(
+                            (pending, _join_error(ErrorCode.not_coordinator, member.member_id))
+                        )
+                    self._answer_sync(member, SyncResult(ErrorCode.not_coordinator))
+                group.transition_to(GroupState.DEAD)
+            self._store.clear()
 
     # --------------------------------------------------------------- answering
 
@@ -914,6 +880,8 @@ class GroupCoordinator:
         return _Answering(self)
 
     def _flush_completions(self) -> None:
+        if self._answering_depth:
+            return  # an enclosing operation answers when it is done
         while self._completions:
             completions, self._completions = self._completions, []
             for pending, result in completions:
@@ -930,9 +898,10 @@ class _Answering:
         self._coordinator = coordinator
 
     def __enter__(self) -> None:
-        return None
+        self._coordinator._answering_depth += 1
 
     def __exit__(self, *exc: object) -> None:
+        self._coordinator._answering_depth -= 1
         self._coordinator._flush_completions()
 
 
@@ -955,66 +924,3 @@ class _JoinRequest:
 
 def _join_error(error: ErrorCode, member_id: str) -> JoinResult:
     return JoinResult(error=error, member_id=member_id)
-
-
-def _validate_member(group: Group, member_id: str, instance_id: str | None) -> ErrorCode:
-    """Kafka's validateCurrentMember: a stale instance is fenced, a stranger unknown."""
-    if instance_id is not None:
-        current = group.static_members.get(instance_id)
-        if current is not None and current != member_id:
-            return ErrorCode.fenced_instance_id
-    if member_id not in group.members:
-        return ErrorCode.unknown_member_id
-    return ErrorCode.none
-
-
-def _group_record(group: Group) -> GroupRecord:
-    protocol = group.protocol_name or ""
-    return GroupRecord(
-        protocol_type=group.protocol_type or "",
-        generation_id=group.generation_id,
-        protocol_name=group.protocol_name,
-        leader_id=group.leader_id,
-        members=tuple(
-            MemberRecord(
-                member_id=m.member_id,
-                group_instance_id=m.group_instance_id,
-                client_id=m.client_id,
-                client_host=m.client_host,
-                rebalance_timeout_ms=m.rebalance_timeout_ms,
-                session_timeout_ms=m.session_timeout_ms,
-                subscription=m.metadata(protocol),
-                assignment=m.assignment or b"",
-            )
-            for m in group.members.values()
-        ),
-    )
-
-
-def _group_from_record(group_id: str, record: GroupRecord, now_ms: int) -> Group:
-    """A group as it was at its last durable generation; members get a fresh session."""
-    group = Group(
-        group_id,
-        state=GroupState.STABLE if record.members else GroupState.EMPTY,
-        generation_id=record.generation_id,
-        protocol_type=record.protocol_type or None,
-        protocol_name=record.protocol_name,
-        leader_id=record.leader_id if record.members else None,
-        persisted=True,
-        empty_since_ms=now_ms,
-    )
-    for m in record.members:
-        group.members[m.member_id] = Member(
-            member_id=m.member_id,
-            group_instance_id=m.group_instance_id,
-            client_id=m.client_id,
-            client_host=m.client_host,
-            session_timeout_ms=m.session_timeout_ms,
-            rebalance_timeout_ms=m.rebalance_timeout_ms,
-            protocols=((record.protocol_name or "", m.subscription),),
-            session_deadline_ms=now_ms + m.session_timeout_ms,
-            assignment=m.assignment,
-        )
-        if m.group_instance_id is not None:
-            group.static_members[m.group_instance_id] = m.member_id
-    return group

@@ -22,6 +22,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from kio.schema.errors import ErrorCode
+
 from headwater.group.pending import Pending
 from headwater.group.results import JoinResult, SyncResult
 
@@ -83,6 +85,10 @@ class Member:
         """Same protocols, metadata and preference order: a rejoin that changes nothing."""
         return self.protocols == tuple(protocols)
 
+    def touch(self, now_ms: int) -> None:
+        """The member showed a sign of life: its session starts over."""
+        self.session_deadline_ms = now_ms + self.session_timeout_ms
+
     @property
     def is_awaiting(self) -> bool:
         """Blocked in JoinGroup or SyncGroup: such a member cannot heartbeat, so never expires."""
@@ -134,6 +140,16 @@ class Group:
             self.static_members[member.group_instance_id] = member.member_id
         if self.leader_id is None:
             self.leader_id = member.member_id
+
+    def validate_member(self, member_id: str, instance_id: str | None) -> ErrorCode:
+        """Kafka's validateCurrentMember: a stale instance is fenced, a stranger unknown."""
+        if instance_id is not None:
+            current = self.static_members.get(instance_id)
+            if current is not None and current != member_id:
+                return ErrorCode.fenced_instance_id
+        if member_id not in self.members:
+            return ErrorCode.unknown_member_id
+        return ErrorCode.none
 
     def remove(self, member_id: str) -> Member:
         member = self.members.pop(member_id)

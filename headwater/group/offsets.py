@@ -9,7 +9,7 @@ then calls `OffsetStore.commit`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -40,6 +40,15 @@ class OffsetCommitEntry:
     metadata: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class AppendedCommit:
+    """A commit written to the log but not yet visible: `end_offset` is None if nothing was."""
+
+    errors: list[ErrorCode]
+    accepted: dict[TopicPartition, CommittedOffset]
+    end_offset: int | None
+
+
 class OffsetStore:
     """Group id -> partition -> last committed offset, rebuilt from the log on start."""
 
@@ -63,9 +72,10 @@ class OffsetStore:
 
     def commit(
         self, group_id: str, entries: Sequence[OffsetCommitEntry], *, timestamp_ms: int
-    ) -> list[ErrorCode]:
-        """Store the valid entries in one durable append; one error per entry, in order.
+    ) -> AppendedCommit:
+        """Append the valid entries in one batch; one error per entry, in order.
 
+        Memory changes only with `apply`, once the append is replicated.
         Kafka measures metadata in characters (Java String.length), so do we.
         """
         errors: list[ErrorCode] = []
@@ -83,15 +93,20 @@ class OffsetStore:
                     commit_timestamp_ms=timestamp_ms,
                 )
             errors.append(error)
+        end_offset = None
         if accepted:
-            self._log.append(
+            end_offset = self._log.append(
                 [
                     (encode_key(OffsetKey(group_id, topic, partition)), encode_offset_value(value))
                     for (topic, partition), value in accepted.items()
                 ]
             )
+        return AppendedCommit(errors, accepted, end_offset)
+
+    def apply(self, group_id: str, accepted: Mapping[TopicPartition, CommittedOffset]) -> None:
+        """Make a replicated commit visible."""
+        if accepted:
             self._offsets.setdefault(group_id, {}).update(accepted)
-        return errors
 
     def fetch(
         self, group_id: str, partitions: Sequence[TopicPartition] | None
@@ -131,6 +146,10 @@ class OffsetStore:
             (encode_key(OffsetKey(group_id, topic, partition)), None)
             for topic, partition in self._offsets.get(group_id, {})
         ]
+
+    def clear(self) -> None:
+        """Forget every group's offsets (the partition moved to another coordinator)."""
+        self._offsets.clear()
 
     def forget_group(self, group_id: str) -> None:
         """Drop a group's offsets from memory once its tombstones are durable."""

@@ -1,27 +1,50 @@
 """The group coordinator on the broker's event loop.
 
 Everything else in `headwater.group` is sans-I/O; this thin adapter is where
-time and waiting happen. `handle` turns a delayed JoinGroup/SyncGroup answer
-(a `Pending`) into an awaited future, and a background task calls
-`GroupCoordinator.tick` when the next timer is due (at least every
-`max_tick_interval_s`) so session expiry and join-phase timeouts fire.
+time and waiting happen. `handle` turns a delayed answer (a `Pending`) into an
+awaited future; a background task calls each coordinator's `tick` when the
+next timer is due (at least every `max_tick_interval_s`) so session expiry
+and join-phase timeouts fire; `load_partition` replays an offsets partition
+in steps, yielding to the loop, so a big partition does not stall the broker
+(its groups get COORDINATOR_LOAD_IN_PROGRESS meanwhile); and a coordinator's
+replication waits become tasks awaiting the broker's `wait_replicated`.
+
+Wiring (the broker's `_build_group_apis`)::
+
+    service = GroupService.create(partition_exists, num_partitions=n, node_id=...,
+                                  host=..., port=..., coordinator_of=..., wait_replicated=...)
+    await service.load_partition(p, offsets_log)   # became leader of partition p
+    service.unload_partition(p)                    # no longer its leader
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
-from headwater.group.apis import SUPPORTED_VERSIONS, GroupApis, Response
-from headwater.group.coordinator import GroupConfig, GroupCoordinator
+from kio.schema.errors import ErrorCode
+
+from headwater.group.apis import SUPPORTED_VERSIONS, CoordinatorOf, GroupApis, Response
+from headwater.group.coordinator import GroupConfig, GroupCoordinator, random_member_id
 from headwater.group.offsets import PartitionExists
 from headwater.group.pending import Pending
+from headwater.group.replication import Replicated, replicated_at_once
+from headwater.group.shards import CoordinatorShards
 from headwater.group.storage import OffsetsLog
 
 log = logging.getLogger(__name__)
+
+# (offsets partition, next offset after a write) -> error code once the write is
+# on every in-sync replica (0), or why it will not be (NOT_LEADER_OR_FOLLOWER,
+# NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT...).
+WaitReplicated = Callable[[int, int], Awaitable[int]]
+
+# Records applied per step of a load before yielding to the event loop.
+_LOAD_STEP = 2000
 
 
 def monotonic_ms() -> int:
@@ -42,13 +65,65 @@ class GroupService:
         clock_ms: Callable[[], int] = monotonic_ms,
         wall_clock: Callable[[], int] = wall_clock_ms,
         max_tick_interval_s: float = 0.1,
+        partition_exists: PartitionExists | None = None,
+        config: GroupConfig | None = None,
+        wait_replicated: WaitReplicated | None = None,
+        member_id_factory: Callable[[str], str] = random_member_id,
     ) -> None:
+        """`partition_exists` and `config` build the coordinators of loaded partitions;
+        without `wait_replicated` every write counts as replicated at once."""
         self.apis = apis
-        self.coordinator = apis.coordinator
+        self.shards = apis.shards
         self._clock_ms = clock_ms
         self._wall_clock = wall_clock
         self._max_tick_interval_s = max_tick_interval_s
+        self._partition_exists = partition_exists
+        self._config = config
+        self._wait_replicated = wait_replicated
+        self._member_id_factory = member_id_factory
         self._ticker: asyncio.Task[None] | None = None
+        self._waits: set[asyncio.Future[int]] = set()
+
+    @classmethod
+    def create(
+        cls,
+        partition_exists: PartitionExists,
+        *,
+        num_partitions: int,
+        node_id: int,
+        host: str,
+        port: int,
+        coordinator_of: CoordinatorOf | None = None,
+        wait_replicated: WaitReplicated | None = None,
+        config: GroupConfig | None = None,
+        clock_ms: Callable[[], int] = monotonic_ms,
+        wall_clock: Callable[[], int] = wall_clock_ms,
+        max_tick_interval_s: float = 0.1,
+        member_id_factory: Callable[[str], str] = random_member_id,
+    ) -> GroupService:
+        """A service over `num_partitions` offsets partitions, none loaded yet.
+
+        `coordinator_of(partition)` names the partition's leader for
+        FindCoordinator (None: COORDINATOR_NOT_AVAILABLE); by default this
+        broker (`node_id`, `host`, `port`) leads every partition.
+        """
+        apis = GroupApis(
+            CoordinatorShards(num_partitions),
+            node_id=node_id,
+            host=host,
+            port=port,
+            coordinator_of=coordinator_of,
+        )
+        return cls(
+            apis,
+            clock_ms=clock_ms,
+            wall_clock=wall_clock,
+            max_tick_interval_s=max_tick_interval_s,
+            partition_exists=partition_exists,
+            config=config,
+            wait_replicated=wait_replicated,
+            member_id_factory=member_id_factory,
+        )
 
     @classmethod
     def open(
@@ -61,9 +136,12 @@ class GroupService:
         port: int,
         config: GroupConfig | None = None,
     ) -> GroupService:
-        """Replay the offsets log into a new coordinator and wrap it."""
-        coordinator = GroupCoordinator(log, partition_exists, now_ms=monotonic_ms(), config=config)
-        return cls(GroupApis(coordinator, node_id=node_id, host=host, port=port))
+        """One offsets partition holding every group, replayed now (the old layout)."""
+        service = cls.create(
+            partition_exists, num_partitions=1, node_id=node_id, host=host, port=port, config=config
+        )
+        service.load_partition_now(0, log)
+        return service
 
     @staticmethod
     def handles(api_key: int) -> bool:
@@ -79,6 +157,100 @@ class GroupService:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
             self._ticker = None
+        for wait in list(self._waits):
+            wait.cancel()
+
+    # ------------------------------------------------------------ leadership
+
+    async def load_partition(self, partition: int, offsets_log: OffsetsLog) -> None:
+        """Become the coordinator of the partition's groups: replay it, then serve them.
+
+        Its groups get COORDINATOR_LOAD_IN_PROGRESS until the replay ends. A
+        partition already loaded or loading is left alone; an `unload_partition`
+        during the replay abandons it. Other partitions' groups are untouched.
+        """
+        token = self.shards.begin_load(partition)
+        if token is None:
+            return
+        try:
+            coordinator = self._new_coordinator(partition, offsets_log)
+            entries = offsets_log.replay()
+            while self.shards.still_loading(token):
+                step = list(itertools.islice(entries, _LOAD_STEP))
+                if not step:
+                    break
+                coordinator.load(step, self._clock_ms())
+                await asyncio.sleep(0)
+        except BaseException:
+            if self.shards.still_loading(token):
+                self.shards.unload(partition)
+            raise
+        coordinator.finish_load(self._clock_ms())
+        self.shards.finish_load(token, coordinator)
+
+    def load_partition_now(self, partition: int, offsets_log: OffsetsLog) -> None:
+        """`load_partition` in one go, for start-up before any request is served."""
+        token = self.shards.begin_load(partition)
+        if token is None:
+            return
+        try:
+            coordinator = self._new_coordinator(partition, offsets_log)
+            coordinator.load(offsets_log.replay(), self._clock_ms())
+            coordinator.finish_load(self._clock_ms())
+        except BaseException:
+            self.shards.unload(partition)
+            raise
+        self.shards.finish_load(token, coordinator)
+
+    def unload_partition(self, partition: int) -> None:
+        """Stop coordinating the partition's groups: they leave memory, and waiting
+        JoinGroup/SyncGroup requests get NOT_COORDINATOR."""
+        self.shards.unload(partition)
+
+    def _new_coordinator(self, partition: int, offsets_log: OffsetsLog) -> GroupCoordinator:
+        if self._partition_exists is None:
+            raise RuntimeError("this GroupService was built without partition_exists: use create()")
+        return GroupCoordinator(
+            offsets_log,
+            self._partition_exists,
+            now_ms=self._clock_ms(),
+            config=self._config,
+            member_id_factory=self._member_id_factory,
+            replicated=self._replicated_hook(partition),
+            replay=False,
+        )
+
+    def _replicated_hook(self, partition: int) -> Replicated:
+        wait_replicated = self._wait_replicated
+        if wait_replicated is None:
+            return replicated_at_once
+
+        def replicated(offset: int) -> Pending[ErrorCode]:
+            pending: Pending[ErrorCode] = Pending()
+            task = asyncio.ensure_future(wait_replicated(partition, offset))
+            self._waits.add(task)
+            task.add_done_callback(lambda done: self._replication_done(done, pending))
+            return pending
+
+        return replicated
+
+    def _replication_done(self, task: asyncio.Future[int], pending: Pending[ErrorCode]) -> None:
+        self._waits.discard(task)
+        if task.cancelled():
+            error = ErrorCode.request_timed_out
+        elif task.exception() is not None:
+            log.error("wait_replicated failed", exc_info=task.exception())
+            error = ErrorCode.unknown_server_error
+        else:
+            try:
+                error = ErrorCode(task.result())
+            except ValueError:
+                log.error("wait_replicated returned unknown error code %r", task.result())
+                error = ErrorCode.unknown_server_error
+        try:
+            pending.complete(error)
+        except Exception:  # one group's bad callback must not break the others
+            log.exception("answering after a replication wait failed")
 
     async def handle(
         self, request: object, *, client_id: str = "", client_host: str = ""
@@ -98,11 +270,12 @@ class GroupService:
     async def _tick_forever(self) -> None:
         while True:
             now = self._clock_ms()
-            try:
-                self.coordinator.tick(now)
-            except Exception:  # one bad timer must not stop every group's timers
-                log.exception("group coordinator tick failed")
-            deadline = self.coordinator.next_deadline_ms()
+            for coordinator in self.shards.coordinators():
+                try:
+                    coordinator.tick(now)
+                except Exception:  # one bad timer must not stop every group's timers
+                    log.exception("group coordinator tick failed")
+            deadline = self.shards.next_deadline_ms()
             delay = self._max_tick_interval_s
             if deadline is not None:
                 delay = min(delay, max(deadline - now, 1) / 1000)

@@ -36,6 +36,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from kio.schema.errors import ErrorCode
+
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
 OFFSET_VALUE_VERSION = 1
@@ -47,13 +49,30 @@ LogEntry = tuple[bytes, bytes | None]
 class OffsetsLog(Protocol):
     """The durable store the coordinator writes through (adapted by the broker)."""
 
-    def append(self, entries: Sequence[LogEntry]) -> None:
-        """Append all entries atomically; durable when it returns. None value = tombstone."""
+    def append(self, entries: Sequence[LogEntry]) -> int:
+        """Append all entries atomically; None value = tombstone.
+
+        Returns the log's next offset after the write: the offset the caller
+        waits for when the write must be replicated before it is answered.
+        Raises `AppendFailed` when nothing was written.
+        """
         ...
 
     def replay(self) -> Iterator[LogEntry]:
         """Every entry ever appended, oldest first."""
         ...
+
+
+class AppendFailed(Exception):
+    """The offsets log refused a write (too large, not the leader, disk error...).
+
+    Carries the log's error code; the coordinator answers with its own
+    equivalent (`group/replication.py`) instead of failing the request.
+    """
+
+    def __init__(self, error: ErrorCode, reason: str = "") -> None:
+        super().__init__(reason or error.name)
+        self.error = error
 
 
 class InMemoryOffsetsLog:
@@ -62,8 +81,9 @@ class InMemoryOffsetsLog:
     def __init__(self) -> None:
         self.entries: list[LogEntry] = []
 
-    def append(self, entries: Sequence[LogEntry]) -> None:
+    def append(self, entries: Sequence[LogEntry]) -> int:
         self.entries.extend(entries)
+        return len(self.entries)
 
     def replay(self) -> Iterator[LogEntry]:
         return iter(list(self.entries))

@@ -319,7 +319,7 @@ def test_stale_static_member_is_fenced() -> None:
         group_instance_id="inst",
         entries=[_entry()],
         timestamp_ms=0,
-    )
+    ).result()
     assert stale_commit == [ErrorCode.fenced_instance_id]
 
 

@@ -76,7 +76,7 @@ def commit(
         member_id=member_id,
         entries=list(entries),
         timestamp_ms=1_700_000_000_000,
-    )
+    ).result()
 
 
 def test_member_commit_with_its_generation_is_stored_with_epoch_and_metadata() -> None:

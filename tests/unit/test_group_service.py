@@ -44,6 +44,13 @@ def make_service(clock: FakeClock, *, initial_delay_ms: int = 0) -> GroupService
     )
 
 
+def coordinator_of(service: GroupService) -> GroupCoordinator:
+    """The coordinator of group "g" (every test here uses that one group)."""
+    coordinator = service.shards.coordinator_for("g")
+    assert coordinator is not None
+    return coordinator
+
+
 def join_request(member_id: str = "") -> object:
     return build_request(
         ApiKey.JOIN_GROUP,
@@ -94,7 +101,7 @@ async def run_clock_until_done(clock: FakeClock, *tasks: asyncio.Task[Any], step
 async def until_state(service: GroupService, state: str) -> None:
     """Wait (on a busy machine, a while) for the ticker to move the group along."""
     for _ in range(400):
-        if service.coordinator.describe_group("g").state == state:
+        if coordinator_of(service).describe_group("g").state == state:
             return
         await asyncio.sleep(0.005)
     raise AssertionError(f"group never reached {state}")
@@ -201,7 +208,7 @@ def test_ticker_expires_silent_members() -> None:
 def test_open_replays_the_log_and_knows_its_apis() -> None:
     log = InMemoryOffsetsLog()
     first = GroupService.open(log, lambda t, p: True, node_id=3, host="h", port=1)
-    first.coordinator.commit_offsets(
+    coordinator_of(first).commit_offsets(
         0,
         group_id="g",
         generation_id=-1,
@@ -210,6 +217,6 @@ def test_open_replays_the_log_and_knows_its_apis() -> None:
         timestamp_ms=0,
     )
     second = GroupService.open(log, lambda t, p: True, node_id=3, host="h", port=1)
-    assert second.coordinator.fetch_offsets("g", None)[0][2] is not None
+    assert coordinator_of(second).fetch_offsets("g", None)[0][2] is not None
     assert GroupService.handles(ApiKey.OFFSET_COMMIT)
     assert not GroupService.handles(1)  # Fetch is not ours

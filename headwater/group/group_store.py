@@ -1,0 +1,168 @@
+"""The groups of one offsets partition and their records: Kafka's GroupMetadataManager.
+
+`GroupCoordinator` decides what happens to a group (the rebalance protocol);
+this store keeps what it decided, in memory and as records in the partition's
+`OffsetsLog`, and rebuilds it from them. Writes the coordinator answers after
+(a commit, an assignment) return a `Pending[ErrorCode]` from the `Replicated`
+hook; tombstones do not wait, as in Kafka (a lost one is written again by the
+next deletion).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from kio.schema.errors import ErrorCode
+
+from headwater.group.membership import Group, GroupState, Member
+from headwater.group.offsets import DEFAULT_MAX_METADATA_BYTES, OffsetStore, PartitionExists
+from headwater.group.pending import Pending
+from headwater.group.replication import Replicated, coordinator_error, replicated_at_once
+from headwater.group.storage import (
+    AppendFailed,
+    GroupKey,
+    GroupRecord,
+    LogEntry,
+    MemberRecord,
+    OffsetKey,
+    OffsetsLog,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    encode_group_value,
+    encode_key,
+)
+
+
+class GroupStore:
+    """Group id -> `Group`, the committed offsets, and the log they are kept in."""
+
+    def __init__(
+        self,
+        log: OffsetsLog,
+        partition_exists: PartitionExists,
+        *,
+        max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
+        replicated: Replicated = replicated_at_once,
+    ) -> None:
+        self.log = log
+        self.replicated = replicated
+        self.offsets = OffsetStore(log, partition_exists, max_metadata_bytes=max_metadata_bytes)
+        self.groups: dict[str, Group] = {}
+
+    def store_group(self, group: Group) -> Pending[ErrorCode]:
+        """Append the group's record; the pending tells when it is replicated (or why not)."""
+        try:
+            end_offset = self.log.append(
+                [(encode_key(GroupKey(group.group_id)), encode_group_value(group_record(group)))]
+            )
+        except AppendFailed as failed:
+            return Pending.completed(failed.error)
+        group.persisted = True
+        return self.replicated(end_offset)
+
+    def delete_group(self, group: Group) -> ErrorCode:
+        """Tombstone the group and its offsets, and forget them; nothing changes if the
+        log refuses the tombstones (the coordinator's error is returned)."""
+        entries = self.offsets.tombstones_for_group(group.group_id)
+        if group.persisted:
+            entries.append((encode_key(GroupKey(group.group_id)), None))
+        if entries:
+            try:
+                self.log.append(entries)
+            except AppendFailed as failed:
+                return coordinator_error(failed.error)
+        self.offsets.forget_group(group.group_id)
+        group.transition_to(GroupState.DEAD)
+        del self.groups[group.group_id]
+        return ErrorCode.none
+
+    def clear(self) -> None:
+        """Forget everything in memory (the partition moved); the log keeps it."""
+        self.groups.clear()
+        self.offsets.clear()
+
+    def live_records(self) -> Iterator[LogEntry]:
+        """The current state as records: what a compacted offsets log would hold."""
+        for group in self.groups.values():
+            if group.persisted:
+                yield (
+                    encode_key(GroupKey(group.group_id)),
+                    encode_group_value(group_record(group)),
+                )
+        yield from self.offsets.live_records()
+
+    def load(self, entries: Iterable[LogEntry], now_ms: int) -> None:
+        """Apply replayed records, oldest first; may be called in steps, then `finish_load`."""
+        for raw_key, raw_value in entries:
+            key = decode_key(raw_key)
+            if isinstance(key, OffsetKey):
+                value = None if raw_value is None else decode_offset_value(raw_value)
+                self.offsets.load(key, value)
+            elif raw_value is None:
+                self.groups.pop(key.group_id, None)
+            else:
+                self.groups[key.group_id] = group_from_record(
+                    key.group_id, decode_group_value(raw_value), now_ms
+                )
+
+    def finish_load(self, now_ms: int) -> None:
+        """Groups known only by their offsets appear; loaded members' sessions start now."""
+        for group_id in self.offsets.group_ids():
+            if group_id not in self.groups:
+                self.groups[group_id] = Group(group_id, empty_since_ms=now_ms)
+        for group in self.groups.values():
+            for member in group.members.values():
+                member.session_deadline_ms = now_ms + member.session_timeout_ms
+
+
+def group_record(group: Group) -> GroupRecord:
+    protocol = group.protocol_name or ""
+    return GroupRecord(
+        protocol_type=group.protocol_type or "",
+        generation_id=group.generation_id,
+        protocol_name=group.protocol_name,
+        leader_id=group.leader_id,
+        members=tuple(
+            MemberRecord(
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                rebalance_timeout_ms=m.rebalance_timeout_ms,
+                session_timeout_ms=m.session_timeout_ms,
+                subscription=m.metadata(protocol),
+                assignment=m.assignment or b"",
+            )
+            for m in group.members.values()
+        ),
+    )
+
+
+def group_from_record(group_id: str, record: GroupRecord, now_ms: int) -> Group:
+    """A group as it was at its last durable generation; members get a fresh session."""
+    group = Group(
+        group_id,
+        state=GroupState.STABLE if record.members else GroupState.EMPTY,
+        generation_id=record.generation_id,
+        protocol_type=record.protocol_type or None,
+        protocol_name=record.protocol_name,
+        leader_id=record.leader_id if record.members else None,
+        persisted=True,
+        empty_since_ms=now_ms,
+    )
+    for m in record.members:
+        group.members[m.member_id] = Member(
+            member_id=m.member_id,
+            group_instance_id=m.group_instance_id,
+            client_id=m.client_id,
+            client_host=m.client_host,
+            session_timeout_ms=m.session_timeout_ms,
+            rebalance_timeout_ms=m.rebalance_timeout_ms,
+            protocols=((record.protocol_name or "", m.subscription),),
+            session_deadline_ms=now_ms + m.session_timeout_ms,
+            assignment=m.assignment,
+        )
+        if m.group_instance_id is not None:
+            group.static_members[m.group_instance_id] = m.member_id
+    return group

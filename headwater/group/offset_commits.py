@@ -1,0 +1,148 @@
+"""Who may commit or delete a group's offsets: Kafka's OffsetMetadataManager.
+
+`OffsetStore` keeps the offsets and their records; whether a request may
+change them depends on the group's membership (generation, member id,
+subscriptions), which is decided here, before anything is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kio.schema.errors import ErrorCode
+
+from headwater.group.consumer_protocol import (
+    CONSUMER_PROTOCOL_TYPE,
+    ConsumerProtocolError,
+    decode_subscription,
+)
+from headwater.group.group_store import GroupStore
+from headwater.group.membership import Group, GroupState
+from headwater.group.offsets import OffsetCommitEntry, TopicPartition
+from headwater.group.pending import Pending
+from headwater.group.replication import coordinator_error
+from headwater.group.storage import AppendFailed
+
+
+class OffsetCommits:
+    """OffsetCommit and OffsetDelete for the groups of one `GroupStore`."""
+
+    def __init__(self, store: GroupStore) -> None:
+        self._store = store
+
+    def commit(
+        self,
+        now_ms: int,
+        *,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        entries: Sequence[OffsetCommitEntry],
+        timestamp_ms: int,
+        group_instance_id: str | None = None,
+    ) -> Pending[list[ErrorCode]]:
+        """OffsetCommit: one error per entry, in order, once the commit is replicated.
+
+        Members of a group must name their current generation; a consumer that
+        manages its own partitions (generation -1, no member id) may commit
+        only while the group has no members. The offsets are visible to
+        OffsetFetch once replicated; a failed replication leaves them out.
+        """
+        partition_errors = [
+            self._store.offsets.partition_error(e.topic, e.partition) for e in entries
+        ]
+        group = self._store.groups.get(group_id)
+        error = ErrorCode.none
+        if group is None:
+            if generation_id >= 0:
+                error = ErrorCode.illegal_generation
+        elif group.state is GroupState.DEAD:
+            error = ErrorCode.coordinator_not_available
+        elif generation_id < 0 and group.state is GroupState.EMPTY:
+            pass  # the group only uses Kafka to store offsets
+        elif generation_id >= 0 or member_id or group_instance_id is not None:
+            error = group.validate_member(member_id, group_instance_id)
+            if error is ErrorCode.none and generation_id != group.generation_id:
+                error = ErrorCode.illegal_generation
+            if error is ErrorCode.none and group.state is GroupState.COMPLETING_REBALANCE:
+                # It has the new generation but not yet its assignment.
+                error = ErrorCode.rebalance_in_progress
+        elif group.state is not GroupState.EMPTY:
+            error = ErrorCode.unknown_member_id
+        if error is not ErrorCode.none:
+            return Pending.completed(
+                [e if e is not ErrorCode.none else error for e in partition_errors]
+            )
+        valid = [
+            entry for entry, e in zip(entries, partition_errors, strict=True) if e is ErrorCode.none
+        ]
+        if group is None:
+            if not valid:
+                return Pending.completed(partition_errors)
+            group = self._store.groups[group_id] = Group(group_id, empty_since_ms=now_ms)
+        member = group.members.get(member_id)
+        if member is not None:
+            member.touch(now_ms)
+        try:
+            appended = self._store.offsets.commit(group_id, valid, timestamp_ms=timestamp_ms)
+        except AppendFailed as failed:
+            refused = coordinator_error(failed.error, commit=True)
+            return Pending.completed(
+                [refused if e is ErrorCode.none else e for e in partition_errors]
+            )
+        stored = iter(appended.errors)
+        errors = [next(stored) if e is ErrorCode.none else e for e in partition_errors]
+        if appended.end_offset is None:
+            return Pending.completed(errors)
+
+        def answer(replication_error: ErrorCode) -> list[ErrorCode]:
+            if replication_error is ErrorCode.none:
+                self._store.offsets.apply(group_id, appended.accepted)
+                return errors
+            failed = coordinator_error(replication_error, commit=True)
+            return [failed if e is ErrorCode.none else e for e in errors]
+
+        return self._store.replicated(appended.end_offset).map(answer)
+
+    def delete(
+        self, group_id: str, partitions: Sequence[TopicPartition]
+    ) -> tuple[ErrorCode, list[ErrorCode]]:
+        """OffsetDelete: only offsets of topics the group's members do not subscribe to."""
+        group = self._store.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return ErrorCode.group_id_not_found, []
+        subscribed: frozenset[str] = frozenset()
+        if group.state is not GroupState.EMPTY and group.protocol_type == CONSUMER_PROTOCOL_TYPE:
+            topics = self._subscribed_topics(group)
+            if topics is None:
+                return ErrorCode.non_empty_group, []
+            subscribed = topics
+        errors: list[ErrorCode] = []
+        doomed: list[TopicPartition] = []
+        for topic, partition in partitions:
+            error = self._store.offsets.partition_error(topic, partition)
+            if error is not ErrorCode.none:
+                errors.append(error)
+            elif topic in subscribed:
+                errors.append(ErrorCode.group_subscribed_to_topic)
+            else:
+                errors.append(ErrorCode.none)
+                doomed.append((topic, partition))
+        try:
+            self._store.offsets.delete(group_id, doomed)
+        except AppendFailed as failed:
+            return coordinator_error(failed.error), []
+        return ErrorCode.none, errors
+
+    @staticmethod
+    def _subscribed_topics(group: Group) -> frozenset[str] | None:
+        """Union of the members' subscribed topics, or None if it cannot be known."""
+        if group.protocol_name is None:
+            return None
+        topics: set[str] = set()
+        for member in group.members.values():
+            try:
+                topics.update(decode_subscription(member.metadata(group.protocol_name)).topics)
+            except ConsumerProtocolError:
+                return None
+        return frozenset(topics)
