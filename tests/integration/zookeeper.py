@@ -1,9 +1,9 @@
 """A real ZooKeeper server for integration tests, shared by the whole session.
 
-Import the fixtures into a test module (``from tests.integration.zookeeper import
-zookeeper, zk_connect``) or into a conftest. ``tickTime=500`` lets tests use short
-sessions (1-10 s), so session expiry and failover are fast. Each test gets its own
-chroot (``zk_connect``), so tests never see each other's znodes on the shared server.
+The fixtures are registered in ``tests/integration/conftest.py``. ``tickTime=500``
+lets tests use short sessions (1-10 s), so session expiry and failover are fast.
+Each test gets its own chroot (``zk_connect``, ``fresh_chroot_connect``), so tests
+never see each other's znodes on the shared server.
 """
 
 from __future__ import annotations
