@@ -57,6 +57,7 @@ from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 
 from headwater.cluster import zk_layout as zk
 from headwater.cluster.fake_zookeeper import FakeKazooClient, FakeZooKeeper
+from headwater.log import errors as log_errors
 
 log = logging.getLogger(__name__)
 
@@ -87,15 +88,20 @@ class BrokerIdInUseError(ClusterStoreError):
     """Another live broker (another ZooKeeper session) is registered with this id."""
 
 
-class TopicExistsError(ClusterStoreError):
+# The topic errors are also the log layer's errors, so the broker answers them with
+# the same Kafka error codes (TOPIC_ALREADY_EXISTS, UNKNOWN_TOPIC_OR_PARTITION,
+# INVALID_TOPIC_EXCEPTION) whichever layer raised them.
+
+
+class TopicExistsError(ClusterStoreError, log_errors.TopicExistsError):
     """The topic exists, or is still being deleted."""
 
 
-class UnknownTopicError(ClusterStoreError):
+class UnknownTopicError(ClusterStoreError, log_errors.UnknownTopicOrPartitionError):
     """No such topic."""
 
 
-class InvalidTopicError(ClusterStoreError, ValueError):
+class InvalidTopicError(ClusterStoreError, log_errors.InvalidTopicError):
     """The topic name or assignment is not acceptable."""
 
 
@@ -112,6 +118,10 @@ class BrokerRegistration:
     host: str
     port: int
     rack: str | None = None
+    epoch: int = field(default=-1, compare=False)
+    """Kafka's broker epoch: the registration znode's creation zxid. It changes when
+    the broker re-registers (a restart, a session expiry), even if the id list
+    looks the same between two reads: the controller treats that as a bounce."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,8 +273,10 @@ class _Watch:
         path: str,
         children: bool,
         deliver: Callable[[Any], None],
+        dedupe: bool = True,
     ) -> None:
         self._store = store
+        self._dedupe = dedupe
         self.path = path
         self._children = children
         self._deliver = deliver
@@ -333,7 +345,7 @@ class _Watch:
 
     def _publish(self, value: Any) -> None:
         with self._lock:
-            if self.cancelled or value == self._last:
+            if self.cancelled or (self._dedupe and value == self._last):
                 return
             self._last = value
             try:
@@ -529,13 +541,19 @@ class ZkClusterStore:
 
     def _get_many(self, paths: Sequence[str]) -> list[tuple[bytes, int] | None]:
         """Pipelined reads: all requests in flight at once, then the answers."""
+        return [
+            None if got is None else (got[0], got[1].version)
+            for got in self._get_many_with_stat(paths)
+        ]
+
+    def _get_many_with_stat(self, paths: Sequence[str]) -> list[tuple[bytes, Any] | None]:
         client = self._require()
         pending = [client.get_async(path) for path in paths]
-        out: list[tuple[bytes, int] | None] = []
+        out: list[tuple[bytes, Any] | None] = []
         for path, result in zip(paths, pending, strict=True):
             try:
                 data, stat = self._wait(result, path)
-                out.append((data, stat.version))
+                out.append((data, stat))
             except NoNodeError:
                 out.append(None)
         return out
@@ -605,8 +623,8 @@ class ZkClusterStore:
 
     def _read_brokers(self, ids: Sequence[int]) -> dict[int, BrokerRegistration]:
         out: dict[int, BrokerRegistration] = {}
-        for broker_id, got in zip(ids, self._get_many([zk.broker_path(i) for i in ids]),
-                                  strict=True):  # fmt: skip
+        got_all = self._get_many_with_stat([zk.broker_path(i) for i in ids])
+        for broker_id, got in zip(ids, got_all, strict=True):
             if got is None:
                 continue
             try:
@@ -614,7 +632,7 @@ class ZkClusterStore:
             except zk.ZkLayoutError:
                 log.error("ignoring malformed registration of broker %d", broker_id)
                 continue
-            out[broker_id] = BrokerRegistration(broker_id, host, port, rack)
+            out[broker_id] = BrokerRegistration(broker_id, host, port, rack, got[1].czxid)
         return out
 
     def cluster_id(self, proposed: str) -> str:
@@ -660,8 +678,26 @@ class ZkClusterStore:
             if not any(isinstance(r, BaseException) for r in results):
                 return ControllerFence(broker_id, epoch + 1, version + 1)
             if isinstance(results[0], NodeExistsError):
-                return None
+                return self._own_controller_fence(broker_id)
             # The epoch moved under us (another election in between): read again.
+
+    def _own_controller_fence(self, broker_id: int) -> ControllerFence | None:
+        """The fence if ``/controller`` is this session's (a repeated election), else None.
+
+        Whoever created ``/controller`` bumped the epoch last, and nobody can bump
+        it again while the znode exists: the current epoch is that creator's.
+        """
+        client = self._require()
+        try:
+            data, stat = self._wait(client.get_async(zk.CONTROLLER), "controller")
+        except NoNodeError:
+            return None
+        if stat.ephemeralOwner != client.client_id[0] or zk.decode_controller(data) != broker_id:
+            return None
+        got = self._get(zk.CONTROLLER_EPOCH)
+        if got is None:
+            return None
+        return ControllerFence(broker_id, zk.decode_controller_epoch(got[0]), got[1])
 
     def resign_controller(self, fence: ControllerFence) -> None:
         """Delete ``/controller`` if it is still ours (clean shutdown)."""
@@ -895,8 +931,10 @@ class ZkClusterStore:
 
     # -- watches ------------------------------------------------------------------------
 
-    def _watch(self, path: str, children: bool, deliver: Callable[[Any], None]) -> _Watch:
-        watch = _Watch(self, path, children, deliver)
+    def _watch(
+        self, path: str, children: bool, deliver: Callable[[Any], None], dedupe: bool = True
+    ) -> _Watch:
+        watch = _Watch(self, path, children, deliver, dedupe)
         with self._lock:
             self._watches.add(watch)
         watch.arm()
@@ -909,16 +947,24 @@ class ZkClusterStore:
     def watch_brokers(
         self, callback: Callable[[dict[int, BrokerRegistration]], None]
     ) -> WatchHandle:
-        """Live brokers, on every registration or session end."""
+        """Live brokers, on every registration or session end, and on a re-registration
+        (a new broker epoch) even when the id list reads the same."""
+        last: list[dict[int, tuple[BrokerRegistration, int]]] = []
 
         def deliver(children: tuple[str, ...] | None) -> None:
             ids = [int(c) for c in children or () if c.isdigit()]
             try:
-                callback(self._read_brokers(ids))
+                brokers = self._read_brokers(ids)
             except ClusterStoreUnavailableError:
                 watch.pending = True
+                return
+            seen = {b: (r, r.epoch) for b, r in brokers.items()}
+            if last and last[0] == seen:
+                return
+            last[:] = [seen]
+            callback(brokers)
 
-        watch = self._watch(zk.BROKER_IDS, True, deliver)
+        watch = self._watch(zk.BROKER_IDS, True, deliver, dedupe=False)
         return watch
 
     def watch_controller(self, callback: Callable[[int | None], None]) -> WatchHandle:
