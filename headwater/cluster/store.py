@@ -210,6 +210,7 @@ class ClusterStore(Protocol):
     # topics
     def topics(self) -> list[str]: ...
     def topic(self, name: str) -> TopicAssignment | None: ...
+    def topic_assignments(self, names: Iterable[str]) -> dict[str, TopicAssignment]: ...
     def create_topic(
         self,
         name: str,
@@ -720,6 +721,22 @@ class ZkClusterStore:
         if got is None:
             return None
         return self._assignment(name, got[0], configs[0] if configs else None)
+
+    def topic_assignments(self, names: Iterable[str]) -> dict[str, TopicAssignment]:
+        """Many topics with pipelined reads (missing ones are left out)."""
+        wanted = list(names)
+        paths = [zk.topic_path(n) for n in wanted] + [zk.topic_config_path(n) for n in wanted]
+        got = self._get_many(paths)
+        out: dict[str, TopicAssignment] = {}
+        for i, name in enumerate(wanted):
+            topic, config = got[i], got[len(wanted) + i]
+            if topic is None:
+                continue
+            try:
+                out[name] = self._assignment(name, topic[0], config[0] if config else None)
+            except zk.ZkLayoutError:
+                log.error("ignoring malformed znodes of topic %s", name)
+        return out
 
     @staticmethod
     def _assignment(name: str, data: bytes, config_data: bytes | None) -> TopicAssignment:
