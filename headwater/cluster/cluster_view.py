@@ -37,6 +37,7 @@ from headwater.cluster.store import (
     BrokerRegistration,
     ClusterStore,
     PartitionState,
+    SessionEvent,
     TopicAssignment,
     WatchHandle,
 )
@@ -97,6 +98,7 @@ class ClusterView:
         self._topics: dict[str, TopicAssignment] = {}
         self._states: dict[TopicPartition, PartitionState] = {}
         self._listeners: list[ChangeListener] = []
+        self._session_listeners: list[Callable[[SessionEvent], None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: _Pending | None = None
         self._stopped = False
@@ -129,6 +131,23 @@ class ClusterView:
             return None
         return state.leader
 
+    def on_session(self, listener: Callable[[SessionEvent], None]) -> None:
+        """Call ``listener(SessionEvent)`` on the loop thread for this broker's ZooKeeper
+        session: on LOST a leader must stop acting as one (its registration is gone
+        and the controller moves its leaderships); RESTORED means re-registered."""
+        self._session_listeners.append(listener)
+
+    def _on_store_session(self, event: SessionEvent) -> None:
+        # The store's session thread: hand over to the loop.
+        self._post(self._apply_session, event)
+
+    def _apply_session(self, event: SessionEvent) -> None:
+        for listener in list(self._session_listeners):
+            try:
+                listener(event)
+            except Exception:
+                log.exception("session listener failed on %s", event)
+
     def on_change(self, listener: ChangeListener) -> Callable[[], None]:
         """Call ``listener(ClusterChange)`` on the loop thread after each batch of
         changes; returns a function that unsubscribes."""
@@ -155,6 +174,7 @@ class ClusterView:
         self._controller_id = controller_id
         self._topics = topics
         self._states = states
+        self.store.add_session_listener(self._on_store_session)
         self._global_watches = [
             self.store.watch_brokers(lambda b: self._post(self._apply_brokers, b)),
             self.store.watch_controller(lambda c: self._post(self._apply_controller, c)),

@@ -458,12 +458,7 @@ class Controller:
         brokers = self.store.brokers()
         self._live = set(brokers)
         self._epochs = {b: r.epoch for b, r in brokers.items()}
-        names = self.store.topics()
-        self._topics = {}
-        for name in names:
-            topic = self.store.topic(name)
-            if topic is not None:
-                self._topics[name] = topic
+        self._topics = self.store.topic_assignments(self.store.topics())
         keys = [(t.name, p) for t in self._topics.values() for p in t.replicas]
         self._states = self.store.partition_states(keys)
         self._deletions_requested(frozenset(self.store.deletion_requests()))
@@ -494,12 +489,8 @@ class Controller:
             del self._topics[gone]
             for key in [k for k in self._states if k[0] == gone]:
                 del self._states[key]
-        added: list[TopicAssignment] = []
-        for name in sorted(names - set(self._topics)):
-            topic = self.store.topic(name)
-            if topic is not None:
-                self._topics[name] = topic
-                added.append(topic)
+        added = list(self.store.topic_assignments(sorted(names - set(self._topics))).values())
+        self._topics.update((t.name, t) for t in added)
         if added:
             keys = [(t.name, p) for t in added for p in t.replicas]
             self._states.update(self.store.partition_states(keys))

@@ -14,6 +14,7 @@ from headwater.cluster.store import (
     InMemoryClusterStore,
     PartitionState,
     PartitionStateWrite,
+    SessionEvent,
 )
 
 
@@ -109,3 +110,21 @@ def test_updates_in_one_loop_iteration_are_one_change() -> None:
 
     changes = asyncio.run(main())
     assert changes == [ClusterChange(partitions_changed=frozenset({("t", 0), ("t", 1)}))]
+
+
+def test_session_events_reach_the_loop() -> None:
+    zk = FakeZooKeeper()
+    store = started(zk, 1)
+
+    async def main() -> list[SessionEvent]:
+        view = ClusterView(store)
+        await view.start()
+        events: list[SessionEvent] = []
+        view.on_session(events.append)
+        await asyncio.to_thread(store.expire_session)
+        await settle()
+        view.stop()
+        return events
+
+    assert asyncio.run(main()) == [SessionEvent.LOST, SessionEvent.RESTORED]
+    assert set(started(zk).brokers()) == {1}  # re-registered on the new session
