@@ -18,6 +18,7 @@ from pathlib import Path
 
 from headwater import commands
 from headwater.broker.config import BrokerConfig, parse_host_port, parse_properties
+from headwater.cluster.local_cluster import add_cluster_command
 from headwater.demo import add_demo_command
 from headwater.group_commands import add_group_commands
 
@@ -121,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_commands(sub)
     add_group_commands(sub)
     add_demo_command(sub)
+    add_cluster_command(sub)
     return parser
 
 

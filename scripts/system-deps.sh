@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# System packages the tests need: kcat (a real librdkafka CLI client) and a
-# Java 17 runtime for Spark. Installed through apt-get when missing.
+# System packages the tests need: kcat (a real librdkafka CLI client), a
+# Java 17 runtime for Spark, and ZooKeeper 3.8 (Debian's jar; the cluster mode's
+# coordination service, started by the tests and `headwater cluster` themselves).
+# Installed through apt-get when missing.
 set -euo pipefail
 need=()
 command -v kcat >/dev/null 2>&1 || need+=(kcat)
 command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
+[ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing system packages: ${need[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

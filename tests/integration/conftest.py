@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.broker_process import BrokerProcess
+from tests.integration.zookeeper import zk_connect, zookeeper  # noqa: F401 - fixtures
 
 
 @pytest.fixture

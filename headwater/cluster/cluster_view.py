@@ -1,0 +1,345 @@
+"""The broker's picture of the cluster, kept current by ZooKeeper watches.
+
+A ``ClusterView`` holds a snapshot (live brokers, controller, topics with their
+assignments and configs, every partition's leader/epoch/ISR) that the broker's
+request handlers read without any I/O, and tells subscribers what changed.
+
+Threads: the store's watch callbacks run on kazoo's threads; each only hands
+the new value to the event loop with ``loop.call_soon_threadsafe``. The snapshot
+is changed and subscribers are called on the loop thread only, so handlers read
+it without locks. Updates that arrive together are coalesced into one
+``ClusterChange`` per loop iteration.
+
+Scale (10,000 partitions): ``start()`` reads everything with pipelined
+asynchronous requests (kazoo's ``*_async``: all requests in flight on one
+connection, then the answers), not one round trip per znode. Then it sets one
+data watch per partition state. That is acceptable because a ZooKeeper watch
+is a small server-side table entry per path and session (10,000 of them are
+about a megabyte on the server), it costs nothing while the partition does not
+change, and it fires only for the partition that changed, so a leader change
+costs one notification and one read instead of re-reading every state. The
+alternative, a controller-to-broker LeaderAndIsr channel as Kafka has, would
+need a second control protocol between brokers. Arming the watches is also
+pipelined, so it does not add round trips per partition either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from headwater.cluster.store import (
+    BrokerRegistration,
+    ClusterStore,
+    PartitionState,
+    SessionEvent,
+    TopicAssignment,
+    WatchHandle,
+)
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterChange:
+    """What changed in one batch of updates (all fields empty/False: nothing)."""
+
+    brokers_changed: bool = False
+    topics_added: frozenset[str] = frozenset()
+    topics_removed: frozenset[str] = frozenset()
+    partitions_changed: frozenset[TopicPartition] = frozenset()
+    """Partitions whose state (leader, epoch, ISR) or replica list changed, was
+    created, or was removed (then absent from ``partition_states``)."""
+    controller_changed: bool = False
+    configs_changed: frozenset[str] = frozenset()
+
+
+@dataclass
+class _Pending:
+    brokers_changed: bool = False
+    controller_changed: bool = False
+    topics_added: set[str] = field(default_factory=set)
+    topics_removed: set[str] = field(default_factory=set)
+    partitions_changed: set[TopicPartition] = field(default_factory=set)
+    configs_changed: set[str] = field(default_factory=set)
+
+    def freeze(self) -> ClusterChange:
+        return ClusterChange(
+            brokers_changed=self.brokers_changed,
+            topics_added=frozenset(self.topics_added),
+            topics_removed=frozenset(self.topics_removed),
+            partitions_changed=frozenset(self.partitions_changed),
+            controller_changed=self.controller_changed,
+            configs_changed=frozenset(self.configs_changed),
+        )
+
+
+ChangeListener = Callable[[ClusterChange], None]
+
+
+class ClusterView:
+    """Snapshot of the cluster for one broker; see the module docstring.
+
+    ``await view.start()`` on the event loop (it reads in an executor thread),
+    ``view.on_change(callback)`` to subscribe, ``view.stop()`` to drop the watches.
+    """
+
+    def __init__(self, store: ClusterStore) -> None:
+        self.store = store
+        self._brokers: dict[int, BrokerRegistration] = {}
+        self._controller_id: int | None = None
+        self._topics: dict[str, TopicAssignment] = {}
+        self._states: dict[TopicPartition, PartitionState] = {}
+        self._listeners: list[ChangeListener] = []
+        self._session_listeners: list[Callable[[SessionEvent], None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending: _Pending | None = None
+        self._stopped = False
+        self._global_watches: list[WatchHandle] = []
+        self._topic_watches: dict[str, list[WatchHandle]] = {}
+        self._partition_watches: dict[TopicPartition, WatchHandle] = {}
+
+    # -- the snapshot (read on the loop thread) ------------------------------------------
+
+    @property
+    def brokers(self) -> Mapping[int, BrokerRegistration]:
+        return MappingProxyType(self._brokers)
+
+    @property
+    def controller_id(self) -> int | None:
+        return self._controller_id
+
+    @property
+    def topics(self) -> Mapping[str, TopicAssignment]:
+        return MappingProxyType(self._topics)
+
+    @property
+    def partition_states(self) -> Mapping[TopicPartition, PartitionState]:
+        return MappingProxyType(self._states)
+
+    def leader(self, topic: str, partition: int) -> int | None:
+        """The partition's leader id, or None (unknown partition or no leader)."""
+        state = self._states.get((topic, partition))
+        if state is None or state.leader < 0:
+            return None
+        return state.leader
+
+    def on_session(self, listener: Callable[[SessionEvent], None]) -> None:
+        """Call ``listener(SessionEvent)`` on the loop thread for this broker's ZooKeeper
+        session: on LOST a leader must stop acting as one (its registration is gone
+        and the controller moves its leaderships); RESTORED means re-registered."""
+        self._session_listeners.append(listener)
+
+    def _on_store_session(self, event: SessionEvent) -> None:
+        # The store's session thread: hand over to the loop.
+        self._post(self._apply_session, event)
+
+    def _apply_session(self, event: SessionEvent) -> None:
+        for listener in list(self._session_listeners):
+            try:
+                listener(event)
+            except Exception:
+                log.exception("session listener failed on %s", event)
+
+    def on_change(self, listener: ChangeListener) -> Callable[[], None]:
+        """Call ``listener(ClusterChange)`` on the loop thread after each batch of
+        changes; returns a function that unsubscribes."""
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return unsubscribe
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load the whole snapshot (pipelined reads in an executor thread), then watch.
+
+        Raises ``ClusterStoreUnavailableError`` if ZooKeeper cannot be read.
+        """
+        self._loop = asyncio.get_running_loop()
+        brokers, controller_id, topics, states = await self._loop.run_in_executor(
+            None, self._load
+        )
+        self._brokers = brokers
+        self._controller_id = controller_id
+        self._topics = topics
+        self._states = states
+        self.store.add_session_listener(self._on_store_session)
+        self._global_watches = [
+            self.store.watch_brokers(lambda b: self._post(self._apply_brokers, b)),
+            self.store.watch_controller(lambda c: self._post(self._apply_controller, c)),
+            self.store.watch_topics(lambda t: self._post(self._apply_topic_names, t)),
+        ]
+        for topic in topics.values():
+            self._watch_topic(topic.name)
+            for partition in topic.replicas:
+                self._watch_partition(topic.name, partition)
+
+    def _load(
+        self,
+    ) -> tuple[
+        dict[int, BrokerRegistration],
+        int | None,
+        dict[str, TopicAssignment],
+        dict[TopicPartition, PartitionState],
+    ]:
+        brokers = self.store.brokers()
+        controller_id = self.store.controller_id()
+        topics = self.store.topic_assignments(self.store.topics())
+        keys = [(t.name, p) for t in topics.values() for p in t.replicas]
+        return brokers, controller_id, topics, self.store.partition_states(keys)
+
+    def stop(self) -> None:
+        """Drop every watch; the snapshot stays as it was."""
+        self._stopped = True
+        for handle in self._global_watches:
+            handle.cancel()
+        for handles in self._topic_watches.values():
+            for handle in handles:
+                handle.cancel()
+        for handle in self._partition_watches.values():
+            handle.cancel()
+        self._global_watches = []
+        self._topic_watches = {}
+        self._partition_watches = {}
+
+    # -- watches -------------------------------------------------------------------------
+
+    def _post(self, apply: Callable[[Any], None], value: Any) -> None:
+        """Any thread (kazoo's): hand the value to the loop."""
+        loop = self._loop
+        if loop is None or self._stopped or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(self._run_apply, apply, value)
+
+    def _run_apply(self, apply: Callable[[Any], None], value: Any) -> None:
+        if self._stopped:
+            return
+        apply(value)
+
+    def _watch_topic(self, name: str) -> None:
+        if name in self._topic_watches:
+            return
+        self._topic_watches[name] = [
+            self.store.watch_topic(name, lambda t: self._post(self._apply_topic, (name, t))),
+            self.store.watch_topic_configs(
+                name, lambda c: self._post(self._apply_configs, (name, c))
+            ),
+        ]
+
+    def _watch_partition(self, topic: str, partition: int) -> None:
+        key = (topic, partition)
+        if key in self._partition_watches:
+            return
+        self._partition_watches[key] = self.store.watch_partition_state(
+            topic, partition, lambda s: self._post(self._apply_state, (key, s))
+        )
+
+    def _unwatch_topic(self, name: str) -> None:
+        for handle in self._topic_watches.pop(name, []):
+            handle.cancel()
+        for key in [k for k in self._partition_watches if k[0] == name]:
+            self._partition_watches.pop(key).cancel()
+
+    # -- applying updates (loop thread) -----------------------------------------------------
+
+    def _change(self) -> _Pending:
+        if self._pending is None:
+            self._pending = _Pending()
+            assert self._loop is not None
+            self._loop.call_soon(self._flush)
+        return self._pending
+
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is None or self._stopped:
+            return
+        change = pending.freeze()
+        for listener in list(self._listeners):
+            try:
+                listener(change)
+            except Exception:
+                log.exception("cluster change listener failed")
+
+    def _apply_brokers(self, brokers: dict[int, BrokerRegistration]) -> None:
+        old = {b: (r, r.epoch) for b, r in self._brokers.items()}
+        if old != {b: (r, r.epoch) for b, r in brokers.items()}:
+            self._brokers = dict(brokers)
+            self._change().brokers_changed = True
+
+    def _apply_controller(self, controller_id: int | None) -> None:
+        if controller_id != self._controller_id:
+            self._controller_id = controller_id
+            self._change().controller_changed = True
+
+    def _apply_topic_names(self, names: frozenset[str]) -> None:
+        for name in sorted(set(self._topics) - names):
+            self._remove_topic(name)
+        for name in sorted(names - set(self._topics)):
+            # The assignment arrives through the topic's own watch.
+            self._watch_topic(name)
+
+    def _remove_topic(self, name: str) -> None:
+        topic = self._topics.pop(name, None)
+        self._unwatch_topic(name)
+        if topic is None:
+            return
+        change = self._change()
+        change.topics_removed.add(name)
+        change.topics_added.discard(name)
+        for key in [k for k in self._states if k[0] == name]:
+            del self._states[key]
+            change.partitions_changed.add(key)
+
+    def _apply_topic(self, update: tuple[str, TopicAssignment | None]) -> None:
+        name, topic = update
+        if topic is None:
+            self._remove_topic(name)
+            return
+        if name not in self._topic_watches:  # a late callback after removal
+            return
+        old = self._topics.get(name)
+        if old == topic:
+            return
+        self._topics[name] = topic
+        change = self._change()
+        if old is None or old.topic_id != topic.topic_id:
+            change.topics_added.add(name)
+            change.topics_removed.discard(name)
+        old_replicas = old.replicas if old is not None else {}
+        for partition, replicas in topic.replicas.items():
+            if old_replicas.get(partition) != replicas:
+                change.partitions_changed.add((name, partition))
+            self._watch_partition(name, partition)
+
+    def _apply_configs(self, update: tuple[str, dict[str, str] | None]) -> None:
+        name, configs = update
+        topic = self._topics.get(name)
+        if topic is None or configs is None or topic.configs == configs:
+            return
+        self._topics[name] = TopicAssignment(topic.name, topic.topic_id, topic.replicas, configs)
+        self._change().configs_changed.add(name)
+
+    def _apply_state(self, update: tuple[TopicPartition, PartitionState | None]) -> None:
+        key, state = update
+        if key not in self._partition_watches:  # a late callback after removal
+            return
+        old = self._states.get(key)
+        if state == old:
+            return
+        if state is None:
+            del self._states[key]
+        else:
+            self._states[key] = state
+        self._change().partitions_changed.add(key)

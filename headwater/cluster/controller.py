@@ -1,0 +1,626 @@
+"""The cluster controller (Kafka's ZooKeeper-mode ``KafkaController``, reduced).
+
+One broker at a time is controller: whoever creates the ephemeral ``/controller``
+znode, bumping ``/controller_epoch`` in the same transaction. Every write it
+makes checks that epoch's znode version, so a controller that lost its session
+and does not know yet is fenced. When its session expires the controller stops
+acting at once and another broker takes over.
+
+What it decides (the pure functions below, unit-tested without any store):
+- initial partition states of a new topic: leader = first live replica, ISR =
+  live replicas, leader epoch 0;
+- on a broker's session end: a new leader from the live ISR in assignment order
+  (leader epoch + 1); the dead replica leaves every ISR; no unclean election
+  unless ``unclean.leader.election.enable`` (broker default or topic config);
+- when a broker comes back: leaderless partitions it replicates get a leader;
+- preferred-leader rebalance (``auto.leader.rebalance.enable``) when a broker
+  leads fewer than (100 - ``leader.imbalance.per.broker.percentage``)% of the
+  partitions it is preferred for;
+- topic deletion from ``/admin/delete_topics`` markers.
+And ``assign_replicas``: Kafka's rack-unaware round robin used at topic creation.
+
+An ISR change made by the controller (a dead follower removed) keeps the leader
+epoch: only leader changes bump it, so a surviving leader's fetch sessions and
+clients' cached epochs stay valid. Leaders learn of such a change through their
+partition-state watch, and their own compare-and-set fails until they re-read.
+
+Threading: the controller runs its decisions on one thread of its own (Kafka's
+controller event thread), fed by store watches and session events, so no two
+decisions interleave. ``start()``/``stop()`` are synchronous; call them from an
+executor when on the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import ClassVar
+
+from headwater.cluster.store import (
+    NO_LEADER,
+    BrokerRegistration,
+    ClusterStore,
+    ClusterStoreError,
+    ClusterStoreUnavailableError,
+    ControllerFence,
+    ControllerMovedError,
+    PartitionState,
+    PartitionStateWrite,
+    SessionEvent,
+    TopicAssignment,
+    WatchHandle,
+)
+from headwater.log.errors import InvalidPartitionsError, KafkaApiError
+
+log = logging.getLogger(__name__)
+
+UNCLEAN_LEADER_ELECTION = "unclean.leader.election.enable"
+
+TopicPartition = tuple[str, int]
+
+
+class InvalidReplicationFactorError(KafkaApiError):
+    """Replication factor below 1 or above the number of live brokers."""
+
+    kafka_error_code: ClassVar[int] = 38
+
+
+class InvalidReplicaAssignmentError(KafkaApiError):
+    kafka_error_code: ClassVar[int] = 39
+
+
+# --- pure decisions --------------------------------------------------------------
+
+
+def assign_replicas(
+    num_partitions: int,
+    replication_factor: int,
+    broker_ids: Iterable[int],
+    *,
+    start_index: int | None = None,
+    start_partition: int = 0,
+    rng: random.Random | None = None,
+) -> dict[int, list[int]]:
+    """Kafka's rack-unaware assignment (``AdminUtils.assignReplicasToBrokers``).
+
+    Leaders go round robin over the sorted brokers from a random start; each
+    follower is shifted from the leader by an amount that grows every time the
+    partitions wrap around the brokers, so replicas of consecutive partitions
+    spread over different broker pairs. ``start_index`` fixes both the start and
+    the first shift (Kafka's ``fixedStartIndex``), for tests and reproducibility.
+    """
+    brokers = sorted(set(broker_ids))
+    if num_partitions <= 0:
+        raise InvalidPartitionsError(
+            f"number of partitions must be at least 1, got {num_partitions}"
+        )
+    if replication_factor <= 0:
+        raise InvalidReplicationFactorError(
+            f"replication factor must be at least 1, got {replication_factor}"
+        )
+    if replication_factor > len(brokers):
+        raise InvalidReplicationFactorError(
+            f"replication factor {replication_factor} is larger than the "
+            f"{len(brokers)} available broker(s)"
+        )
+    n = len(brokers)
+    rand = rng or random.Random()
+    first_start = start_index if start_index is not None else rand.randrange(n)
+    shift = start_index if start_index is not None else rand.randrange(n)
+    out: dict[int, list[int]] = {}
+    partition = max(0, start_partition)
+    for _ in range(num_partitions):
+        if partition > 0 and partition % n == 0:
+            shift += 1
+        first = (partition + first_start) % n
+        replicas = [brokers[first]]
+        for j in range(replication_factor - 1):
+            replicas.append(brokers[(first + 1 + (shift + j) % (n - 1)) % n])
+        out[partition] = replicas
+        partition += 1
+    return out
+
+
+def initial_leader_and_isr(replicas: Sequence[int], live: set[int]) -> tuple[int, tuple[int, ...]]:
+    """A new partition: first live replica leads, ISR = live replicas.
+
+    With no live replica the partition starts leaderless with every replica in
+    the ISR (it holds no data yet, so whichever comes first may lead cleanly).
+    """
+    alive = tuple(r for r in replicas if r in live)
+    if not alive:
+        return NO_LEADER, tuple(replicas)
+    return alive[0], alive
+
+
+def elect_leader(
+    replicas: Sequence[int], isr: Sequence[int], live: set[int], unclean: bool
+) -> tuple[int, tuple[int, ...]] | None:
+    """Kafka's offline-partition election: the first live ISR member in assignment order.
+
+    Returns (leader, new ISR), or None when no replica may lead. Unclean: any
+    live replica, ISR just itself (records it lacks are lost; hence off by default).
+    """
+    for replica in replicas:
+        if replica in live and replica in isr:
+            return replica, tuple(r for r in isr if r in live)
+    if unclean:
+        for replica in replicas:
+            if replica in live:
+                return replica, (replica,)
+    return None
+
+
+def next_state(
+    replicas: Sequence[int], state: PartitionState, live: set[int], unclean: bool
+) -> PartitionState | None:
+    """What a partition's state must become given the live brokers; None if it is fine.
+
+    - leader dead (or none): elect from the live ISR, leader epoch + 1; if nobody
+      may lead, the partition is leaderless (epoch + 1) and keeps its last ISR
+      member (as Kafka does) so that broker can lead cleanly when it returns;
+    - leader alive, some ISR members dead: they leave the ISR, epoch unchanged.
+    """
+    if state.leader not in live:
+        elected = elect_leader(replicas, state.isr, live, unclean)
+        if elected is not None:
+            leader, isr = elected
+            return PartitionState(leader, state.leader_epoch + 1, isr, state.controller_epoch)
+        if state.leader == NO_LEADER:
+            return None
+        survivors = tuple(r for r in state.isr if r in live) or state.isr[-1:]
+        return PartitionState(NO_LEADER, state.leader_epoch + 1, survivors, state.controller_epoch)
+    isr = tuple(r for r in state.isr if r in live)
+    if isr != state.isr:
+        return PartitionState(state.leader, state.leader_epoch, isr, state.controller_epoch)
+    return None
+
+
+def preferred_leader_moves(
+    assignments: Mapping[str, TopicAssignment],
+    states: Mapping[TopicPartition, PartitionState],
+    live: set[int],
+    imbalance_percentage: int,
+) -> dict[TopicPartition, PartitionState]:
+    """Partitions to hand back to their preferred (first) replica.
+
+    Like Kafka's ``checkAndTriggerAutoLeaderRebalance``: per preferred broker, if
+    the share of its partitions it does not lead exceeds the percentage, move
+    those whose preferred replica is live and in the ISR (leader epoch + 1).
+    """
+    by_preferred: dict[int, list[TopicPartition]] = {}
+    for name, assignment in assignments.items():
+        for partition, replicas in assignment.replicas.items():
+            if replicas:
+                by_preferred.setdefault(replicas[0], []).append((name, partition))
+    moves: dict[TopicPartition, PartitionState] = {}
+    for broker, partitions in by_preferred.items():
+        if broker not in live:
+            continue
+        not_led = [tp for tp in partitions if tp in states and states[tp].leader != broker]
+        if not partitions or len(not_led) * 100 <= imbalance_percentage * len(partitions):
+            continue
+        for tp in not_led:
+            state = states[tp]
+            if broker in state.isr:
+                moves[tp] = PartitionState(
+                    broker, state.leader_epoch + 1, state.isr, state.controller_epoch
+                )
+    return moves
+
+
+def create_topic(
+    store: ClusterStore,
+    name: str,
+    num_partitions: int,
+    replication_factor: int,
+    configs: Mapping[str, str] | None = None,
+    *,
+    replica_assignment: Mapping[int, Sequence[int]] | None = None,
+    topic_id: uuid.UUID | None = None,
+    rng: random.Random | None = None,
+) -> TopicAssignment:
+    """Create a topic from any broker (Kafka's ``AdminZkClient.createTopic``).
+
+    Assigns replicas over the registered brokers (or checks ``replica_assignment``)
+    and writes the topic; the controller then creates the partition states.
+    Raises InvalidReplicationFactorError, InvalidPartitionsError,
+    InvalidReplicaAssignmentError, TopicExistsError, InvalidTopicError,
+    ClusterStoreUnavailableError.
+    """
+    brokers = set(store.brokers())
+    if replica_assignment is not None:
+        replicas = {int(p): [int(b) for b in r] for p, r in replica_assignment.items()}
+        sizes = {len(r) for r in replicas.values()}
+        if len(sizes) > 1:
+            raise InvalidReplicaAssignmentError(
+                f"all partitions of {name!r} need the same number of replicas"
+            )
+        unknown = sorted({b for r in replicas.values() for b in r} - brokers)
+        if unknown:
+            raise InvalidReplicaAssignmentError(f"unknown broker(s) {unknown} in the assignment")
+        if sorted(replicas) != list(range(len(replicas))):
+            raise InvalidReplicaAssignmentError(f"partitions of {name!r} must be 0..n-1")
+    else:
+        replicas = assign_replicas(num_partitions, replication_factor, brokers, rng=rng)
+    return store.create_topic(name, topic_id or uuid.uuid4(), replicas, dict(configs or {}))
+
+
+# --- the controller -----------------------------------------------------------------
+
+
+class Controller:
+    """Runs for election and, while elected, keeps partition leadership right.
+
+    Construct with the broker's store (started, the broker registered), call
+    ``start()``; ``stop()`` resigns (if elected) and ends the thread.
+    """
+
+    def __init__(
+        self,
+        store: ClusterStore,
+        broker_id: int,
+        *,
+        unclean_leader_election_enable: bool = False,
+        auto_leader_rebalance_enable: bool = True,
+        leader_imbalance_check_interval_s: float = 300.0,
+        leader_imbalance_per_broker_percentage: int = 10,
+        retry_backoff_s: float = 0.5,
+    ) -> None:
+        self.store = store
+        self.broker_id = broker_id
+        self.unclean_leader_election_enable = unclean_leader_election_enable
+        self.auto_leader_rebalance_enable = auto_leader_rebalance_enable
+        self.leader_imbalance_check_interval_s = leader_imbalance_check_interval_s
+        self.leader_imbalance_per_broker_percentage = leader_imbalance_per_broker_percentage
+        self.retry_backoff_s = retry_backoff_s
+        self._events: queue.Queue[Callable[[], None] | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._fence: ControllerFence | None = None
+        self._controller_watch: WatchHandle | None = None
+        self._active_watches: list[WatchHandle] = []
+        self._timers: set[threading.Timer] = set()
+        self._timers_lock = threading.Lock()
+        # The controller's picture of the cluster (Kafka's ControllerContext).
+        self._live: set[int] = set()
+        self._epochs: dict[int, int] = {}
+        self._topics: dict[str, TopicAssignment] = {}
+        self._states: dict[TopicPartition, PartitionState] = {}
+        self.activations = 0
+        """How many times this broker became controller (for tests and metrics)."""
+
+    # -- public ----------------------------------------------------------------------
+
+    @property
+    def is_active(self) -> bool:
+        return self._fence is not None
+
+    @property
+    def epoch(self) -> int | None:
+        fence = self._fence
+        return fence.epoch if fence is not None else None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._run, name=f"hw-controller-{self.broker_id}", daemon=True
+        )
+        self._thread.start()
+        self.store.add_session_listener(self._on_session)
+        self._controller_watch = self.store.watch_controller(self._on_controller_znode)
+        self._enqueue(self._elect)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Resign if elected (so another broker takes over at once) and stop."""
+        if self._thread is None:
+            return
+        self._enqueue(self._shutdown)
+        self._events.put(None)
+        self._thread.join(timeout)
+        self._thread = None
+
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        """Wait until every queued event is handled (tests); False on timeout."""
+        with self._events.all_tasks_done:
+            return self._events.all_tasks_done.wait_for(
+                lambda: self._events.unfinished_tasks == 0, timeout
+            )
+
+    def trigger_preferred_leader_election(self) -> None:
+        """Run the preferred-leader check now (tests, admin)."""
+        self._enqueue(self._rebalance)
+
+    # -- event plumbing ------------------------------------------------------------------
+
+    def _enqueue(self, event: Callable[[], None]) -> None:
+        if not self._stopping:
+            self._events.put(event)
+
+    def _later(self, delay: float, event: Callable[[], None]) -> None:
+        def fire() -> None:
+            with self._timers_lock:
+                self._timers.discard(timer)
+            self._enqueue(event)
+
+        timer = threading.Timer(delay, fire)
+        timer.daemon = True
+        with self._timers_lock:
+            self._timers.add(timer)
+        timer.start()
+
+    def _run(self) -> None:
+        while True:
+            event = self._events.get()
+            try:
+                if event is None:
+                    return
+                if self._stopping and event != self._shutdown:
+                    continue
+                event()
+            except ControllerMovedError:
+                log.warning("controller %d was fenced; resigning", self.broker_id)
+                self._deactivate()
+                self._enqueue(self._elect)
+            except ClusterStoreUnavailableError as exc:
+                log.warning(
+                    "controller %d: ZooKeeper unavailable (%s); retrying", self.broker_id, exc
+                )
+                if self.is_active:
+                    self._later(self.retry_backoff_s, self._resync)
+                else:
+                    self._later(self.retry_backoff_s, self._elect)
+            except Exception:
+                log.exception("controller %d: event failed", self.broker_id)
+                if self.is_active:
+                    self._later(self.retry_backoff_s, self._resync)
+            finally:
+                self._events.task_done()
+
+    # Called on store threads: only enqueue.
+    def _on_session(self, event: SessionEvent) -> None:
+        if event is SessionEvent.LOST:
+            # Our /controller znode is gone with the session: stop acting now.
+            self._enqueue(self._deactivate)
+        elif event in (SessionEvent.RESTORED, SessionEvent.RECONNECTED):
+            self._enqueue(self._elect)
+
+    def _on_controller_znode(self, controller_id: int | None) -> None:
+        if controller_id is None:
+            self._enqueue(self._elect)
+        elif controller_id != self.broker_id:
+            self._enqueue(self._check_still_controller)
+
+    # -- events (controller thread) ---------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        fence = self._fence
+        self._deactivate()
+        self._stopping = True
+        with self._timers_lock:
+            for timer in self._timers:
+                timer.cancel()
+            self._timers.clear()
+        if self._controller_watch is not None:
+            self._controller_watch.cancel()
+        if fence is not None:
+            try:
+                self.store.resign_controller(fence)
+            except ClusterStoreError:
+                log.debug("resigning failed; the session end will do it", exc_info=True)
+
+    def _check_still_controller(self) -> None:
+        if self.is_active and self.store.controller_id() != self.broker_id:
+            log.warning("broker %d is no longer controller", self.broker_id)
+            self._deactivate()
+
+    def _elect(self) -> None:
+        if self.is_active:
+            if self.store.controller_id() == self.broker_id:
+                return
+            self._deactivate()
+        fence = self.store.try_become_controller(self.broker_id)
+        if fence is None:
+            return
+        log.info("broker %d is controller (epoch %d)", self.broker_id, fence.epoch)
+        self._fence = fence
+        self.activations += 1
+        self._active_watches = [
+            self.store.watch_brokers(lambda b: self._enqueue(lambda: self._brokers_changed(b))),
+            self.store.watch_topics(lambda t: self._enqueue(lambda: self._topics_changed(t))),
+            self.store.watch_deletion_requests(
+                lambda t: self._enqueue(lambda: self._deletions_requested(t))
+            ),
+        ]
+        self._resync()
+        if self.auto_leader_rebalance_enable:
+            self._later(self.leader_imbalance_check_interval_s, self._periodic_rebalance)
+
+    def _deactivate(self) -> None:
+        if self._fence is None:
+            return
+        for handle in self._active_watches:
+            handle.cancel()
+        self._active_watches = []
+        self._fence = None
+        self._live = set()
+        self._epochs = {}
+        self._topics = {}
+        self._states = {}
+
+    def _resync(self) -> None:
+        """Load everything from ZooKeeper and bring every partition to a valid state."""
+        if self._fence is None:
+            return
+        brokers = self.store.brokers()
+        self._live = set(brokers)
+        self._epochs = {b: r.epoch for b, r in brokers.items()}
+        self._topics = self.store.topic_assignments(self.store.topics())
+        keys = [(t.name, p) for t in self._topics.values() for p in t.replicas]
+        self._states = self.store.partition_states(keys)
+        self._deletions_requested(frozenset(self.store.deletion_requests()))
+        self._create_missing_states(self._topics.values())
+        self._reconcile(self._states.keys())
+
+    def _brokers_changed(self, brokers: Mapping[int, BrokerRegistration]) -> None:
+        if self._fence is None:
+            return
+        epochs = {b: r.epoch for b, r in brokers.items()}
+        # A broker that re-registered (restart, session expiry) between two reads is
+        # handled as Kafka does a bounce: a failure, then a start-up. Its leaderships
+        # move, so it never goes on leading on a stale epoch.
+        bounced = {b for b, e in epochs.items() if b in self._epochs and self._epochs[b] != e}
+        log.info("controller %d: live brokers %s -> %s%s", self.broker_id, sorted(self._live),
+                 sorted(epochs), f" (bounced {sorted(bounced)})" if bounced else "")  # fmt: skip
+        self._epochs = epochs
+        if bounced:
+            self._live = set(epochs) - bounced
+            self._reconcile(list(self._states))
+        self._live = set(epochs)
+        self._reconcile(list(self._states))
+
+    def _topics_changed(self, names: frozenset[str]) -> None:
+        if self._fence is None:
+            return
+        for gone in set(self._topics) - names:
+            del self._topics[gone]
+            for key in [k for k in self._states if k[0] == gone]:
+                del self._states[key]
+        added = list(self.store.topic_assignments(sorted(names - set(self._topics))).values())
+        self._topics.update((t.name, t) for t in added)
+        if added:
+            keys = [(t.name, p) for t in added for p in t.replicas]
+            self._states.update(self.store.partition_states(keys))
+            self._create_missing_states(added)
+
+    def _deletions_requested(self, names: frozenset[str]) -> None:
+        fence = self._fence
+        if fence is None:
+            return
+        for name in sorted(names):
+            log.info("controller %d: deleting topic %s", self.broker_id, name)
+            self.store.delete_topic_znodes(fence, name)
+            self._topics.pop(name, None)
+            for key in [k for k in self._states if k[0] == name]:
+                del self._states[key]
+
+    def _periodic_rebalance(self) -> None:
+        if self._fence is None:
+            return
+        try:
+            self._rebalance()
+        finally:
+            if self._fence is not None:
+                self._later(self.leader_imbalance_check_interval_s, self._periodic_rebalance)
+
+    def _rebalance(self) -> None:
+        if self._fence is None:
+            return
+        # Leaders change ISRs without telling the controller: decide on fresh states.
+        self._states = self.store.partition_states(list(self._states))
+        moves = preferred_leader_moves(
+            self._topics, self._states, self._live, self.leader_imbalance_per_broker_percentage
+        )
+        if moves:
+            log.info("controller %d: preferred leader election for %d partition(s)",
+                     self.broker_id, len(moves))  # fmt: skip
+            self._write(moves)
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def _unclean(self, topic: str) -> bool:
+        assignment = self._topics.get(topic)
+        value = assignment.configs.get(UNCLEAN_LEADER_ELECTION) if assignment else None
+        if value is None:
+            return self.unclean_leader_election_enable
+        return value.strip().lower() == "true"
+
+    def _create_missing_states(self, topics: Iterable[TopicAssignment]) -> None:
+        fence = self._fence
+        assert fence is not None
+        writes = []
+        for topic in topics:
+            for partition, replicas in sorted(topic.replicas.items()):
+                if (topic.name, partition) in self._states:
+                    continue
+                leader, isr = initial_leader_and_isr(replicas, self._live)
+                state = PartitionState(leader, 0, isr, fence.epoch)
+                writes.append(PartitionStateWrite(topic.name, partition, state, None))
+        if not writes:
+            return
+        results = self.store.write_partition_states(fence, writes)
+        for write in writes:
+            key = (write.topic, write.partition)
+            version = results.get(key)
+            if version is None:  # created concurrently (a previous controller): read it
+                current = self.store.partition_state(*key)
+                if current is not None:
+                    self._states[key] = current
+            else:
+                s = write.state
+                self._states[key] = PartitionState(
+                    s.leader, s.leader_epoch, s.isr, fence.epoch, version
+                )
+
+    def _reconcile(self, keys: Iterable[TopicPartition]) -> None:
+        changes: dict[TopicPartition, PartitionState] = {}
+        for key in keys:
+            topic = self._topics.get(key[0])
+            state = self._states.get(key)
+            if topic is None or state is None:
+                continue
+            new = next_state(
+                topic.replicas.get(key[1], []), state, self._live, self._unclean(key[0])
+            )
+            if new is not None:
+                changes[key] = new
+        if changes:
+            self._write(changes)
+
+    def _write(self, changes: Mapping[TopicPartition, PartitionState], attempts: int = 5) -> None:
+        """Compare-and-set each change against the cached version; on a lost race
+        (a leader changed its ISR meanwhile) re-read and decide again."""
+        fence = self._fence
+        assert fence is not None
+        writes = [
+            PartitionStateWrite(t, p, state, self._states[(t, p)].zk_version)
+            for (t, p), state in changes.items()
+        ]
+        results = self.store.write_partition_states(fence, writes)
+        lost: list[TopicPartition] = []
+        for write in writes:
+            key = (write.topic, write.partition)
+            version = results.get(key)
+            if version is None:
+                lost.append(key)
+            else:
+                s = write.state
+                self._states[key] = PartitionState(
+                    s.leader, s.leader_epoch, s.isr, fence.epoch, version
+                )
+        if not lost:
+            return
+        fresh = self.store.partition_states(lost)
+        for key in lost:
+            if key in fresh:
+                self._states[key] = fresh[key]
+            else:
+                self._states.pop(key, None)
+        if attempts > 1:
+            again = {}
+            for key in lost:
+                topic, state = self._topics.get(key[0]), self._states.get(key)
+                if topic is None or state is None:
+                    continue
+                new = next_state(
+                    topic.replicas.get(key[1], []), state, self._live, self._unclean(key[0])
+                )
+                if new is not None:
+                    again[key] = new
+            if again:
+                self._write(again, attempts - 1)
+        else:
+            self._later(self.retry_backoff_s, self._resync)

@@ -1,0 +1,1077 @@
+"""The cluster's shared state in ZooKeeper, behind a small interface tests can fake.
+
+``ClusterStore`` is what the controller, the broker's cluster view and the replica
+manager need from ZooKeeper: broker registrations, the controller znode and
+epoch, topic assignments and configs, per-partition leader/ISR state with
+compare-and-set on the znode version, deletion markers, and watches.
+
+``ZkClusterStore`` runs on kazoo; ``InMemoryClusterStore`` is the very same class
+on an in-memory ZooKeeper (``fake_zookeeper``), so unit tests check the same code.
+
+Threading model. kazoo runs its own threads (a connection thread, a thread for
+watch events and one for async completions). The store's methods are
+synchronous and thread-safe: call them from any thread *except* the event
+loop's (the broker uses ``loop.run_in_executor``); each blocks at most
+``request_timeout_s``. Watch callbacks and session listeners run on kazoo's or
+the store's own threads (the in-memory store: synchronously, in the thread that
+made the change); they must be quick and must not block the caller's event
+loop: hand work to a queue or ``loop.call_soon_threadsafe``. A watch callback
+gets each new value at most once, in order, and the current value right after
+it is registered.
+
+Failures are exceptions named for what they are: ``ClusterStoreUnavailableError``
+(ZooKeeper unreachable or the session gone: nothing was written, or the write's
+outcome is unknown), ``BrokerIdInUseError``, ``TopicExistsError``,
+``UnknownTopicError``, ``ControllerMovedError`` (a fenced controller write after
+another broker became controller). A lost compare-and-set is not an exception:
+``update_partition_state`` returns ``None``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    BadVersionError,
+    ConnectionClosedError,
+    ConnectionLoss,
+    KazooException,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    OperationTimeoutError,
+    SessionExpiredError,
+)
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import EventType, KazooState, WatchedEvent
+
+from headwater.cluster import zk_layout as zk
+from headwater.cluster.fake_zookeeper import FakeKazooClient, FakeZooKeeper
+from headwater.log import errors as log_errors
+
+log = logging.getLogger(__name__)
+
+NO_LEADER = -1
+"""``leader`` of a partition without one (Kafka's ``LeaderAndIsr.NoLeader``)."""
+
+_UNAVAILABLE = (
+    ConnectionLoss,
+    SessionExpiredError,
+    ConnectionClosedError,
+    OperationTimeoutError,
+    KazooTimeoutError,
+)
+
+
+# --- errors -------------------------------------------------------------------
+
+
+class ClusterStoreError(Exception):
+    """Base of the store's errors."""
+
+
+class ClusterStoreUnavailableError(ClusterStoreError):
+    """ZooKeeper cannot be reached (or the session is gone) right now; retry later."""
+
+
+class BrokerIdInUseError(ClusterStoreError):
+    """Another live broker (another ZooKeeper session) is registered with this id."""
+
+
+# The topic errors are also the log layer's errors, so the broker answers them with
+# the same Kafka error codes (TOPIC_ALREADY_EXISTS, UNKNOWN_TOPIC_OR_PARTITION,
+# INVALID_TOPIC_EXCEPTION) whichever layer raised them.
+
+
+class TopicExistsError(ClusterStoreError, log_errors.TopicExistsError):
+    """The topic exists, or is still being deleted."""
+
+
+class UnknownTopicError(ClusterStoreError, log_errors.UnknownTopicOrPartitionError):
+    """No such topic."""
+
+
+class InvalidTopicError(ClusterStoreError, log_errors.InvalidTopicError):
+    """The topic name or assignment is not acceptable."""
+
+
+class ControllerMovedError(ClusterStoreError):
+    """A fenced write was refused: the controller epoch moved on (another controller)."""
+
+
+# --- values -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+    epoch: int = field(default=-1, compare=False)
+    """Kafka's broker epoch: the registration znode's creation zxid. It changes when
+    the broker re-registers (a restart, a session expiry), even if the id list
+    looks the same between two reads: the controller treats that as a bounce."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopicAssignment:
+    name: str
+    topic_id: uuid.UUID
+    replicas: dict[int, list[int]]
+    """partition -> replica broker ids, the first being the preferred leader."""
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """``/brokers/topics/<t>/partitions/<p>/state`` (Kafka's LeaderIsrAndControllerEpoch)."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    controller_epoch: int
+    zk_version: int = -1
+    """The znode version this value was read at (-1: not read from the store)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerFence:
+    """Proof of being controller: the epoch and the ``/controller_epoch`` znode version.
+
+    Every controller write is a transaction that first checks this version, so
+    a controller that lost its election (and does not know yet) writes nothing.
+    """
+
+    broker_id: int
+    epoch: int
+    epoch_zk_version: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStateWrite:
+    topic: str
+    partition: int
+    state: PartitionState
+    expected_version: int | None
+    """The znode version to compare-and-set against; None creates the state znode."""
+
+
+class SessionEvent(enum.Enum):
+    SUSPENDED = "suspended"
+    """Connection lost; the session (and our ephemerals) may still live. Writes fail."""
+    RECONNECTED = "reconnected"
+    """Back on the same session: nothing was lost."""
+    LOST = "lost"
+    """The session expired: our ephemerals (broker registration, controller) are gone."""
+    RESTORED = "restored"
+    """A new session after LOST; the broker registration has been re-created."""
+
+
+class WatchHandle(Protocol):
+    def cancel(self) -> None: ...
+
+
+SessionListener = Callable[[SessionEvent], None]
+
+
+class ClusterStore(Protocol):
+    """What the cluster needs from ZooKeeper (see the module docstring for threading)."""
+
+    @property
+    def connected(self) -> bool: ...
+
+    def start(self, timeout: float = 30.0) -> None: ...
+    def close(self) -> None: ...
+    def add_session_listener(self, listener: SessionListener) -> None: ...
+
+    # brokers
+    def register_broker(self, registration: BrokerRegistration, wait_s: float = 0.0) -> None: ...
+    def unregister_broker(self) -> None: ...
+    def brokers(self) -> dict[int, BrokerRegistration]: ...
+    def cluster_id(self, proposed: str) -> str: ...
+
+    # controller
+    def controller_id(self) -> int | None: ...
+    def controller_epoch(self) -> int: ...
+    def try_become_controller(self, broker_id: int) -> ControllerFence | None: ...
+    def resign_controller(self, fence: ControllerFence) -> None: ...
+
+    # topics
+    def topics(self) -> list[str]: ...
+    def topic(self, name: str) -> TopicAssignment | None: ...
+    def topic_assignments(self, names: Iterable[str]) -> dict[str, TopicAssignment]: ...
+    def create_topic(
+        self,
+        name: str,
+        topic_id: uuid.UUID,
+        replicas: dict[int, list[int]],
+        configs: dict[str, str],
+    ) -> TopicAssignment: ...
+    def delete_topic(self, name: str) -> None: ...
+    def set_topic_configs(self, name: str, configs: dict[str, str]) -> None: ...
+    def deletion_requests(self) -> list[str]: ...
+    def delete_topic_znodes(self, fence: ControllerFence, name: str) -> None: ...
+
+    # partition states
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None: ...
+    def partition_states(
+        self, partitions: Iterable[tuple[str, int]]
+    ) -> dict[tuple[str, int], PartitionState]: ...
+    def update_partition_state(
+        self, topic: str, partition: int, state: PartitionState, expected_version: int
+    ) -> int | None: ...
+    def write_partition_states(
+        self, fence: ControllerFence, writes: Sequence[PartitionStateWrite]
+    ) -> dict[tuple[str, int], int | None]: ...
+
+    # watches
+    def watch_brokers(
+        self, callback: Callable[[dict[int, BrokerRegistration]], None]
+    ) -> WatchHandle: ...
+    def watch_controller(self, callback: Callable[[int | None], None]) -> WatchHandle: ...
+    def watch_topics(self, callback: Callable[[frozenset[str]], None]) -> WatchHandle: ...
+    def watch_topic(
+        self, name: str, callback: Callable[[TopicAssignment | None], None]
+    ) -> WatchHandle: ...
+    def watch_topic_configs(
+        self, name: str, callback: Callable[[dict[str, str] | None], None]
+    ) -> WatchHandle: ...
+    def watch_deletion_requests(
+        self, callback: Callable[[frozenset[str]], None]
+    ) -> WatchHandle: ...
+    def watch_partition_state(
+        self, topic: str, partition: int, callback: Callable[[PartitionState | None], None]
+    ) -> WatchHandle: ...
+
+
+# --- watches --------------------------------------------------------------------
+
+_UNSET: Any = object()
+
+
+class _Watch:
+    """A re-arming ZooKeeper watch (ZooKeeper's are one-shot) on one path.
+
+    Reads are asynchronous: arming never blocks, so thousands of watches are set
+    with pipelined requests. On a session loss the watch waits; the store re-arms
+    every live watch on the new session.
+    """
+
+    def __init__(
+        self,
+        store: ZkClusterStore,
+        path: str,
+        children: bool,
+        deliver: Callable[[Any], None],
+        dedupe: bool = True,
+    ) -> None:
+        self._store = store
+        self._dedupe = dedupe
+        self.path = path
+        self._children = children
+        self._deliver = deliver
+        self._lock = threading.Lock()
+        self._last: Any = _UNSET
+        self.cancelled = False
+        self.pending = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self._store._forget_watch(self)
+
+    def arm(self) -> None:
+        if self.cancelled:
+            return
+        self.pending = False
+        client = self._store._client
+        try:
+            if self._children:
+                client.get_children_async(self.path, watch=self._on_event).rawlink(self._got)
+            else:
+                client.get_async(self.path, watch=self._on_event).rawlink(self._got)
+        except (*_UNAVAILABLE, KazooException):
+            self.pending = True
+
+    def _on_event(self, event: WatchedEvent) -> None:
+        if event.type == EventType.NONE:  # the session ended; re-armed on the new one
+            self.pending = True
+            return
+        self.arm()
+
+    def _got(self, result: Any) -> None:
+        try:
+            value = result.get()
+        except NoNodeError:
+            try:
+                self._store._client.exists_async(self.path, watch=self._on_event).rawlink(
+                    self._got_exists
+                )
+            except (*_UNAVAILABLE, KazooException):
+                self.pending = True
+            return
+        except _UNAVAILABLE:
+            self.pending = True
+            return
+        except Exception:
+            log.exception("watch on %s failed", self.path)
+            self.pending = True
+            return
+        if self._children:
+            self._publish(tuple(sorted(value)))
+        else:
+            data, stat = value
+            self._publish((data, stat.version))
+
+    def _got_exists(self, result: Any) -> None:
+        try:
+            stat = result.get()
+        except _UNAVAILABLE:
+            self.pending = True
+            return
+        if stat is not None:  # created between the two reads: read it
+            self.arm()
+            return
+        self._publish(None)
+
+    def _publish(self, value: Any) -> None:
+        with self._lock:
+            if self.cancelled or (self._dedupe and value == self._last):
+                return
+            self._last = value
+            try:
+                self._deliver(value)
+            except Exception:
+                log.exception("watch callback for %s failed", self.path)
+
+
+# --- the store -------------------------------------------------------------------
+
+
+class ZkClusterStore:
+    """``ClusterStore`` on ZooKeeper through kazoo.
+
+    ``connect`` is a ``zookeeper.connect`` string, ``host:port[,host:port][/chroot]``;
+    the chroot is created when missing (as Kafka does). Call ``start()`` before
+    use and ``close()`` at the end.
+    """
+
+    def __init__(
+        self,
+        connect: str,
+        *,
+        session_timeout_ms: int = 18_000,
+        request_timeout_s: float = 10.0,
+        client_factory: Callable[[str, str], Any] | None = None,
+    ) -> None:
+        self.connect = zk.parse_zookeeper_connect(connect)
+        self.session_timeout_ms = session_timeout_ms
+        self.request_timeout_s = request_timeout_s
+        self._factory = client_factory or self._kazoo_client
+        self._client: Any = None
+        self._lock = threading.RLock()
+        self._watches: set[_Watch] = set()
+        self._session_listeners: list[SessionListener] = []
+        self._registration: BrokerRegistration | None = None
+        self._session_lost = False
+        # Session events are handled here, in order, off kazoo's threads: kazoo's
+        # state listeners must not block, and re-registering does ZooKeeper calls.
+        self._session_worker = ThreadPoolExecutor(1, thread_name_prefix="hw-zk-session")
+        self._inline_session_events = False
+        self._closed = False
+
+    def _kazoo_client(self, hosts: str, chroot: str) -> KazooClient:
+        return KazooClient(
+            hosts=hosts + chroot,
+            timeout=self.session_timeout_ms / 1000,
+            # Reconnect forever (with backoff) while running; start() bounds the first try.
+            connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 2.0},
+        )
+
+    @property
+    def client(self) -> Any:
+        """The kazoo client (for tests and diagnostics; do not write through it)."""
+        return self._client
+
+    @property
+    def connected(self) -> bool:
+        return self._client is not None and bool(self._client.connected)
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Connect (within ``timeout``) and create the persistent paths.
+
+        Raises ``ClusterStoreUnavailableError`` with the address when ZooKeeper
+        does not answer in time; the caller may retry.
+        """
+        where = str(self.connect)
+        try:
+            if self.connect.chroot:
+                bootstrap = self._factory(self.connect.hosts, "")
+                bootstrap.start(timeout)
+                try:
+                    self._wait(bootstrap.ensure_path_async(self.connect.chroot), "chroot")
+                finally:
+                    bootstrap.stop()
+                    bootstrap.close()
+            client = self._factory(self.connect.hosts, self.connect.chroot)
+            client.add_listener(self._on_state)
+            client.start(timeout)
+        except _UNAVAILABLE as exc:
+            raise ClusterStoreUnavailableError(
+                f"ZooKeeper at {where} not reachable within {timeout}s ({type(exc).__name__})"
+            ) from None
+        self._client = client
+        results = [self._client.ensure_path_async(path) for path in zk.PERSISTENT_PATHS]
+        for result in results:
+            self._wait(result, "persistent paths")
+        with contextlib.suppress(NodeExistsError):
+            self._wait(
+                self._client.create_async(zk.CONTROLLER_EPOCH, zk.encode_controller_epoch(0)),
+                "controller epoch",
+            )
+
+    def close(self) -> None:
+        """Close the session: our ephemerals (registration, controller) go at once."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._lock:
+            for watch in list(self._watches):
+                watch.cancelled = True
+            self._watches.clear()
+        if self._client is not None:
+            try:
+                self._client.stop()
+                self._client.close()
+            except KazooException:
+                log.debug("closing the ZooKeeper client failed", exc_info=True)
+        self._session_worker.shutdown(wait=False, cancel_futures=True)
+
+    def add_session_listener(self, listener: SessionListener) -> None:
+        """``listener(SessionEvent)`` runs on the store's session thread, in event order."""
+        self._session_listeners.append(listener)
+
+    def _on_state(self, state: str) -> None:
+        # kazoo's connection thread: decide what happened, do the work elsewhere.
+        if self._closed:
+            return
+        if state == KazooState.LOST:
+            self._session_lost = True
+            self._submit(self._session_event, SessionEvent.LOST)
+        elif state == KazooState.SUSPENDED:
+            self._submit(self._session_event, SessionEvent.SUSPENDED)
+        elif state == KazooState.CONNECTED and self._client is not None:
+            if self._session_lost:
+                self._session_lost = False
+                self._submit(self._restore)
+            else:
+                self._submit(self._reconnected)
+
+    def _submit(self, fn: Callable[..., None], *args: Any) -> None:
+        if self._inline_session_events:
+            fn(*args)
+            return
+        with contextlib.suppress(RuntimeError):  # raised once shut down
+            self._session_worker.submit(fn, *args)
+
+    def _session_event(self, event: SessionEvent) -> None:
+        if event is SessionEvent.LOST:
+            log.warning("ZooKeeper session lost (%s)", self.connect)
+        for listener in list(self._session_listeners):
+            try:
+                listener(event)
+            except Exception:
+                log.exception("session listener failed on %s", event)
+
+    def _reconnected(self) -> None:
+        with self._lock:
+            pending = [w for w in self._watches if w.pending]
+        for watch in pending:
+            watch.arm()
+        self._session_event(SessionEvent.RECONNECTED)
+
+    def _restore(self) -> None:
+        registration = self._registration
+        if registration is not None:
+            try:
+                self.register_broker(registration, wait_s=self.session_timeout_ms / 1000)
+            except ClusterStoreError:
+                log.exception("re-registering broker %d failed", registration.broker_id)
+        with self._lock:
+            watches = list(self._watches)
+        for watch in watches:
+            watch.arm()
+        self._session_event(SessionEvent.RESTORED)
+
+    # -- plumbing -------------------------------------------------------------------
+
+    def _require(self) -> Any:
+        client = self._client
+        if client is None or self._closed:
+            raise ClusterStoreUnavailableError("the cluster store is not started")
+        if not client.connected:
+            raise ClusterStoreUnavailableError(f"not connected to ZooKeeper at {self.connect}")
+        return client
+
+    def _wait(self, result: Any, what: str) -> Any:
+        try:
+            return result.get(timeout=self.request_timeout_s)
+        except _UNAVAILABLE as exc:
+            raise ClusterStoreUnavailableError(
+                f"ZooKeeper at {self.connect}: {what}: {type(exc).__name__}"
+            ) from None
+
+    def _get(self, path: str) -> tuple[bytes, int] | None:
+        try:
+            data, stat = self._wait(self._require().get_async(path), path)
+        except NoNodeError:
+            return None
+        return data, stat.version
+
+    def _get_many(self, paths: Sequence[str]) -> list[tuple[bytes, int] | None]:
+        """Pipelined reads: all requests in flight at once, then the answers."""
+        return [
+            None if got is None else (got[0], got[1].version)
+            for got in self._get_many_with_stat(paths)
+        ]
+
+    def _get_many_with_stat(self, paths: Sequence[str]) -> list[tuple[bytes, Any] | None]:
+        client = self._require()
+        pending = [client.get_async(path) for path in paths]
+        out: list[tuple[bytes, Any] | None] = []
+        for path, result in zip(paths, pending, strict=True):
+            try:
+                data, stat = self._wait(result, path)
+                out.append((data, stat))
+            except NoNodeError:
+                out.append(None)
+        return out
+
+    def _children(self, path: str) -> list[str]:
+        try:
+            return sorted(self._wait(self._require().get_children_async(path), path))
+        except NoNodeError:
+            return []
+
+    def _commit(self, transaction: Any, what: str) -> list[Any]:
+        return list(self._wait(transaction.commit_async(), what))
+
+    # -- brokers --------------------------------------------------------------------
+
+    def register_broker(self, registration: BrokerRegistration, wait_s: float = 0.0) -> None:
+        """Create ``/brokers/ids/<id>`` (ephemeral) for this session.
+
+        If another session holds the id, wait up to ``wait_s`` for it to go (a
+        restarted broker's old session lingers until it times out), then raise
+        ``BrokerIdInUseError``. The registration is re-created automatically
+        after a session expiry.
+        """
+        path = zk.broker_path(registration.broker_id)
+        data = zk.encode_broker(registration.host, registration.port, registration.rack)
+        deadline = time.monotonic() + wait_s
+        while True:
+            client = self._require()
+            try:
+                self._wait(client.create_async(path, data, ephemeral=True), path)
+                self._registration = registration
+                return
+            except NodeExistsError:
+                pass
+            try:
+                held, stat = self._wait(client.get_async(path), path)
+            except NoNodeError:
+                continue
+            if stat.ephemeralOwner == client.client_id[0]:
+                self._registration = registration
+                return
+            if time.monotonic() >= deadline:
+                try:
+                    host, port, _ = zk.decode_broker(held)
+                    holder = f"{host}:{port}"
+                except zk.ZkLayoutError:
+                    holder = "another broker"
+                raise BrokerIdInUseError(
+                    f"broker.id {registration.broker_id} is registered in ZooKeeper by "
+                    f"{holder} (another live session); give each broker its own broker.id"
+                )
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+    def unregister_broker(self) -> None:
+        """Delete our registration (clean shutdown) so the controller acts at once."""
+        registration, self._registration = self._registration, None
+        if registration is None:
+            return
+        with contextlib.suppress(NoNodeError):
+            self._wait(
+                self._require().delete_async(zk.broker_path(registration.broker_id)), "broker"
+            )
+
+    def brokers(self) -> dict[int, BrokerRegistration]:
+        ids = [int(name) for name in self._children(zk.BROKER_IDS) if name.isdigit()]
+        return self._read_brokers(ids)
+
+    def _read_brokers(self, ids: Sequence[int]) -> dict[int, BrokerRegistration]:
+        out: dict[int, BrokerRegistration] = {}
+        got_all = self._get_many_with_stat([zk.broker_path(i) for i in ids])
+        for broker_id, got in zip(ids, got_all, strict=True):
+            if got is None:
+                continue
+            try:
+                host, port, rack = zk.decode_broker(got[0])
+            except zk.ZkLayoutError:
+                log.error("ignoring malformed registration of broker %d", broker_id)
+                continue
+            out[broker_id] = BrokerRegistration(broker_id, host, port, rack, got[1].czxid)
+        return out
+
+    def cluster_id(self, proposed: str) -> str:
+        """The cluster's id: ``proposed`` if this is the first broker ever, else the stored one."""
+        try:
+            self._wait(
+                self._require().create_async(zk.CLUSTER_ID, zk.encode_cluster_id(proposed)),
+                "cluster id",
+            )
+            return proposed
+        except NodeExistsError:
+            got = self._get(zk.CLUSTER_ID)
+            if got is None:
+                return self.cluster_id(proposed)
+            return zk.decode_cluster_id(got[0])
+
+    # -- controller -----------------------------------------------------------------
+
+    def controller_id(self) -> int | None:
+        got = self._get(zk.CONTROLLER)
+        return None if got is None else zk.decode_controller(got[0])
+
+    def controller_epoch(self) -> int:
+        got = self._get(zk.CONTROLLER_EPOCH)
+        return 0 if got is None else zk.decode_controller_epoch(got[0])
+
+    def try_become_controller(self, broker_id: int) -> ControllerFence | None:
+        """Create ``/controller`` and bump ``/controller_epoch`` in one transaction.
+
+        Returns the fence when this session is now the controller, None when
+        another broker is. (Kafka's ``registerControllerAndIncrementControllerEpoch``.)
+        """
+        while True:
+            client = self._require()
+            got = self._get(zk.CONTROLLER_EPOCH)
+            if got is None:
+                raise ClusterStoreUnavailableError("/controller_epoch is missing")
+            epoch, version = zk.decode_controller_epoch(got[0]), got[1]
+            tx = client.transaction()
+            tx.create(zk.CONTROLLER, zk.encode_controller(broker_id), ephemeral=True)
+            tx.set_data(zk.CONTROLLER_EPOCH, zk.encode_controller_epoch(epoch + 1), version)
+            results = self._commit(tx, "controller election")
+            if not any(isinstance(r, BaseException) for r in results):
+                return ControllerFence(broker_id, epoch + 1, version + 1)
+            if isinstance(results[0], NodeExistsError):
+                return self._own_controller_fence(broker_id)
+            # The epoch moved under us (another election in between): read again.
+
+    def _own_controller_fence(self, broker_id: int) -> ControllerFence | None:
+        """The fence if ``/controller`` is this session's (a repeated election), else None.
+
+        Whoever created ``/controller`` bumped the epoch last, and nobody can bump
+        it again while the znode exists: the current epoch is that creator's.
+        """
+        client = self._require()
+        try:
+            data, stat = self._wait(client.get_async(zk.CONTROLLER), "controller")
+        except NoNodeError:
+            return None
+        if stat.ephemeralOwner != client.client_id[0] or zk.decode_controller(data) != broker_id:
+            return None
+        got = self._get(zk.CONTROLLER_EPOCH)
+        if got is None:
+            return None
+        return ControllerFence(broker_id, zk.decode_controller_epoch(got[0]), got[1])
+
+    def resign_controller(self, fence: ControllerFence) -> None:
+        """Delete ``/controller`` if it is still ours (clean shutdown)."""
+        client = self._require()
+        try:
+            _data, stat = self._wait(client.get_async(zk.CONTROLLER), "controller")
+        except NoNodeError:
+            return
+        if stat.ephemeralOwner == client.client_id[0]:
+            with contextlib.suppress(NoNodeError, BadVersionError):
+                self._wait(client.delete_async(zk.CONTROLLER, stat.version), "controller")
+
+    # -- topics ---------------------------------------------------------------------
+
+    def topics(self) -> list[str]:
+        return self._children(zk.TOPICS)
+
+    def topic(self, name: str) -> TopicAssignment | None:
+        got, configs = self._get_many([zk.topic_path(name), zk.topic_config_path(name)])
+        if got is None:
+            return None
+        return self._assignment(name, got[0], configs[0] if configs else None)
+
+    def topic_assignments(self, names: Iterable[str]) -> dict[str, TopicAssignment]:
+        """Many topics with pipelined reads (missing ones are left out)."""
+        wanted = list(names)
+        paths = [zk.topic_path(n) for n in wanted] + [zk.topic_config_path(n) for n in wanted]
+        got = self._get_many(paths)
+        out: dict[str, TopicAssignment] = {}
+        for i, name in enumerate(wanted):
+            topic, config = got[i], got[len(wanted) + i]
+            if topic is None:
+                continue
+            try:
+                out[name] = self._assignment(name, topic[0], config[0] if config else None)
+            except zk.ZkLayoutError:
+                log.error("ignoring malformed znodes of topic %s", name)
+        return out
+
+    @staticmethod
+    def _assignment(name: str, data: bytes, config_data: bytes | None) -> TopicAssignment:
+        topic_id, replicas = zk.decode_topic(data)
+        configs = zk.decode_configs(config_data) if config_data else {}
+        # Topics written by tools without ids get a stable one derived from the name.
+        return TopicAssignment(
+            name, topic_id or uuid.uuid5(uuid.NAMESPACE_URL, name), replicas, configs
+        )
+
+    def create_topic(
+        self,
+        name: str,
+        topic_id: uuid.UUID,
+        replicas: dict[int, list[int]],
+        configs: dict[str, str],
+    ) -> TopicAssignment:
+        """Write config and assignment in one transaction (any broker may do this).
+
+        The controller sees the new topic through its watch and creates the
+        partition states. Raises ``TopicExistsError`` (also while the topic is
+        being deleted) or ``InvalidTopicError``.
+        """
+        try:
+            zk.validate_topic_name(name)
+        except zk.ZkLayoutError as exc:
+            raise InvalidTopicError(str(exc)) from None
+        if not replicas or sorted(replicas) != list(range(len(replicas))):
+            raise InvalidTopicError(f"partitions of {name!r} must be 0..n-1")
+        for partition, brokers in replicas.items():
+            if not brokers or len(set(brokers)) != len(brokers):
+                raise InvalidTopicError(
+                    f"partition {partition} of {name!r} needs distinct replicas, got {brokers}"
+                )
+        client = self._require()
+        if self._get(zk.delete_topic_path(name)) is not None:
+            raise TopicExistsError(f"topic {name!r} is marked for deletion")
+        tx = client.transaction()
+        stale_config = self._get(zk.topic_config_path(name))
+        if stale_config is None:
+            tx.create(zk.topic_config_path(name), zk.encode_configs(configs))
+        else:  # left by an earlier, interrupted creation or deletion
+            tx.set_data(zk.topic_config_path(name), zk.encode_configs(configs), stale_config[1])
+        tx.create(zk.topic_path(name), zk.encode_topic(topic_id, replicas))
+        results = self._commit(tx, f"create topic {name}")
+        if isinstance(results[1], NodeExistsError):
+            raise TopicExistsError(f"topic {name!r} already exists")
+        if any(isinstance(r, BaseException) for r in results):
+            # The config znode changed between our read and the transaction.
+            raise TopicExistsError(f"topic {name!r} is being created concurrently")
+        return TopicAssignment(name, topic_id, {p: list(r) for p, r in replicas.items()},
+                               dict(configs))  # fmt: skip
+
+    def delete_topic(self, name: str) -> None:
+        """Mark the topic for deletion (``/admin/delete_topics/<t>``); the controller deletes."""
+        if self._get(zk.topic_path(name)) is None:
+            raise UnknownTopicError(f"topic {name!r} does not exist")
+        with contextlib.suppress(NodeExistsError):
+            self._wait(self._require().create_async(zk.delete_topic_path(name)), "delete marker")
+
+    def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        """Replace the topic's configs (whole map, as ``/config/topics/<t>`` holds it)."""
+        if self._get(zk.topic_path(name)) is None:
+            raise UnknownTopicError(f"topic {name!r} does not exist")
+        client = self._require()
+        data = zk.encode_configs(configs)
+        try:
+            self._wait(client.set_async(zk.topic_config_path(name), data), "topic config")
+        except NoNodeError:
+            self._wait(client.create_async(zk.topic_config_path(name), data), "topic config")
+
+    def deletion_requests(self) -> list[str]:
+        return self._children(zk.DELETE_TOPICS)
+
+    def delete_topic_znodes(self, fence: ControllerFence, name: str) -> None:
+        """Controller: remove the topic's znodes, leaf first, in fenced transactions.
+
+        Chunked, because one ZooKeeper request is bounded (jute.maxbuffer, 1 MiB).
+        The deletion marker goes last, so an interrupted deletion is resumed.
+        """
+        client = self._require()
+        paths: list[str] = []
+        for partition in self._children(zk.partitions_path(name)):
+            base = f"{zk.partitions_path(name)}/{partition}"
+            paths.extend(f"{base}/{child}" for child in self._children(base))
+            paths.append(base)
+        if self._get(zk.partitions_path(name)) is not None:
+            paths.append(zk.partitions_path(name))
+        for path in (zk.topic_path(name), zk.topic_config_path(name), zk.delete_topic_path(name)):
+            if self._get(path) is not None:
+                paths.append(path)
+        for start in range(0, len(paths), 500):
+            tx = client.transaction()
+            tx.check(zk.CONTROLLER_EPOCH, fence.epoch_zk_version)
+            for path in paths[start : start + 500]:
+                tx.delete(path)
+            results = self._commit(tx, f"delete topic {name}")
+            self._raise_if_fenced(results, fence)
+            failure = next((r for r in results if isinstance(r, BaseException)), None)
+            if isinstance(failure, NotEmptyError | NoNodeError):
+                # Someone wrote under the topic meanwhile: start over from a fresh listing.
+                self.delete_topic_znodes(fence, name)
+                return
+
+    @staticmethod
+    def _raise_if_fenced(results: list[Any], fence: ControllerFence) -> None:
+        if results and isinstance(results[0], BadVersionError | NoNodeError):
+            raise ControllerMovedError(
+                f"controller epoch {fence.epoch} of broker {fence.broker_id} is no longer current"
+            )
+
+    # -- partition states -------------------------------------------------------------
+
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        return self._decode_state(self._get(zk.partition_state_path(topic, partition)))
+
+    @staticmethod
+    def _decode_state(got: tuple[bytes, int] | None) -> PartitionState | None:
+        if got is None:
+            return None
+        leader, leader_epoch, isr, controller_epoch = zk.decode_partition_state(got[0])
+        return PartitionState(leader, leader_epoch, isr, controller_epoch, got[1])
+
+    def partition_states(
+        self, partitions: Iterable[tuple[str, int]]
+    ) -> dict[tuple[str, int], PartitionState]:
+        """Many states with pipelined reads (missing ones are left out)."""
+        keys = list(partitions)
+        got = self._get_many([zk.partition_state_path(t, p) for t, p in keys])
+        out: dict[tuple[str, int], PartitionState] = {}
+        for key, value in zip(keys, got, strict=True):
+            state = self._decode_state(value)
+            if state is not None:
+                out[key] = state
+        return out
+
+    def update_partition_state(
+        self, topic: str, partition: int, state: PartitionState, expected_version: int
+    ) -> int | None:
+        """Compare-and-set by a partition leader (ISR shrink/expand).
+
+        Returns the new znode version, or None if the state changed since
+        ``expected_version`` was read (or the partition is gone): re-read it.
+        Raises ``ClusterStoreUnavailableError`` when ZooKeeper is unreachable.
+        """
+        data = zk.encode_partition_state(
+            state.leader, state.leader_epoch, state.isr, state.controller_epoch
+        )
+        path = zk.partition_state_path(topic, partition)
+        try:
+            stat = self._wait(self._require().set_async(path, data, expected_version), path)
+        except (BadVersionError, NoNodeError):
+            return None
+        return int(stat.version)
+
+    def write_partition_states(
+        self, fence: ControllerFence, writes: Sequence[PartitionStateWrite]
+    ) -> dict[tuple[str, int], int | None]:
+        """Controller: create or compare-and-set many states, each fenced by the epoch.
+
+        One small transaction per partition (check epoch + write), all in flight
+        at once. Result per partition: the new znode version, or None when its
+        compare-and-set lost. Raises ``ControllerMovedError`` when fenced out.
+        """
+        client = self._require()
+        creates = [w for w in writes if w.expected_version is None]
+        # Parents of new state znodes are plain persistent nodes: creating them
+        # unfenced is harmless (a fenced-out controller writes no state into them).
+        parents = {zk.partitions_path(w.topic) for w in creates}
+        for result in [client.ensure_path_async(p) for p in sorted(parents)]:
+            self._wait(result, "partitions path")
+        made = [
+            client.create_async(zk.partition_path(w.topic, w.partition)) for w in creates
+        ]
+        for result in made:
+            with contextlib.suppress(NodeExistsError):
+                self._wait(result, "partition path")
+        pending = []
+        for w in writes:
+            tx = client.transaction()
+            tx.check(zk.CONTROLLER_EPOCH, fence.epoch_zk_version)
+            data = zk.encode_partition_state(
+                w.state.leader, w.state.leader_epoch, w.state.isr, fence.epoch
+            )
+            path = zk.partition_state_path(w.topic, w.partition)
+            if w.expected_version is None:
+                tx.create(path, data)
+            else:
+                tx.set_data(path, data, w.expected_version)
+            pending.append((w, tx.commit_async()))
+        out: dict[tuple[str, int], int | None] = {}
+        fenced = False
+        for w, result in pending:
+            results = list(self._wait(result, "partition state"))
+            if results and isinstance(results[0], BadVersionError | NoNodeError):
+                fenced = True
+                continue
+            if isinstance(results[1], BaseException):
+                out[(w.topic, w.partition)] = None
+            elif w.expected_version is None:
+                out[(w.topic, w.partition)] = 0
+            else:
+                out[(w.topic, w.partition)] = int(results[1].version)
+        if fenced:
+            raise ControllerMovedError(
+                f"controller epoch {fence.epoch} of broker {fence.broker_id} is no longer current"
+            )
+        return out
+
+    # -- watches ------------------------------------------------------------------------
+
+    def _watch(
+        self, path: str, children: bool, deliver: Callable[[Any], None], dedupe: bool = True
+    ) -> _Watch:
+        watch = _Watch(self, path, children, deliver, dedupe)
+        with self._lock:
+            self._watches.add(watch)
+        watch.arm()
+        return watch
+
+    def _forget_watch(self, watch: _Watch) -> None:
+        with self._lock:
+            self._watches.discard(watch)
+
+    def watch_brokers(
+        self, callback: Callable[[dict[int, BrokerRegistration]], None]
+    ) -> WatchHandle:
+        """Live brokers, on every registration or session end, and on a re-registration
+        (a new broker epoch) even when the id list reads the same."""
+        last: list[dict[int, tuple[BrokerRegistration, int]]] = []
+
+        def deliver(children: tuple[str, ...] | None) -> None:
+            ids = [int(c) for c in children or () if c.isdigit()]
+            try:
+                brokers = self._read_brokers(ids)
+            except ClusterStoreUnavailableError:
+                watch.pending = True
+                return
+            seen = {b: (r, r.epoch) for b, r in brokers.items()}
+            if last and last[0] == seen:
+                return
+            last[:] = [seen]
+            callback(brokers)
+
+        watch = self._watch(zk.BROKER_IDS, True, deliver, dedupe=False)
+        return watch
+
+    def watch_controller(self, callback: Callable[[int | None], None]) -> WatchHandle:
+        def deliver(value: tuple[bytes, int] | None) -> None:
+            if value is None:
+                callback(None)
+                return
+            try:
+                callback(zk.decode_controller(value[0]))
+            except zk.ZkLayoutError:
+                log.error("malformed /controller znode: %r", value[0])
+
+        return self._watch(zk.CONTROLLER, False, deliver)
+
+    def watch_topics(self, callback: Callable[[frozenset[str]], None]) -> WatchHandle:
+        return self._watch(zk.TOPICS, True, lambda c: callback(frozenset(c or ())))
+
+    def watch_deletion_requests(self, callback: Callable[[frozenset[str]], None]) -> WatchHandle:
+        return self._watch(zk.DELETE_TOPICS, True, lambda c: callback(frozenset(c or ())))
+
+    def watch_topic(
+        self, name: str, callback: Callable[[TopicAssignment | None], None]
+    ) -> WatchHandle:
+        """The topic's assignment (configs as read at that moment; see watch_topic_configs)."""
+
+        def deliver(value: tuple[bytes, int] | None) -> None:
+            if value is None:
+                callback(None)
+                return
+            try:
+                config = self._get(zk.topic_config_path(name))
+                callback(self._assignment(name, value[0], config[0] if config else None))
+            except zk.ZkLayoutError:
+                log.error("malformed znodes of topic %s", name)
+            except ClusterStoreUnavailableError:
+                watch.pending = True
+
+        watch = self._watch(zk.topic_path(name), False, deliver)
+        return watch
+
+    def watch_topic_configs(
+        self, name: str, callback: Callable[[dict[str, str] | None], None]
+    ) -> WatchHandle:
+        def deliver(value: tuple[bytes, int] | None) -> None:
+            try:
+                callback(None if value is None else zk.decode_configs(value[0]))
+            except zk.ZkLayoutError:
+                log.error("malformed config of topic %s", name)
+
+        return self._watch(zk.topic_config_path(name), False, deliver)
+
+    def watch_partition_state(
+        self, topic: str, partition: int, callback: Callable[[PartitionState | None], None]
+    ) -> WatchHandle:
+        def deliver(value: tuple[bytes, int] | None) -> None:
+            try:
+                callback(self._decode_state(value))
+            except zk.ZkLayoutError:
+                log.error("malformed state of %s-%d", topic, partition)
+
+        return self._watch(zk.partition_state_path(topic, partition), False, deliver)
+
+
+class InMemoryClusterStore(ZkClusterStore):
+    """``ZkClusterStore`` on an in-memory ZooKeeper: same code, same semantics.
+
+    Several stores on one ``FakeZooKeeper`` are several brokers' sessions.
+    ``expire_session()`` does what a session timeout does (ephemerals vanish,
+    LOST, then a new session and RESTORED); ``suspend()``/``resume()`` model a
+    dropped connection, ``zookeeper.available = False`` an unreachable server.
+    Watches and session listeners run synchronously in the calling thread.
+    """
+
+    def __init__(
+        self, zookeeper: FakeZooKeeper | None = None, chroot: str = "", **kwargs: Any
+    ) -> None:
+        self.zookeeper = zookeeper or FakeZooKeeper()
+        super().__init__(
+            f"in-memory:1{chroot}",
+            client_factory=lambda _hosts, root: FakeKazooClient(self.zookeeper, root),
+            **kwargs,
+        )
+        # Deterministic for unit tests: session events handled in the caller's thread.
+        self._inline_session_events = True
+
+    def expire_session(self) -> None:
+        self._client.expire_session()
+
+    def suspend(self) -> None:
+        self._client.suspend()
+
+    def resume(self) -> None:
+        self._client.resume()

@@ -1,0 +1,266 @@
+"""Kafka's ZooKeeper-mode layout: znode paths and their JSON, and ``zookeeper.connect``.
+
+Headwater keeps Kafka's paths and field names (``ZkData.scala``), so the layout
+is one that ran in production for a decade and anyone who knows Kafka can read
+a Headwater cluster's ZooKeeper with ``zkCli``. Everything here is pure: bytes
+in, values out.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+BROKERS = "/brokers"
+BROKER_IDS = "/brokers/ids"
+TOPICS = "/brokers/topics"
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+CONFIG_TOPICS = "/config/topics"
+DELETE_TOPICS = "/admin/delete_topics"
+CLUSTER_ID = "/cluster/id"
+
+PERSISTENT_PATHS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, "/cluster")
+"""Created at start (like Kafka's ``ZkData.PersistentZkPaths``)."""
+
+
+class ZkLayoutError(ValueError):
+    """A znode's content or a ``zookeeper.connect`` string is malformed."""
+
+
+def broker_path(broker_id: int) -> str:
+    return f"{BROKER_IDS}/{broker_id}"
+
+
+def topic_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}"
+
+
+def partitions_path(topic: str) -> str:
+    return f"{TOPICS}/{topic}/partitions"
+
+
+def partition_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def topic_config_path(topic: str) -> str:
+    return f"{CONFIG_TOPICS}/{topic}"
+
+
+def delete_topic_path(topic: str) -> str:
+    return f"{DELETE_TOPICS}/{topic}"
+
+
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's rule (``Topic.validate``); it also keeps names safe as path segments."""
+    if name in (".", "..") or not _LEGAL_TOPIC.match(name):
+        raise ZkLayoutError(
+            f"illegal topic name {name!r}: use 1-249 of [a-zA-Z0-9._-], not '.' or '..'"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ZkConnect:
+    """A parsed ``zookeeper.connect``: ``host:port[,host:port...][/chroot]``."""
+
+    hosts: str
+    chroot: str  # "" for none, else "/a/b" without a trailing slash
+
+    def __str__(self) -> str:
+        return self.hosts + self.chroot
+
+
+def parse_zookeeper_connect(value: str) -> ZkConnect:
+    """Split hosts from the chroot (Kafka's rule: the chroot starts at the first '/')."""
+    text = value.strip()
+    hosts, slash, chroot = text.partition("/")
+    if not hosts:
+        raise ZkLayoutError(f"zookeeper.connect {value!r} names no host")
+    for entry in hosts.split(","):
+        host, colon, port = entry.strip().rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ZkLayoutError(
+                f"zookeeper.connect {value!r}: {entry!r} is not host:port"
+            )
+    root = ""
+    if slash:
+        root = "/" + chroot.strip("/")
+        if root == "/":
+            root = ""
+        elif any(part in ("", ".", "..") for part in root[1:].split("/")):
+            raise ZkLayoutError(f"zookeeper.connect {value!r}: bad chroot {root!r}")
+    return ZkConnect(hosts=hosts, chroot=root)
+
+
+# --- JSON --------------------------------------------------------------------
+
+
+def _load(data: bytes, what: str) -> Any:
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ZkLayoutError(f"{what}: not JSON: {exc}") from None
+
+
+def _dump(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode("utf-8")
+
+
+def _now_ms() -> str:
+    return str(int(time.time() * 1000))
+
+
+def encode_broker(host: str, port: int, rack: str | None) -> bytes:
+    """``/brokers/ids/<id>`` as Kafka's version 4 registration (one PLAINTEXT listener)."""
+    return _dump(
+        {
+            "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
+            "endpoints": [f"PLAINTEXT://{host}:{port}"],
+            "jmx_port": -1,
+            "host": host,
+            "timestamp": _now_ms(),
+            "port": port,
+            "rack": rack,
+            "version": 4,
+        }
+    )
+
+
+def decode_broker(data: bytes) -> tuple[str, int, str | None]:
+    """(host, port, rack) of the first endpoint (falling back to the v1 host/port)."""
+    value = _load(data, "broker registration")
+    try:
+        endpoints = value.get("endpoints") or []
+        if endpoints:
+            _, _, address = str(endpoints[0]).partition("://")
+            host, _, port = address.rpartition(":")
+            host = host.strip("[]")
+            return host, int(port), value.get("rack")
+        return str(value["host"]), int(value["port"]), value.get("rack")
+    except (KeyError, ValueError, AttributeError, TypeError) as exc:
+        raise ZkLayoutError(f"broker registration: {exc!r}") from None
+
+
+def encode_controller(broker_id: int) -> bytes:
+    return _dump({"version": 1, "brokerid": broker_id, "timestamp": _now_ms()})
+
+
+def decode_controller(data: bytes) -> int:
+    value = _load(data, "controller")
+    try:
+        # Kafka before 0.9 wrote a bare number.
+        return int(value) if isinstance(value, int) else int(value["brokerid"])
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ZkLayoutError(f"controller: {exc!r}") from None
+
+
+def encode_controller_epoch(epoch: int) -> bytes:
+    return str(epoch).encode("ascii")
+
+
+def decode_controller_epoch(data: bytes) -> int:
+    try:
+        return int(data.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        raise ZkLayoutError(f"controller_epoch: {data!r} is not a number") from None
+
+
+def encode_topic_id(topic_id: uuid.UUID) -> str:
+    """Kafka's ``Uuid.toString``: URL-safe base64 of the 16 bytes, unpadded."""
+    return base64.urlsafe_b64encode(topic_id.bytes).decode("ascii").rstrip("=")
+
+
+def decode_topic_id(text: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+    except ValueError:
+        raise ZkLayoutError(f"topic_id {text!r} is not a Kafka Uuid") from None
+
+
+def encode_topic(topic_id: uuid.UUID, replicas: dict[int, list[int]]) -> bytes:
+    """``/brokers/topics/<t>``: Kafka's version 3 (topic id, no reassignment in flight)."""
+    return _dump(
+        {
+            "version": 3,
+            "topic_id": encode_topic_id(topic_id),
+            "partitions": {str(p): list(r) for p, r in sorted(replicas.items())},
+            "adding_replicas": {},
+            "removing_replicas": {},
+        }
+    )
+
+
+def decode_topic(data: bytes) -> tuple[uuid.UUID | None, dict[int, list[int]]]:
+    value = _load(data, "topic assignment")
+    try:
+        raw_id = value.get("topic_id")
+        topic_id = decode_topic_id(raw_id) if raw_id else None
+        replicas = {int(p): [int(b) for b in r] for p, r in value["partitions"].items()}
+    except (KeyError, ValueError, AttributeError, TypeError) as exc:
+        raise ZkLayoutError(f"topic assignment: {exc!r}") from None
+    return topic_id, replicas
+
+
+def encode_partition_state(
+    leader: int, leader_epoch: int, isr: tuple[int, ...], controller_epoch: int
+) -> bytes:
+    return _dump(
+        {
+            "controller_epoch": controller_epoch,
+            "leader": leader,
+            "version": 1,
+            "leader_epoch": leader_epoch,
+            "isr": list(isr),
+        }
+    )
+
+
+def decode_partition_state(data: bytes) -> tuple[int, int, tuple[int, ...], int]:
+    """(leader, leader_epoch, isr, controller_epoch)."""
+    value = _load(data, "partition state")
+    try:
+        return (
+            int(value["leader"]),
+            int(value["leader_epoch"]),
+            tuple(int(b) for b in value["isr"]),
+            int(value["controller_epoch"]),
+        )
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ZkLayoutError(f"partition state: {exc!r}") from None
+
+
+def encode_configs(configs: dict[str, str]) -> bytes:
+    return _dump({"version": 1, "config": dict(sorted(configs.items()))})
+
+
+def decode_configs(data: bytes) -> dict[str, str]:
+    value = _load(data, "topic config")
+    try:
+        return {str(k): str(v) for k, v in value["config"].items()}
+    except (KeyError, AttributeError, TypeError) as exc:
+        raise ZkLayoutError(f"topic config: {exc!r}") from None
+
+
+def encode_cluster_id(cluster_id: str) -> bytes:
+    return _dump({"version": "1", "id": cluster_id})
+
+
+def decode_cluster_id(data: bytes) -> str:
+    value = _load(data, "cluster id")
+    try:
+        return str(value["id"])
+    except (KeyError, TypeError) as exc:
+        raise ZkLayoutError(f"cluster id: {exc!r}") from None

@@ -1,0 +1,167 @@
+"""ZkClusterStore on a real ZooKeeper: registration, session expiry, CAS, chroot."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from headwater.cluster.store import (
+    BrokerIdInUseError,
+    BrokerRegistration,
+    ClusterStoreUnavailableError,
+    ControllerMovedError,
+    PartitionState,
+    PartitionStateWrite,
+    SessionEvent,
+    ZkClusterStore,
+)
+from headwater.cluster.zookeeper_server import ZooKeeperServer
+from tests.integration.broker_process import free_port
+from tests.integration.zookeeper import expire_session, fresh_chroot_connect
+
+StoreFactory = Callable[..., ZkClusterStore]
+
+
+@pytest.fixture
+def stores(zookeeper: ZooKeeperServer) -> Iterator[StoreFactory]:
+    """Stores on one fresh chroot of the shared server (1-second sessions)."""
+    connect = fresh_chroot_connect(zookeeper)
+    made: list[ZkClusterStore] = []
+
+    def make(connect_string: str = connect) -> ZkClusterStore:
+        store = ZkClusterStore(connect_string, session_timeout_ms=1000)
+        store.start(timeout=10)
+        made.append(store)
+        return store
+
+    yield make
+    for store in made:
+        store.close()
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
+
+
+def test_duplicate_broker_id_is_refused(stores: StoreFactory) -> None:
+    a, b = stores(), stores()
+    a.register_broker(BrokerRegistration(1, "127.0.0.1", 9001))
+    with pytest.raises(BrokerIdInUseError, match=r"127\.0\.0\.1:9001"):
+        b.register_broker(BrokerRegistration(1, "127.0.0.1", 9002), wait_s=0.5)
+    b.register_broker(BrokerRegistration(2, "127.0.0.1", 9002))
+    assert set(a.brokers()) == {1, 2}
+
+
+def test_id_of_a_dead_session_is_free_once_it_expires(stores: StoreFactory) -> None:
+    a, b = stores(), stores()
+    a.register_broker(BrokerRegistration(1, "127.0.0.1", 9001))
+    # The old owner stops answering (as after kill -9): its session lingers until the
+    # timeout, and a restarted broker waiting that long gets the id.
+    a.client.stop()
+    b.register_broker(BrokerRegistration(1, "127.0.0.1", 9002), wait_s=10)
+    assert b.brokers()[1].port == 9002
+
+
+def test_ephemerals_vanish_on_session_expiry_and_come_back(stores: StoreFactory) -> None:
+    a, b = stores(), stores()
+    events: list[SessionEvent] = []
+    restored = threading.Event()
+
+    def on_session(event: SessionEvent) -> None:
+        events.append(event)
+        if event is SessionEvent.RESTORED:
+            restored.set()
+
+    a.add_session_listener(on_session)
+    a.register_broker(BrokerRegistration(1, "127.0.0.1", 9001))
+    assert a.try_become_controller(1) is not None
+    seen: list[set[int]] = []
+    b.watch_brokers(lambda brokers: seen.append(set(brokers)))
+    wait_for(lambda: seen == [{1}])
+    expire_session(a.client)
+    wait_for(lambda: b.controller_id() is None)
+    assert restored.wait(10)
+    assert SessionEvent.LOST in events
+    wait_for(lambda: seen[-1] == {1})
+    assert set() in seen  # the watch saw broker 1 gone in between
+    assert b.brokers()[1].port == 9001
+
+
+def test_partition_state_compare_and_set_and_fencing(stores: StoreFactory) -> None:
+    a, b = stores(), stores()
+    fence = a.try_become_controller(1)
+    assert fence is not None
+    a.create_topic("t", uuid.uuid4(), {0: [1, 2]}, {})
+    assert a.write_partition_states(
+        fence, [PartitionStateWrite("t", 0, PartitionState(1, 0, (1, 2), 0), None)]
+    ) == {("t", 0): 0}
+    state = b.partition_state("t", 0)
+    assert state == PartitionState(1, 0, (1, 2), fence.epoch, 0)
+    assert b.update_partition_state("t", 0, PartitionState(1, 0, (1,), 1), 0) == 1
+    assert a.update_partition_state("t", 0, PartitionState(1, 0, (2,), 1), 0) is None
+    # A new controller fences the old one's writes.
+    expire_session(a.client)
+    new = b.try_become_controller(2)
+    assert new is not None and new.epoch == fence.epoch + 1
+    wait_for(lambda: a.connected)
+    with pytest.raises(ControllerMovedError):
+        a.write_partition_states(
+            fence, [PartitionStateWrite("t", 0, PartitionState(2, 1, (2,), 0), 1)]
+        )
+    assert b.partition_state("t", 0) == PartitionState(1, 0, (1,), 1, 1)
+
+
+def test_chroot_is_created_and_isolates(zookeeper: ZooKeeperServer, stores: StoreFactory) -> None:
+    connect = fresh_chroot_connect(zookeeper)
+    inside = stores(connect)
+    outside = stores()
+    inside.create_topic("t", uuid.uuid4(), {0: [1]}, {})
+    assert outside.topics() == []
+    raw = KazooClient(hosts=zookeeper.connect_string)
+    raw.start(10)
+    try:
+        chroot = connect[len(zookeeper.connect_string) :]
+        assert raw.exists(f"{chroot}/brokers/topics/t") is not None
+    finally:
+        raw.stop()
+        raw.close()
+
+
+def test_unreachable_zookeeper_is_a_clear_error() -> None:
+    store = ZkClusterStore(f"127.0.0.1:{free_port()}/x")
+    with pytest.raises(ClusterStoreUnavailableError, match="not reachable within"):
+        store.start(timeout=1)
+    store.close()
+
+
+def test_writes_fail_fast_while_zookeeper_is_down(tmp_path: Path) -> None:
+    server = ZooKeeperServer(tmp_path / "zk").start()
+    again: ZooKeeperServer | None = None
+    store = ZkClusterStore(server.connect_string, session_timeout_ms=4000)
+    store.start(timeout=10)
+    try:
+        store.create_topic("t", uuid.uuid4(), {0: [1]}, {})
+        server.kill()
+        wait_for(lambda: not store.connected)
+        started = time.monotonic()
+        with pytest.raises(ClusterStoreUnavailableError):
+            store.update_partition_state("t", 0, PartitionState(1, 0, (1,), 0), 0)
+        assert time.monotonic() - started < 2
+        again = ZooKeeperServer(server.data_dir, port=server.port).start()
+        wait_for(lambda: store.connected, timeout=15)
+        assert store.topics() == ["t"]
+    finally:
+        store.close()
+        server.kill()
+        if again is not None:
+            again.stop()

@@ -1,0 +1,237 @@
+"""ClusterStore semantics on the in-memory ZooKeeper (the same code as on kazoo)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from headwater.cluster.fake_zookeeper import FakeZooKeeper
+from headwater.cluster.store import (
+    BrokerIdInUseError,
+    BrokerRegistration,
+    ClusterStoreUnavailableError,
+    ControllerMovedError,
+    InMemoryClusterStore,
+    InvalidTopicError,
+    PartitionState,
+    PartitionStateWrite,
+    SessionEvent,
+    TopicExistsError,
+    UnknownTopicError,
+)
+
+TOPIC_ID = uuid.UUID(int=7)
+
+
+def started(zk: FakeZooKeeper, chroot: str = "") -> InMemoryClusterStore:
+    store = InMemoryClusterStore(zk, chroot)
+    store.start()
+    return store
+
+
+@pytest.fixture
+def zk() -> FakeZooKeeper:
+    return FakeZooKeeper()
+
+
+def test_register_and_list_brokers(zk: FakeZooKeeper) -> None:
+    a, b = started(zk), started(zk)
+    a.register_broker(BrokerRegistration(1, "h1", 9001))
+    b.register_broker(BrokerRegistration(2, "h2", 9002, "rack-b"))
+    assert a.brokers() == {
+        1: BrokerRegistration(1, "h1", 9001),
+        2: BrokerRegistration(2, "h2", 9002, "rack-b"),
+    }
+
+
+def test_duplicate_broker_id_is_refused_naming_the_holder(zk: FakeZooKeeper) -> None:
+    a, b = started(zk), started(zk)
+    a.register_broker(BrokerRegistration(1, "h1", 9001))
+    with pytest.raises(BrokerIdInUseError, match="h1:9001"):
+        b.register_broker(BrokerRegistration(1, "h2", 9002))
+    # Registering again on the owning session is fine (idempotent).
+    a.register_broker(BrokerRegistration(1, "h1", 9001))
+
+
+def test_session_expiry_drops_the_registration_and_restores_it(zk: FakeZooKeeper) -> None:
+    a, b = started(zk), started(zk)
+    events: list[SessionEvent] = []
+    seen: list[set[int]] = []
+    a.add_session_listener(events.append)
+    a.register_broker(BrokerRegistration(1, "h1", 9001))
+    b.register_broker(BrokerRegistration(2, "h2", 9002))
+    b.watch_brokers(lambda brokers: seen.append(set(brokers)))
+    a.expire_session()
+    assert events == [SessionEvent.LOST, SessionEvent.RESTORED]
+    # b saw broker 1 vanish, then come back when a re-registered on its new session.
+    assert seen == [{1, 2}, {2}, {1, 2}]
+
+
+def test_close_removes_ephemerals_at_once(zk: FakeZooKeeper) -> None:
+    a, b = started(zk), started(zk)
+    a.register_broker(BrokerRegistration(1, "h1", 9001))
+    assert a.try_become_controller(1) is not None
+    a.close()
+    assert b.brokers() == {}
+    assert b.controller_id() is None
+
+
+def test_controller_election_bumps_the_epoch_once_per_election(zk: FakeZooKeeper) -> None:
+    a, b = started(zk), started(zk)
+    fence = a.try_become_controller(1)
+    assert fence is not None and fence.epoch == 1
+    assert b.try_become_controller(2) is None
+    assert b.controller_id() == 1
+    a.expire_session()
+    fence_b = b.try_become_controller(2)
+    assert fence_b is not None and fence_b.epoch == 2
+    assert a.controller_epoch() == 2
+
+
+def test_fenced_writes_of_a_deposed_controller_are_refused(zk: FakeZooKeeper) -> None:
+    a, b = started(zk), started(zk)
+    old = a.try_become_controller(1)
+    assert old is not None
+    a.create_topic("t", TOPIC_ID, {0: [1, 2]}, {})
+    a.write_partition_states(
+        old, [PartitionStateWrite("t", 0, PartitionState(1, 0, (1, 2), 1), None)]
+    )
+    a.expire_session()
+    new = b.try_become_controller(2)
+    assert new is not None
+    state = b.partition_state("t", 0)
+    assert state is not None
+    with pytest.raises(ControllerMovedError):
+        a.write_partition_states(
+            old, [PartitionStateWrite("t", 0, PartitionState(2, 1, (2,), 1), state.zk_version)]
+        )
+    assert b.partition_state("t", 0) == state
+    with pytest.raises(ControllerMovedError):
+        a.delete_topic_znodes(old, "t")
+    assert b.topic("t") is not None
+
+
+def test_partition_state_compare_and_set(zk: FakeZooKeeper) -> None:
+    a = started(zk)
+    fence = a.try_become_controller(1)
+    assert fence is not None
+    a.create_topic("t", TOPIC_ID, {0: [1, 2]}, {})
+    versions = a.write_partition_states(
+        fence, [PartitionStateWrite("t", 0, PartitionState(1, 0, (1, 2), 0), None)]
+    )
+    assert versions == {("t", 0): 0}
+    state = a.partition_state("t", 0)
+    assert state == PartitionState(1, 0, (1, 2), fence.epoch, 0)
+    shrunk = PartitionState(1, 0, (1,), fence.epoch)
+    assert a.update_partition_state("t", 0, shrunk, expected_version=0) == 1
+    # A second writer holding the old version loses.
+    assert a.update_partition_state("t", 0, shrunk, expected_version=0) is None
+    assert a.update_partition_state("gone", 0, shrunk, expected_version=0) is None
+    # The controller's own CAS loses the same way, per partition.
+    lost = a.write_partition_states(
+        fence, [PartitionStateWrite("t", 0, PartitionState(2, 1, (2,), 0), 0)]
+    )
+    assert lost == {("t", 0): None}
+    assert a.partition_states([("t", 0), ("t", 9)]) == {("t", 0): PartitionState(1, 0, (1,), 1, 1)}
+
+
+def test_create_topic_refuses_existing_and_marked_and_bad_input(zk: FakeZooKeeper) -> None:
+    a = started(zk)
+    created = a.create_topic("t", TOPIC_ID, {0: [1], 1: [2]}, {"retention.ms": "5"})
+    assert a.topic("t") == created
+    assert created.configs == {"retention.ms": "5"}
+    with pytest.raises(TopicExistsError):
+        a.create_topic("t", uuid.uuid4(), {0: [1]}, {})
+    a.delete_topic("t")
+    with pytest.raises(TopicExistsError, match="marked for deletion"):
+        a.create_topic("t", uuid.uuid4(), {0: [1]}, {})
+    with pytest.raises(InvalidTopicError):
+        a.create_topic("a/b", uuid.uuid4(), {0: [1]}, {})
+    with pytest.raises(InvalidTopicError):
+        a.create_topic("dup", uuid.uuid4(), {0: [1, 1]}, {})
+    with pytest.raises(InvalidTopicError):
+        a.create_topic("gap", uuid.uuid4(), {1: [1]}, {})
+    with pytest.raises(UnknownTopicError):
+        a.delete_topic("nope")
+
+
+def test_topic_configs_and_deletion(zk: FakeZooKeeper) -> None:
+    a = started(zk)
+    fence = a.try_become_controller(1)
+    assert fence is not None
+    a.create_topic("t", TOPIC_ID, {0: [1], 1: [1]}, {})
+    a.write_partition_states(
+        fence,
+        [PartitionStateWrite("t", p, PartitionState(1, 0, (1,), 0), None) for p in (0, 1)],
+    )
+    a.set_topic_configs("t", {"cleanup.policy": "compact"})
+    topic = a.topic("t")
+    assert topic is not None and topic.configs == {"cleanup.policy": "compact"}
+    a.delete_topic("t")
+    assert a.deletion_requests() == ["t"]
+    a.delete_topic_znodes(fence, "t")
+    assert a.topics() == []
+    assert a.deletion_requests() == []
+    assert a.partition_state("t", 0) is None
+    # The name is free again.
+    a.create_topic("t", uuid.uuid4(), {0: [1]}, {})
+
+
+def test_watches_deliver_the_current_value_then_each_change(zk: FakeZooKeeper) -> None:
+    a, b = started(zk), started(zk)
+    fence = a.try_become_controller(1)
+    assert fence is not None
+    topics: list[frozenset[str]] = []
+    states: list[PartitionState | None] = []
+    controllers: list[int | None] = []
+    b.watch_topics(topics.append)
+    b.watch_controller(controllers.append)
+    handle = b.watch_partition_state("t", 0, states.append)
+    a.create_topic("t", TOPIC_ID, {0: [1]}, {})
+    a.write_partition_states(
+        fence, [PartitionStateWrite("t", 0, PartitionState(1, 0, (1,), 0), None)]
+    )
+    a.update_partition_state("t", 0, PartitionState(1, 0, (1,), 1), 0)
+    handle.cancel()
+    a.update_partition_state("t", 0, PartitionState(1, 1, (1,), 1), 1)
+    assert topics == [frozenset(), frozenset({"t"})]
+    assert controllers == [1]
+    assert states == [None, PartitionState(1, 0, (1,), 1, 0), PartitionState(1, 0, (1,), 1, 1)]
+
+
+def test_watches_are_rearmed_on_the_new_session(zk: FakeZooKeeper) -> None:
+    a, b = started(zk), started(zk)
+    seen: list[frozenset[str]] = []
+    b.watch_topics(seen.append)
+    b.expire_session()
+    a.create_topic("t", TOPIC_ID, {0: [1]}, {})
+    assert seen[-1] == frozenset({"t"})
+
+
+def test_chroots_do_not_see_each_other(zk: FakeZooKeeper) -> None:
+    one, two = started(zk, "/one"), started(zk, "/two/deep")
+    one.create_topic("t", TOPIC_ID, {0: [1]}, {})
+    one.register_broker(BrokerRegistration(1, "h", 1))
+    assert two.topics() == []
+    assert two.brokers() == {}
+    two.register_broker(BrokerRegistration(1, "h", 2))  # same id, other cluster: fine
+
+
+def test_unreachable_zookeeper_is_a_clear_error(zk: FakeZooKeeper) -> None:
+    zk.available = False
+    with pytest.raises(ClusterStoreUnavailableError, match="not reachable"):
+        InMemoryClusterStore(zk).start(timeout=0.1)
+    zk.available = True
+    a = started(zk)
+    a.suspend()
+    with pytest.raises(ClusterStoreUnavailableError):
+        a.update_partition_state("t", 0, PartitionState(1, 0, (1,), 0), 0)
+    a.resume()
+    assert a.topics() == []
+
+
+def test_cluster_id_is_set_once(zk: FakeZooKeeper) -> None:
+    a, b = started(zk), started(zk)
+    assert a.cluster_id("first") == "first"
+    assert b.cluster_id("second") == "first"

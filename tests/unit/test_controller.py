@@ -1,0 +1,300 @@
+"""Controller decisions (pure) and the controller on the in-memory ZooKeeper."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+
+import pytest
+
+from headwater.cluster.controller import (
+    Controller,
+    InvalidReplicaAssignmentError,
+    InvalidReplicationFactorError,
+    assign_replicas,
+    create_topic,
+    elect_leader,
+    initial_leader_and_isr,
+    next_state,
+    preferred_leader_moves,
+)
+from headwater.cluster.fake_zookeeper import FakeZooKeeper
+from headwater.cluster.store import (
+    NO_LEADER,
+    BrokerRegistration,
+    InMemoryClusterStore,
+    PartitionState,
+    TopicAssignment,
+)
+from headwater.log.errors import InvalidPartitionsError
+
+# --- assignment ----------------------------------------------------------------------
+
+
+def test_assignment_matches_kafkas_documented_example() -> None:
+    # AdminUtils' own example: 5 brokers, 10 partitions, RF 3, fixed start 0.
+    got = assign_replicas(10, 3, [0, 1, 2, 3, 4], start_index=0)
+    assert got == {
+        0: [0, 1, 2], 1: [1, 2, 3], 2: [2, 3, 4], 3: [3, 4, 0], 4: [4, 0, 1],
+        5: [0, 2, 3], 6: [1, 3, 4], 7: [2, 4, 0], 8: [3, 0, 1], 9: [4, 1, 2],
+    }  # fmt: skip
+
+
+def test_assignment_spreads_leaders_and_replicas_evenly() -> None:
+    got = assign_replicas(30, 3, [3, 1, 2], rng=random.Random(5))
+    leaders = [r[0] for r in got.values()]
+    assert sorted(leaders.count(b) for b in (1, 2, 3)) == [10, 10, 10]
+    for replicas in got.values():
+        assert len(set(replicas)) == 3
+    assert sum(len(r) for r in got.values()) == 90
+
+
+def test_random_start_varies_and_is_seedable() -> None:
+    starts = {assign_replicas(1, 1, range(10), rng=random.Random(s))[0][0] for s in range(40)}
+    assert len(starts) > 3
+    assert assign_replicas(4, 2, [1, 2, 3], rng=random.Random(1)) == assign_replicas(
+        4, 2, [1, 2, 3], rng=random.Random(1)
+    )
+
+
+def test_replication_factor_above_live_brokers_is_refused() -> None:
+    with pytest.raises(InvalidReplicationFactorError, match="larger than the 2") as info:
+        assign_replicas(3, 3, [1, 2])
+    assert info.value.kafka_error_code == 38
+    with pytest.raises(InvalidReplicationFactorError):
+        assign_replicas(3, 0, [1, 2])
+    with pytest.raises(InvalidPartitionsError):
+        assign_replicas(0, 1, [1, 2])
+
+
+# --- elections -----------------------------------------------------------------------
+
+
+def test_initial_state_leader_is_first_live_replica() -> None:
+    assert initial_leader_and_isr([3, 1, 2], {1, 2, 3}) == (3, (3, 1, 2))
+    assert initial_leader_and_isr([3, 1, 2], {1, 2}) == (1, (1, 2))
+    assert initial_leader_and_isr([3, 1], set()) == (NO_LEADER, (3, 1))
+
+
+def test_election_takes_the_first_live_isr_member_in_assignment_order() -> None:
+    assert elect_leader([1, 2, 3], isr=[3, 2], live={2, 3}, unclean=False) == (2, (3, 2))
+    assert elect_leader([1, 2, 3], isr=[1], live={2, 3}, unclean=False) is None
+    assert elect_leader([1, 2, 3], isr=[1], live={2, 3}, unclean=True) == (2, (2,))
+
+
+def test_leader_loss_bumps_the_epoch_and_drops_the_dead_from_the_isr() -> None:
+    state = PartitionState(1, 4, (1, 2, 3), 7)
+    assert next_state([1, 2, 3], state, {2, 3}, False) == PartitionState(2, 5, (2, 3), 7)
+
+
+def test_follower_loss_shrinks_the_isr_without_a_new_epoch() -> None:
+    state = PartitionState(1, 4, (1, 2, 3), 7)
+    assert next_state([1, 2, 3], state, {1, 2}, False) == PartitionState(1, 4, (1, 2), 7)
+    assert next_state([1, 2, 3], state, {1, 2, 3}, False) is None
+
+
+def test_no_clean_candidate_leaves_the_partition_leaderless_keeping_the_last_isr() -> None:
+    state = PartitionState(1, 4, (1,), 7)
+    assert next_state([1, 2], state, {2}, False) == PartitionState(NO_LEADER, 5, (1,), 7)
+    leaderless = PartitionState(NO_LEADER, 5, (1,), 7)
+    assert next_state([1, 2], leaderless, {2}, False) is None
+    # The last ISR member comes back: it leads again, cleanly.
+    assert next_state([1, 2], leaderless, {1, 2}, False) == PartitionState(1, 6, (1,), 7)
+    # Unclean election takes the live out-of-sync replica instead.
+    assert next_state([1, 2], state, {2}, True) == PartitionState(2, 5, (2,), 7)
+
+
+def test_preferred_leader_moves_only_past_the_imbalance_threshold() -> None:
+    topic = TopicAssignment("t", __import__("uuid").uuid4(), {0: [1, 2], 1: [2, 1]})
+    states = {("t", 0): PartitionState(2, 3, (2, 1), 1), ("t", 1): PartitionState(2, 0, (2, 1), 1)}
+    moves = preferred_leader_moves({"t": topic}, states, {1, 2}, 10)
+    assert moves == {("t", 0): PartitionState(1, 4, (2, 1), 1)}
+    # Preferred replica out of the ISR or dead: no move.
+    states[("t", 0)] = PartitionState(2, 3, (2,), 1)
+    assert preferred_leader_moves({"t": topic}, states, {1, 2}, 10) == {}
+    assert preferred_leader_moves({"t": topic}, states, {2}, 10) == {}
+
+
+# --- the controller on the in-memory store ---------------------------------------------
+
+
+class Cluster:
+    def __init__(self) -> None:
+        self.zk = FakeZooKeeper()
+        self.stores: dict[int, InMemoryClusterStore] = {}
+        self.controllers: dict[int, Controller] = {}
+
+    def add_broker(self, broker_id: int, **options: object) -> Controller:
+        store = InMemoryClusterStore(self.zk)
+        store.start()
+        store.register_broker(BrokerRegistration(broker_id, "127.0.0.1", 9000 + broker_id))
+        controller = Controller(store, broker_id, **options)  # type: ignore[arg-type]
+        self.stores[broker_id] = store
+        self.controllers[broker_id] = controller
+        controller.start()
+        self.settle()
+        return controller
+
+    def settle(self) -> None:
+        for _ in range(3):
+            for controller in self.controllers.values():
+                assert controller.wait_idle(10)
+
+    def active(self) -> list[int]:
+        return [b for b, c in self.controllers.items() if c.is_active]
+
+    def state(self, topic: str, partition: int) -> PartitionState:
+        state = next(iter(self.stores.values())).partition_state(topic, partition)
+        assert state is not None
+        return state
+
+    def close(self) -> None:
+        for controller in self.controllers.values():
+            controller.stop()
+        for store in self.stores.values():
+            store.close()
+
+
+@pytest.fixture
+def cluster() -> Iterator[Cluster]:
+    c = Cluster()
+    yield c
+    c.close()
+
+
+def test_exactly_one_controller_and_initial_states(cluster: Cluster) -> None:
+    for b in (1, 2, 3):
+        cluster.add_broker(b)
+    assert cluster.active() == [1]
+    store = cluster.stores[2]
+    create_topic(store, "t", 3, 3, replica_assignment={0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]})
+    cluster.settle()
+    assert cluster.state("t", 0) == PartitionState(1, 0, (1, 2, 3), 1, 0)
+    assert cluster.state("t", 1) == PartitionState(2, 0, (2, 3, 1), 1, 0)
+
+
+def test_failover_elects_from_the_isr_and_bumps_the_epoch(cluster: Cluster) -> None:
+    for b in (1, 2, 3):
+        cluster.add_broker(b)
+    create_topic(cluster.stores[1], "t", 2, 2, replica_assignment={0: [2, 3], 1: [3, 1]})
+    cluster.settle()
+    cluster.stores[2].expire_session()  # broker 2's session ends (it re-registers after)
+    cluster.stores[2].unregister_broker()  # ... and stays away
+    cluster.settle()
+    assert cluster.state("t", 0).leader == 3
+    assert cluster.state("t", 0).leader_epoch == 1
+    assert cluster.state("t", 0).isr == (3,)
+    assert cluster.state("t", 1) == PartitionState(3, 0, (3, 1), 1, 0)
+
+
+def test_controller_session_loss_moves_control_and_reelects(cluster: Cluster) -> None:
+    for b in (1, 2, 3):
+        cluster.add_broker(b)
+    create_topic(cluster.stores[1], "t", 1, 2, replica_assignment={0: [1, 2]})
+    cluster.settle()
+    cluster.stores.pop(1).close()  # controller 1 dies: session closed, ephemerals gone
+    cluster.controllers.pop(1).stop()
+    cluster.settle()
+    (new,) = cluster.active()
+    assert new in (2, 3)
+    assert cluster.controllers[new].epoch == 2
+    state = cluster.state("t", 0)
+    assert (state.leader, state.leader_epoch, state.isr) == (2, 1, (2,))
+
+
+def test_expired_controller_stops_acting(cluster: Cluster) -> None:
+    for b in (1, 2):
+        cluster.add_broker(b)
+    cluster.controllers[2].stop()  # broker 2 does not run for controller
+    cluster.stores[1].expire_session()
+    cluster.settle()
+    # Broker 1 lost its /controller znode with the session, then won a new election.
+    assert cluster.controllers[1].is_active
+    assert cluster.controllers[1].epoch == 2
+    assert cluster.controllers[1].activations >= 2  # it resigned in between
+
+
+def test_no_unclean_election_by_default_but_per_topic_opt_in(cluster: Cluster) -> None:
+    for b in (1, 2):
+        cluster.add_broker(b)
+    store = cluster.stores[1]
+    create_topic(store, "safe", 1, 2, replica_assignment={0: [2, 1]})
+    create_topic(
+        store, "risky", 1, 2, {"unclean.leader.election.enable": "true"},
+        replica_assignment={0: [2, 1]},
+    )  # fmt: skip
+    cluster.settle()
+    for name in ("safe", "risky"):  # broker 1 fell out of the ISR
+        s = cluster.state(name, 0)
+        assert store.update_partition_state(name, 0, PartitionState(2, 0, (2,), 1), s.zk_version)
+    cluster.stores[2].close()
+    cluster.settle()
+    assert cluster.state("safe", 0).leader == NO_LEADER
+    assert cluster.state("safe", 0).isr == (2,)
+    assert cluster.state("risky", 0).leader == 1
+    assert cluster.state("risky", 0).isr == (1,)
+
+
+def test_cas_conflict_with_a_leader_is_re_read_and_decided_again(cluster: Cluster) -> None:
+    for b in (1, 2, 3):
+        cluster.add_broker(b)
+    store = cluster.stores[1]
+    create_topic(store, "t", 1, 3, replica_assignment={0: [1, 2, 3]})
+    cluster.settle()
+    # The leader shrank the ISR on its own (the controller's cache is now stale).
+    assert store.update_partition_state("t", 0, PartitionState(1, 0, (1, 3), 1), 0) == 1
+    cluster.stores[3].close()
+    cluster.settle()
+    assert cluster.state("t", 0) == PartitionState(1, 0, (1,), 1, 2)
+
+
+def test_returning_broker_leads_its_leaderless_partitions(cluster: Cluster) -> None:
+    for b in (1, 2):
+        cluster.add_broker(b)
+    create_topic(cluster.stores[1], "t", 1, 1, replica_assignment={0: [2]})
+    cluster.settle()
+    cluster.stores[2].unregister_broker()
+    cluster.settle()
+    assert cluster.state("t", 0).leader == NO_LEADER
+    cluster.stores[2].register_broker(BrokerRegistration(2, "127.0.0.1", 9002))
+    cluster.settle()
+    assert cluster.state("t", 0).leader == 2
+    assert cluster.state("t", 0).leader_epoch == 2
+
+
+def test_preferred_leader_rebalance(cluster: Cluster) -> None:
+    for b in (1, 2):
+        cluster.add_broker(b, auto_leader_rebalance_enable=True)
+    store = cluster.stores[1]
+    create_topic(store, "t", 2, 2, replica_assignment={0: [1, 2], 1: [2, 1]})
+    cluster.settle()
+    state = cluster.state("t", 1)
+    # Leadership of partition 1 moved to broker 1 earlier (e.g. a failover).
+    store.update_partition_state("t", 1, PartitionState(1, 3, (2, 1), 1), state.zk_version)
+    cluster.controllers[1].trigger_preferred_leader_election()
+    cluster.settle()
+    assert cluster.state("t", 1).leader == 2
+    assert cluster.state("t", 1).leader_epoch == 4
+
+
+def test_topic_deletion(cluster: Cluster) -> None:
+    cluster.add_broker(1)
+    store = cluster.stores[1]
+    create_topic(store, "t", 2, 1)
+    cluster.settle()
+    store.delete_topic("t")
+    cluster.settle()
+    assert store.topics() == []
+    assert store.deletion_requests() == []
+    assert store.partition_state("t", 0) is None
+
+
+def test_create_topic_checks_replication_factor_and_assignment(cluster: Cluster) -> None:
+    cluster.add_broker(1)
+    store = cluster.stores[1]
+    with pytest.raises(InvalidReplicationFactorError):
+        create_topic(store, "t", 1, 2)
+    with pytest.raises(InvalidReplicaAssignmentError, match="unknown broker"):
+        create_topic(store, "t", 1, 1, replica_assignment={0: [7]})
+    with pytest.raises(InvalidReplicaAssignmentError):
+        create_topic(store, "t", 2, 1, replica_assignment={0: [1], 1: []})
