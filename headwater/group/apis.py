@@ -477,20 +477,7 @@ class GroupApis:
         error, errors = coordinator.delete_offsets(request.group_id, requested)
         if error is not ErrorCode.none:
             return {"error_code": error, "topics": []}
-        per_partition = iter(errors)
-        return {
-            "error_code": ErrorCode.none,
-            "topics": [
-                {
-                    "name": topic.name,
-                    "partitions": [
-                        {"partition_index": p.partition_index, "error_code": next(per_partition)}
-                        for p in topic.partitions
-                    ],
-                }
-                for topic in request.topics
-            ],
-        }
+        return {"error_code": ErrorCode.none, "topics": _partition_errors(request.topics, errors)}
 
     # ------------------------------------------------------------------ groups
 
@@ -612,20 +599,24 @@ def _fetched_partition(
 
 
 def _commit_response(request: OffsetCommitRequestLike, errors: Sequence[ErrorCode]) -> Response:
-    """One error per requested partition, in request order."""
+    return {"topics": _partition_errors(request.topics, errors)}
+
+
+def _partition_errors(
+    topics: Sequence[_TopicPartitions], errors: Sequence[ErrorCode]
+) -> list[Response]:
+    """The requested topics and partitions, each with its error, in request order."""
     per_partition = iter(errors)
-    return {
-        "topics": [
-            {
-                "name": topic.name,
-                "partitions": [
-                    {"partition_index": p.partition_index, "error_code": next(per_partition)}
-                    for p in topic.partitions
-                ],
-            }
-            for topic in request.topics
-        ]
-    }
+    return [
+        {
+            "name": topic.name,
+            "partitions": [
+                {"partition_index": p.partition_index, "error_code": next(per_partition)}
+                for p in topic.partitions
+            ],
+        }
+        for topic in topics
+    ]
 
 
 def _no_coordinator(error: ErrorCode, message: str | None) -> Response:

@@ -607,13 +607,7 @@ class GroupCoordinator:
 
     def _remove_member(self, group: Group, member: Member) -> None:
         """Take a member out, answering its blocked requests with UNKNOWN_MEMBER_ID."""
-        if member.awaiting_join is not None:
-            pending = member.awaiting_join
-            member.awaiting_join = None
-            self._completions.append(
-                (pending, _join_error(ErrorCode.unknown_member_id, member.member_id))
-            )
-        self._answer_sync(member, SyncResult(ErrorCode.unknown_member_id))
+        self._answer_blocked(member, ErrorCode.unknown_member_id)
         group.remove(member.member_id)
 
     def _remove_member_and_rebalance(self, now_ms: int, group: Group, member: Member) -> None:
@@ -624,13 +618,15 @@ class GroupCoordinator:
 
     def _fence(self, old: Member) -> None:
         """A newer instance of a static member took over: its blocked requests are fenced."""
-        if old.awaiting_join is not None:
-            pending = old.awaiting_join
-            old.awaiting_join = None
-            self._completions.append(
-                (pending, _join_error(ErrorCode.fenced_instance_id, old.member_id))
-            )
-        self._answer_sync(old, SyncResult(ErrorCode.fenced_instance_id))
+        self._answer_blocked(old, ErrorCode.fenced_instance_id)
+
+    def _answer_blocked(self, member: Member, error: ErrorCode) -> None:
+        """Answer the member's waiting JoinGroup and SyncGroup, if any, with `error`."""
+        if member.awaiting_join is not None:
+            pending = member.awaiting_join
+            member.awaiting_join = None
+            self._completions.append((pending, _join_error(error, member.member_id)))
+        self._answer_sync(member, SyncResult(error))
 
     def _answer_sync(self, member: Member, result: SyncResult) -> None:
         if member.awaiting_sync is not None:
@@ -864,13 +860,7 @@ class GroupCoordinator:
         with self._answering():
             for group in self._groups.values():
                 for member in group.members.values():
-                    if member.awaiting_join is not None:
-                        pending = member.awaiting_join
-                        member.awaiting_join = None
-                        self._completions.append(
-                            (pending, _join_error(ErrorCode.not_coordinator, member.member_id))
-                        )
-                    self._answer_sync(member, SyncResult(ErrorCode.not_coordinator))
+                    self._answer_blocked(member, ErrorCode.not_coordinator)
                 group.transition_to(GroupState.DEAD)
             self._store.clear()
 

@@ -288,20 +288,26 @@ def test_every_group_api_answers_not_coordinator_in_its_own_shape() -> None:
 # ------------------------------------------------------------------- loading
 
 
+def offsets_log_of_many_commits(group_id: str, commits: int) -> InMemoryOffsetsLog:
+    """A partition log long enough to take several load steps; the last commit is commits-1."""
+    log = InMemoryOffsetsLog()
+    writer = GroupCoordinator(log, lambda t, p: True, now_ms=0, config=CONFIG)
+    for offset in range(commits):
+        writer.commit_offsets(
+            0,
+            group_id=group_id,
+            generation_id=-1,
+            member_id="",
+            entries=[OffsetCommitEntry("orders", 0, offset)],
+            timestamp_ms=0,
+        )
+    return log
+
+
 def test_groups_of_a_loading_partition_get_load_in_progress() -> None:
     async def scenario() -> None:
         service = make_service()
-        big = InMemoryOffsetsLog()
-        writer = GroupCoordinator(big, lambda t, p: True, now_ms=0, config=CONFIG)
-        for offset in range(5000):  # several load steps
-            writer.commit_offsets(
-                0,
-                group_id=G1,
-                generation_id=-1,
-                member_id="",
-                entries=[OffsetCommitEntry("orders", 0, offset)],
-                timestamp_ms=0,
-            )
+        big = offsets_log_of_many_commits(G1, 5000)
         service.load_partition_now(0, InMemoryOffsetsLog())
         loading = asyncio.create_task(service.load_partition(1, big))
         await asyncio.sleep(0)
@@ -323,17 +329,7 @@ def test_groups_of_a_loading_partition_get_load_in_progress() -> None:
 def test_unload_during_a_load_abandons_it() -> None:
     async def scenario() -> None:
         service = make_service()
-        big = InMemoryOffsetsLog()
-        writer = GroupCoordinator(big, lambda t, p: True, now_ms=0, config=CONFIG)
-        for offset in range(5000):
-            writer.commit_offsets(
-                0,
-                group_id=G1,
-                generation_id=-1,
-                member_id="",
-                entries=[OffsetCommitEntry("orders", 0, offset)],
-                timestamp_ms=0,
-            )
+        big = offsets_log_of_many_commits(G1, 5000)
         loading = asyncio.create_task(service.load_partition(1, big))
         await asyncio.sleep(0)
         service.unload_partition(1)
