@@ -34,6 +34,7 @@ from headwater.log.log import Log
 NONE = 0
 OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
+NOT_LEADER_OR_FOLLOWER = 6
 FENCED_LEADER_EPOCH = 74
 UNKNOWN_LEADER_EPOCH = 75
 UNKNOWN_TOPIC_ID = 100
@@ -43,6 +44,12 @@ LEADER_EPOCH = 0
 
 LogLookup = Callable[[str, int], Log | None]
 """Find the log of (topic name, partition); None when it does not exist."""
+
+ServingCheck = Callable[[str, int], int]
+"""The error code for reading (topic, partition) here, 0 when this broker serves it.
+
+A cluster answers NOT_LEADER_OR_FOLLOWER for partitions led elsewhere; the
+planner stays free of how leadership is known."""
 
 
 def isolation_for(replica_id: int, isolation_level: int) -> Isolation:
@@ -73,11 +80,32 @@ def _missing(p: PartitionFetch) -> PartitionData:
     )
 
 
-def leader_epoch_error(current_leader_epoch: int) -> int:
-    """FENCED / UNKNOWN_LEADER_EPOCH for a client whose leader epoch is not ours."""
-    if current_leader_epoch < 0 or current_leader_epoch == LEADER_EPOCH:
+def leader_epoch_error(current_leader_epoch: int, leader_epoch: int = LEADER_EPOCH) -> int:
+    """FENCED / UNKNOWN_LEADER_EPOCH for a client whose leader epoch is not ours (KIP-320).
+
+    Older than ours: the client talks to a leader it should have left behind
+    (fenced). Newer: we have not yet heard of the election it has (unknown).
+    """
+    if current_leader_epoch < 0 or current_leader_epoch == leader_epoch:
         return NONE
-    return FENCED_LEADER_EPOCH if current_leader_epoch < LEADER_EPOCH else UNKNOWN_LEADER_EPOCH
+    return FENCED_LEADER_EPOCH if current_leader_epoch < leader_epoch else UNKNOWN_LEADER_EPOCH
+
+
+def divergence(log: Log, p: PartitionFetch) -> tuple[int, int] | None:
+    """Where a follower's log left the leader's, from its last fetched epoch.
+
+    Kafka's rule (KIP-595's truncation on fetch, used by followers since Fetch
+    v12): the leader looks up the end of ``last_fetched_epoch`` in its own
+    epoch history; if it knows only an older epoch there, or that epoch ends
+    before the follower's fetch offset, the follower has records the leader
+    does not and must truncate to (epoch, end offset) before fetching on.
+    """
+    if p.last_fetched_epoch < 0:
+        return None
+    epoch, end_offset = log.end_offset_for_epoch(p.last_fetched_epoch)
+    if epoch < p.last_fetched_epoch or end_offset < p.fetch_offset:
+        return epoch, end_offset
+    return None
 
 
 def read_partitions(
@@ -88,11 +116,14 @@ def read_partitions(
     isolation: Isolation,
     topic_id_of: Callable[[str], uuid.UUID] | None = None,
     aborted_list: bool = False,
+    serving: ServingCheck | None = None,
 ) -> FetchResult:
     """Read ``partitions`` in order under the KIP-74 limits.
 
     ``aborted_list`` makes read_committed responses carry an empty
     aborted-transactions list (librdkafka expects one) instead of null.
+    ``serving`` refuses partitions this broker does not lead. Followers
+    (``LOG_END``) whose log diverged get the divergence point instead of data.
     """
     remaining = max(0, max_bytes)
     min_one_batch = True
@@ -111,7 +142,22 @@ def read_partitions(
         data = PartitionData(topic_id=topic_id, topic=p.topic, partition=p.partition)
         if aborted_list:
             data.aborted_transactions = []
-        error = leader_epoch_error(p.current_leader_epoch)
+        error = serving(p.topic, p.partition) if serving is not None else NONE
+        if error:
+            data.error_code = error
+            out.append(data)
+            has_error = True
+            continue
+        error = leader_epoch_error(p.current_leader_epoch, log.partition_leader_epoch)
+        if not error and isolation is Isolation.LOG_END and p.last_fetched_epoch >= 0:
+            diverged = divergence(log, p)
+            if diverged is not None:
+                data.diverging_epoch, data.diverging_end_offset = diverged
+                data.high_watermark = log.high_watermark
+                data.last_stable_offset = log.last_stable_offset
+                data.log_start_offset = log.log_start_offset
+                out.append(data)
+                continue
         if not error:
             limit = min(p.partition_max_bytes, remaining)
             try:
@@ -130,6 +176,8 @@ def read_partitions(
         data.high_watermark = result.high_watermark
         data.last_stable_offset = result.last_stable_offset
         data.log_start_offset = result.log_start_offset
+        if isolation is Isolation.LOG_END:
+            data.readable_end = result.log_end_offset
         records = result.records
         if records is not None and records.size > 0:
             data.records = records

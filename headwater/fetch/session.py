@@ -150,9 +150,11 @@ class CachedPartition:
         same records again, and so do we) or was cut by the response size
         limit: either way the partition must be read on the next fetch.
         """
-        bound = data.high_watermark
-        if read_committed and data.last_stable_offset >= 0:
-            bound = data.last_stable_offset
+        bound = data.readable_end
+        if bound < 0:
+            bound = data.high_watermark
+            if read_committed and data.last_stable_offset >= 0:
+                bound = data.last_stable_offset
         return self.request.fetch_offset >= bound
 
 

@@ -94,6 +94,13 @@ class PartitionData:
     records: FileSlice | bytes | None = None
     aborted_transactions: list[AbortedTransaction] | None = None
     preferred_read_replica: int = -1
+    #: v12+ tagged field 0 for followers whose log diverged from the leader's:
+    #: the largest epoch both share and where it ends on the leader (-1: none).
+    diverging_epoch: int = -1
+    diverging_end_offset: int = -1
+    #: Not on the wire: where this fetch's isolation let it read to (the log
+    #: end for followers), so a session knows whether the fetcher caught up.
+    readable_end: int = -1
 
     @property
     def key(self) -> TopicIdPartition:

@@ -403,7 +403,7 @@ def encode_fetch_response(resp: FetchResponseData, version: int) -> EncodedBody:
         pending_append(write_array_length(last - first, flexible))
         for i in range(first, last):
             p = partitions[i]
-            if p.records is None and p.aborted_transactions is None:
+            if p.records is None and p.aborted_transactions is None and p.diverging_epoch < 0:
                 # The common case (no data, no transactions) in one pack call.
                 if flexible:
                     pending_append(
@@ -467,10 +467,10 @@ def encode_fetch_response(resp: FetchResponseData, version: int) -> EncodedBody:
             if has_preferred:
                 fixed += INT32.pack(p.preferred_read_replica)
             records = p.records
+            tags = _partition_tags(p) if flexible else b""
             if records is None:
                 fixed += empty_records
-                if flexible:
-                    fixed += EMPTY_TAGS
+                fixed += tags
                 pending_append(fixed)
                 continue
             length = records.size if isinstance(records, FileSlice) else len(records)
@@ -481,13 +481,13 @@ def encode_fetch_response(resp: FetchResponseData, version: int) -> EncodedBody:
                 parts.append(joined)
                 size += len(joined) + length
                 parts.append(records)
-                pending = [EMPTY_TAGS] if flexible else []
+                pending = [tags] if flexible else []
                 pending_append = pending.append
             else:
                 pending_append(fixed)
                 pending_append(records)
                 if flexible:
-                    pending_append(EMPTY_TAGS)
+                    pending_append(tags)
         if flexible:
             pending_append(EMPTY_TAGS)
     if flexible:
@@ -497,6 +497,19 @@ def encode_fetch_response(resp: FetchResponseData, version: int) -> EncodedBody:
         parts.append(tail)
         size += len(tail)
     return EncodedBody(parts, size)
+
+
+#: Tag of a partition's DivergingEpoch (epoch int32, end_offset int64, its own tags).
+_DIVERGING_EPOCH_TAG: Final = 0
+_EPOCH_END_OFFSET: Final = struct.Struct(">iqx")
+
+
+def _partition_tags(p: PartitionData) -> bytes:
+    """A partition's tag section: empty unless it tells a follower where it diverged."""
+    if p.diverging_epoch < 0:
+        return EMPTY_TAGS
+    value = _EPOCH_END_OFFSET.pack(p.diverging_epoch, p.diverging_end_offset)
+    return b"\x01" + write_uvarint(_DIVERGING_EPOCH_TAG) + write_uvarint(len(value)) + value
 
 
 def _encode_aborted(aborted: list[AbortedTransaction], flexible: bool) -> bytes:
@@ -559,7 +572,12 @@ def _decode_fetch_response(buf: Buffer, pos: int, version: int) -> FetchResponse
             records, pos = read_bytes_view(buf, pos, flexible)
             part.records = None if records is None else bytes(records)
             if flexible:
-                pos = skip_tagged_fields(buf, pos)
+                tags, pos = read_tagged_fields(buf, pos)
+                diverging = tags.get(_DIVERGING_EPOCH_TAG)
+                if diverging is not None:
+                    part.diverging_epoch, part.diverging_end_offset = struct.unpack_from(
+                        ">iq", diverging, 0
+                    )
             resp.partitions.append(part)
         if flexible:
             pos = skip_tagged_fields(buf, pos)

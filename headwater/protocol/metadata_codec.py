@@ -32,8 +32,22 @@ class MetadataBroker:
 
 
 @dataclass(frozen=True, slots=True)
+class MetadataPartition:
+    """One partition of a cluster: its own leader, epoch, replicas and ISR."""
+
+    index: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline: tuple[int, ...] = ()
+    error_code: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataTopic:
-    """One topic entry; ``num_partitions`` uniform partitions led by ``leader``."""
+    """One topic entry: ``num_partitions`` uniform partitions led by ``leader``
+    (one broker), or ``partitions`` spelled out one by one (a cluster)."""
 
     error_code: int
     name: str | None
@@ -41,6 +55,26 @@ class MetadataTopic:
     is_internal: bool = False
     num_partitions: int = 0
     leader: int = 0
+    partitions: tuple[MetadataPartition, ...] | None = None
+
+
+def _nodes(ids: Sequence[int], flexible: bool) -> bytes:
+    return write_array_length(len(ids), flexible) + struct.pack(f">{len(ids)}i", *ids)
+
+
+def _cluster_partitions(partitions: Sequence[MetadataPartition], version: int) -> bytes:
+    flexible = version >= FLEXIBLE_FROM
+    out = bytearray(write_array_length(len(partitions), flexible))
+    for p in partitions:
+        out += struct.pack(">hii", p.error_code, p.index, p.leader)
+        if version >= 7:
+            out += struct.pack(">i", p.leader_epoch)
+        out += _nodes(p.replicas, flexible) + _nodes(p.isr, flexible)
+        if version >= 5:
+            out += _nodes(p.offline, flexible)
+        if flexible:
+            out += b"\x00"
+    return bytes(out)
 
 
 @lru_cache(maxsize=512)
@@ -100,7 +134,10 @@ def encode_metadata_response(
             out += t.topic_id.bytes
         if version >= 1:
             out += b"\x01" if t.is_internal else b"\x00"
-        out += _partitions(t.num_partitions, t.leader, version)
+        if t.partitions is not None:
+            out += _cluster_partitions(t.partitions, version)
+        else:
+            out += _partitions(t.num_partitions, t.leader, version)
         if version >= 8:
             out += struct.pack(">i", _NO_OPERATIONS)
         if flexible:

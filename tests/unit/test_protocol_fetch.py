@@ -310,6 +310,16 @@ def kio_response_bytes(resp: FetchResponseData, version: int) -> bytes:
                     else [dataclasses.asdict(a) for a in p.aborted_transactions],
                     "preferred_read_replica": p.preferred_read_replica,
                     "records": materialise(p.records),
+                    **(
+                        {
+                            "diverging_epoch": {
+                                "epoch": p.diverging_epoch,
+                                "end_offset": p.diverging_end_offset,
+                            }
+                        }
+                        if p.diverging_epoch >= 0
+                        else {}
+                    ),
                 }
                 for p in g
             ],
@@ -346,6 +356,8 @@ partition_data = st.builds(
     records_strategy,
     st.none() | st.lists(st.builds(AbortedTransaction, INT64, INT64), max_size=3),
     INT32,
+    st.sampled_from([-1, -1, 0, 7]),  # diverging epoch (v12+ tagged field)
+    st.integers(0, 2**40),
 )
 
 fetch_responses = st.builds(
@@ -380,6 +392,10 @@ def as_received(resp: FetchResponseData, version: int) -> FetchResponseData:
             records=materialise(p.records),
             aborted_transactions=p.aborted_transactions,
             preferred_read_replica=p.preferred_read_replica if version >= 11 else -1,
+            diverging_epoch=p.diverging_epoch if version >= 12 else -1,
+            diverging_end_offset=(
+                p.diverging_end_offset if version >= 12 and p.diverging_epoch >= 0 else -1
+            ),
         )
         for p in resp.partitions
     ]

@@ -10,6 +10,7 @@ from headwater.protocol.apis import ApiKey
 from headwater.protocol.messages import build_response, encode_response
 from headwater.protocol.metadata_codec import (
     MetadataBroker,
+    MetadataPartition,
     MetadataTopic,
     _partitions,
     encode_metadata_response,
@@ -80,3 +81,55 @@ def test_partition_arrays_are_encoded_once_per_count_and_version() -> None:
     again = encode_metadata_response(12, [], big, cluster_id="c", controller_id=0)
     assert again == first and len(first) > 2_000_000
     assert _partitions.cache_info().hits == hits + 1, "the 100k-entry array was reused"
+
+
+CLUSTER_TOPIC = MetadataTopic(
+    0,
+    "replicated",
+    uuid.UUID(int=11),
+    partitions=(
+        MetadataPartition(0, 2, 4, (2, 0, 1), (2, 0)),
+        MetadataPartition(1, -1, 7, (0, 1, 2), (), offline=(0, 1, 2), error_code=5),
+        MetadataPartition(2, 1, 0, (1, 2, 0), (1, 2, 0)),
+    ),
+)
+
+
+@pytest.mark.parametrize("version", range(14))
+def test_cluster_partitions_spelled_out_match_kio(version: int) -> None:
+    ours = encode_metadata_response(
+        version,
+        [MetadataBroker(0, "127.0.0.1", 9092)],
+        [CLUSTER_TOPIC],
+        cluster_id="c1",
+        controller_id=0,
+    )
+    assert CLUSTER_TOPIC.partitions is not None
+    data = {
+        "brokers": [{"node_id": 0, "host": "127.0.0.1", "port": 9092, "rack": None}],
+        "cluster_id": "c1",
+        "controller_id": 0,
+        "error_code": 0,
+        "topics": [
+            {
+                "error_code": 0,
+                "name": "replicated",
+                "topic_id": CLUSTER_TOPIC.topic_id,
+                "is_internal": False,
+                "topic_authorized_operations": -(2**31),
+                "partitions": [
+                    {
+                        "error_code": p.error_code,
+                        "partition_index": p.index,
+                        "leader_id": p.leader,
+                        "leader_epoch": p.leader_epoch,
+                        "replica_nodes": list(p.replicas),
+                        "isr_nodes": list(p.isr),
+                        "offline_replicas": list(p.offline),
+                    }
+                    for p in CLUSTER_TOPIC.partitions
+                ],
+            }
+        ],
+    }
+    assert ours == encode_response(build_response(ApiKey.METADATA, version, data))
