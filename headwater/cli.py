@@ -75,6 +75,7 @@ def broker_config(args: argparse.Namespace, default_data_dir: str | None = None)
 async def run_broker(config: BrokerConfig) -> None:
     """Run until SIGTERM/SIGINT, then stop cleanly (flush, clean-shutdown marker)."""
     from headwater.broker.broker import Broker
+    from headwater.cluster.node import ClusterStartError
 
     broker = Broker(config)
     try:
@@ -83,6 +84,9 @@ async def run_broker(config: BrokerConfig) -> None:
         await broker.stop()
         where = f"{config.host}:{config.port}"
         raise SystemExit(f"error: cannot listen on {where}: {exc.strerror}") from None
+    except ClusterStartError as exc:
+        await broker.stop()
+        raise SystemExit(f"error: {exc}") from None
     # Start-up objects (topic registry, handler tables, imported modules) live for
     # the whole run: move them out of the collector's way so that decoding a large
     # Fetch request does not pay for rescanning them (measured: most of its cost).

@@ -77,7 +77,7 @@ def _parse_configs(items: Sequence[str]) -> dict[str, str]:
 def cmd_topics_create(args: argparse.Namespace) -> int:
     configs = _parse_configs(args.config)
     with AdminClient(args.bootstrap) as admin:
-        admin.create_topics([(args.name, args.partitions, configs)])
+        admin.create_topics([(args.name, args.partitions, configs, args.replication_factor)])
     print(f"created topic {args.name}")
     return 0
 
@@ -103,6 +103,7 @@ def cmd_topics_describe(args: argparse.Namespace) -> int:
         start, end = offsets[index]
         print(
             f"\tPartition: {index}\tLeader: {p.leader}\t"
+            f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}\t"
             f"LogStartOffset: {start}\tLogEndOffset: {end}"
         )
     return 0
@@ -298,6 +299,13 @@ def add_commands(subparsers: Any) -> None:
     create.add_argument("name")
     create.add_argument(
         "--partitions", type=int, default=1, metavar="N", help="number of partitions (default 1)"
+    )
+    create.add_argument(
+        "--replication-factor",
+        type=int,
+        default=-1,
+        metavar="N",
+        help="copies of each partition (default: the broker's default.replication.factor)",
     )
     create.add_argument(
         "--config",

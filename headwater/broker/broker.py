@@ -24,12 +24,17 @@ from typing import Any
 from headwater.broker.config import BrokerConfig
 from headwater.broker.connection import CloseConnection, Connection, RequestContext, Response
 from headwater.broker.handlers.admin import AdminApis
+from headwater.broker.handlers.cluster_admin import ClusterAdminApis
 from headwater.broker.handlers.fetch import FetchApi
 from headwater.broker.handlers.offsets import OffsetApis
 from headwater.broker.handlers.produce import ProduceApi
 from headwater.broker.metrics import BrokerMetrics
 from headwater.broker.offsets_log import OFFSETS_TOPIC, PartitionOffsetsLog
 from headwater.broker.producer_ids import ProducerIdAllocator
+from headwater.cluster.controller import assign_replicas
+from headwater.cluster.node import ClusterNode, ControllerConfig
+from headwater.cluster.replica_fetcher import FetcherConfig
+from headwater.cluster.replica_manager import ReplicationConfig
 from headwater.fetch.purgatory import FetchPurgatory
 from headwater.fetch.session_cache import FetchSessionCache
 from headwater.group.apis import SUPPORTED_VERSIONS as GROUP_API_VERSIONS
@@ -91,6 +96,31 @@ def _raise_open_file_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+def replication_config(c: BrokerConfig) -> ReplicationConfig:
+    return ReplicationConfig(
+        replica_lag_time_max_ms=c.replica_lag_time_max_ms,
+        min_insync_replicas=c.min_insync_replicas,
+        num_replica_fetchers=c.num_replica_fetchers,
+        high_watermark_checkpoint_interval_ms=c.replica_high_watermark_checkpoint_interval_ms,
+        fetcher=FetcherConfig(
+            max_bytes=c.replica_fetch_max_bytes,
+            response_max_bytes=c.replica_fetch_response_max_bytes,
+            max_wait_ms=c.replica_fetch_wait_max_ms,
+            min_bytes=c.replica_fetch_min_bytes,
+            backoff_ms=c.replica_fetch_backoff_ms,
+            sessions=c.replica_fetch_sessions_enable,
+        ),
+    )
+
+
+def controller_config(c: BrokerConfig) -> ControllerConfig:
+    return ControllerConfig(
+        unclean_leader_election_enable=c.unclean_leader_election_enable,
+        auto_leader_rebalance_enable=c.auto_leader_rebalance_enable,
+        leader_imbalance_check_interval_seconds=c.leader_imbalance_check_interval_seconds,
+    )
+
+
 class Broker:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
@@ -106,6 +136,23 @@ class Broker:
         )
         self.metrics.bind_session_cache(self.sessions)
         self.handlers: dict[int, ApiEntry] = {}
+        #: Cluster mode (``zookeeper.connect``); None: a single broker, as always.
+        self.cluster: ClusterNode | None = None
+        if config.zookeeper_connect:
+            self.cluster = ClusterNode(
+                config.node_id,
+                config.zookeeper_connect,
+                self.logs,
+                config.data_dir,
+                session_timeout_ms=config.zookeeper_session_timeout_ms,
+                connect_timeout_ms=(
+                    config.zookeeper_connection_timeout_ms or config.zookeeper_session_timeout_ms
+                ),
+                replication=replication_config(config),
+                controller=controller_config(config),
+            )
+        if self.cluster is not None:
+            self.metrics.bind_replica_manager(self.cluster.replicas)
         self._server_sock: socket.socket | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._conn_ids = itertools.count(1)
@@ -125,24 +172,45 @@ class Broker:
         self.register(api_key, _kio(api_key, fn), versions)
 
     def _build_handlers(self) -> None:
-        self.producer_ids = ProducerIdAllocator(self.config.data_dir / "producer_id_block")
+        cluster = self.cluster
+        replication = cluster.replicas if cluster is not None else None
+        self.producer_ids = ProducerIdAllocator(
+            self.config.data_dir / "producer_id_block",
+            self.config.node_id if cluster is not None else None,
+        )
         self.admin = AdminApis(self.config, self.logs, self.producer_ids)
-        self.offsets = OffsetApis(self.logs)
-        self.produce = ProduceApi(self.logs, self.admin, self.metrics)
-        self.fetch = FetchApi(self.config, self.logs, self.sessions, self.purgatory, self.metrics)
+        self.offsets = OffsetApis(self.logs, replication)
+        self.produce = ProduceApi(self.logs, self.admin, self.metrics, replication)
+        self.fetch = FetchApi(
+            self.config, self.logs, self.sessions, self.purgatory, self.metrics, replication
+        )
         self.register(ApiKey.API_VERSIONS, self._api_versions)
         self.register(ApiKey.PRODUCE, self.produce.handle)
         self.register(ApiKey.FETCH, self.fetch.handle)
-        self.register(ApiKey.METADATA, _kio_request(ApiKey.METADATA, self.admin.metadata))
-        self.register_kio(ApiKey.CREATE_TOPICS, self.admin.create_topics)
-        self.register_kio(ApiKey.DELETE_TOPICS, self.admin.delete_topics)
+        if cluster is not None:
+            self.cluster_admin = ClusterAdminApis(
+                self.config, cluster.view, cluster.store, assign_replicas
+            )
+            self.admin.cluster_auto_create = self.cluster_admin.auto_create
+            self.register(
+                ApiKey.METADATA, _kio_request(ApiKey.METADATA, self.cluster_admin.metadata)
+            )
+            self.register_kio(ApiKey.CREATE_TOPICS, self.cluster_admin.create_topics)
+            self.register_kio(ApiKey.DELETE_TOPICS, self.cluster_admin.delete_topics)
+        else:
+            self.register(ApiKey.METADATA, _kio_request(ApiKey.METADATA, self.admin.metadata))
+            self.register_kio(ApiKey.CREATE_TOPICS, self.admin.create_topics)
+            self.register_kio(ApiKey.DELETE_TOPICS, self.admin.delete_topics)
         self.register_kio(ApiKey.CREATE_PARTITIONS, self.admin.create_partitions)
         self.register_kio(ApiKey.DESCRIBE_CONFIGS, self.admin.describe_configs)
         self.register_kio(ApiKey.INIT_PRODUCER_ID, self.admin.init_producer_id)
         # v7 adds MAX_TIMESTAMP (-3), which needs a max-timestamp index: not yet.
         self.register_kio(ApiKey.LIST_OFFSETS, self.offsets.list_offsets, (1, 6))
         self.register_kio(ApiKey.OFFSET_FOR_LEADER_EPOCH, self.offsets.offset_for_leader_epoch)
-        self._build_group_apis()
+        if cluster is None:
+            self._build_group_apis()
+        # In a cluster the group APIs are built once the cluster view is loaded
+        # (the offsets topic's partition count lives in ZooKeeper): see start().
 
     def _build_group_apis(self) -> None:
         """The group coordinator over the partitions of ``__consumer_offsets``.
@@ -153,28 +221,25 @@ class Broker:
         moving groups between partitions would lose them.
         """
         c = self.config
-        if OFFSETS_TOPIC not in self.logs.topics():
-            self.logs.create_topic(OFFSETS_TOPIC, c.offsets_topic_num_partitions)
-        num_partitions = self.logs.topics()[OFFSETS_TOPIC].num_partitions
         host, port = c.advertised
-        self.groups = GroupService.create(
-            lambda topic, partition: self.logs.existing_log(topic, partition) is not None,
-            num_partitions=num_partitions,
-            node_id=c.node_id,
-            host=host,
-            port=port,
-            config=GroupConfig(
-                min_session_timeout_ms=c.group_min_session_timeout_ms,
-                max_session_timeout_ms=c.group_max_session_timeout_ms,
-                initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms,
-                max_size=c.group_max_size,
-                max_metadata_bytes=c.offset_metadata_max_bytes,
-            ),
-        )
-        for partition in range(num_partitions):
-            self.groups.load_partition_now(
-                partition, PartitionOffsetsLog(self.logs.log(OFFSETS_TOPIC, partition))
+        if self.cluster is None:
+            if OFFSETS_TOPIC not in self.logs.topics():
+                self.logs.create_topic(OFFSETS_TOPIC, c.offsets_topic_num_partitions)
+            num_partitions = self.logs.topics()[OFFSETS_TOPIC].num_partitions
+            self.groups = GroupService.create(
+                lambda topic, partition: self.logs.existing_log(topic, partition) is not None,
+                num_partitions=num_partitions,
+                node_id=c.node_id,
+                host=host,
+                port=port,
+                config=self._group_config(),
             )
+            for partition in range(num_partitions):
+                self.groups.load_partition_now(
+                    partition, PartitionOffsetsLog(self.logs.log(OFFSETS_TOPIC, partition))
+                )
+        else:
+            self.groups = self._cluster_group_service(self.cluster, host, port)
         groups = self.groups
 
         def handle(ctx: RequestContext, req: Any) -> Awaitable[dict[str, Any]]:
@@ -186,6 +251,68 @@ class Broker:
 
         for api_key, versions in GROUP_API_VERSIONS.items():
             self.register_kio(api_key, handle, versions)
+
+    def _group_config(self) -> GroupConfig:
+        c = self.config
+        return GroupConfig(
+            min_session_timeout_ms=c.group_min_session_timeout_ms,
+            max_session_timeout_ms=c.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms,
+            max_size=c.group_max_size,
+            max_metadata_bytes=c.offset_metadata_max_bytes,
+        )
+
+    def _cluster_group_service(self, cluster: ClusterNode, host: str, port: int) -> GroupService:
+        """Groups in a cluster: a group's coordinator leads its ``__consumer_offsets`` partition.
+
+        The offsets topic is created on first need (FindCoordinator), like
+        Kafka, with ``offsets.topic.replication.factor`` replicas, or as many
+        as there are live brokers when fewer. Leadership of its partitions
+        loads and unloads their groups here; commits are answered once the
+        ISR has them.
+        """
+        c = self.config
+        view = cluster.view
+        replicas = cluster.replicas
+        existing = view.topics.get(OFFSETS_TOPIC)
+        num_partitions = len(existing.replicas) if existing else c.offsets_topic_num_partitions
+
+        def coordinator_of(partition: int) -> tuple[int, str, int] | None:
+            if OFFSETS_TOPIC not in view.topics:
+                rf = max(1, min(c.offsets_topic_replication_factor, len(view.brokers)))
+                self.cluster_admin.auto_create(OFFSETS_TOPIC, num_partitions, rf)
+                return None
+            state = view.partition_states.get((OFFSETS_TOPIC, partition))
+            broker = view.brokers.get(state.leader) if state is not None else None
+            return None if broker is None else (broker.broker_id, broker.host, broker.port)
+
+        def wait_replicated(partition: int, offset: int) -> Awaitable[int]:
+            return replicas.wait_replicated(
+                OFFSETS_TOPIC, partition, offset, c.offsets_commit_timeout_ms / 1000
+            )
+
+        groups = GroupService.create(
+            lambda topic, partition: self.logs.existing_log(topic, partition) is not None,
+            num_partitions=num_partitions,
+            node_id=c.node_id,
+            host=host,
+            port=port,
+            coordinator_of=coordinator_of,
+            wait_replicated=wait_replicated,
+            config=self._group_config(),
+        )
+
+        def on_leadership(topic: str, partition: int, is_leader: bool) -> None:
+            if topic != OFFSETS_TOPIC:
+                return
+            if is_leader:
+                offsets_log = PartitionOffsetsLog(self.logs.log(OFFSETS_TOPIC, partition))
+                self._spawn(groups.load_partition(partition, offsets_log), f"load-{partition}")
+            else:
+                groups.unload_partition(partition)
+
+        replicas.leadership_listeners.append(on_leadership)
+        return groups
 
     def advertised_versions(self) -> dict[int, tuple[int, int]]:
         """Only what is implemented: clients switch features on what they see here."""
@@ -234,7 +361,8 @@ class Broker:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.logs.open()
         self._build_handlers()
-        await self.groups.start()
+        if self.cluster is None:
+            await self.groups.start()
         family = socket.AF_INET6 if ":" in self.config.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -243,6 +371,14 @@ class Broker:
         sock.setblocking(False)
         self._server_sock = sock
         self.address = sock.getsockname()[:2]
+        if self.cluster is not None:
+            host, port = self.config.advertised
+            if port == 0:
+                port = self.address[1]
+            await self.cluster.start(host, port)
+            self._build_group_apis()
+            await self.groups.start()
+            await self.cluster.replicas.start()
         if self.config.metrics_port is not None:
             port = self.metrics.serve(
                 self.config.metrics_host or "127.0.0.1", self.config.metrics_port
@@ -317,6 +453,8 @@ class Broker:
                 await task
         if hasattr(self, "groups"):
             await self.groups.stop()
+        if self.cluster is not None:
+            await self.cluster.stop()
         self.metrics.close()
         self.logs.close()
         log.info("stopped")

@@ -84,6 +84,26 @@ class BrokerConfig:
     metrics_port: int | None = None
     housekeeping_interval_ms: int = 1000
     retention_check_interval_ms: int = 300_000
+    # -- cluster mode (ZooKeeper); without zookeeper.connect this is one broker --------
+    zookeeper_connect: str | None = None
+    zookeeper_session_timeout_ms: int = 18_000
+    zookeeper_connection_timeout_ms: int | None = None
+    default_replication_factor: int = 1
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
+    replica_lag_time_max_ms: int = 30_000
+    replica_fetch_max_bytes: int = 1_048_576
+    replica_fetch_response_max_bytes: int = 10_485_760
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_min_bytes: int = 1
+    replica_fetch_backoff_ms: int = 1000
+    num_replica_fetchers: int = 1
+    replica_fetch_sessions_enable: bool = True
+    replica_high_watermark_checkpoint_interval_ms: int = 5000
+    request_timeout_ms: int = 30_000
+    offsets_commit_timeout_ms: int = 5000
     log: LogConfig = field(default_factory=LogConfig)
     extra: Mapping[str, str] = field(default_factory=dict)
 
@@ -130,11 +150,31 @@ class BrokerConfig:
             "offsets.topic.replication.factor": "offsets_topic_replication_factor",
             "headwater.housekeeping.interval.ms": "housekeeping_interval_ms",
             "log.retention.check.interval.ms": "retention_check_interval_ms",
+            "zookeeper.session.timeout.ms": "zookeeper_session_timeout_ms",
+            "zookeeper.connection.timeout.ms": "zookeeper_connection_timeout_ms",
+            "default.replication.factor": "default_replication_factor",
+            "min.insync.replicas": "min_insync_replicas",
+            "leader.imbalance.check.interval.seconds": "leader_imbalance_check_interval_seconds",
+            "replica.lag.time.max.ms": "replica_lag_time_max_ms",
+            "replica.fetch.max.bytes": "replica_fetch_max_bytes",
+            "replica.fetch.response.max.bytes": "replica_fetch_response_max_bytes",
+            "replica.fetch.wait.max.ms": "replica_fetch_wait_max_ms",
+            "replica.fetch.min.bytes": "replica_fetch_min_bytes",
+            "replica.fetch.backoff.ms": "replica_fetch_backoff_ms",
+            "num.replica.fetchers": "num_replica_fetchers",
+            "replica.high.watermark.checkpoint.interval.ms": (
+                "replica_high_watermark_checkpoint_interval_ms"
+            ),
+            "request.timeout.ms": "request_timeout_ms",
+            "offsets.commit.timeout.ms": "offsets_commit_timeout_ms",
         }
         bools = {
             "auto.create.topics.enable": "auto_create_topics",
             "headwater.zero.copy.enable": "zero_copy",
             "headwater.fetch.session.retransmit.enable": "fetch_session_retransmit",
+            "unclean.leader.election.enable": "unclean_leader_election_enable",
+            "auto.leader.rebalance.enable": "auto_leader_rebalance_enable",
+            "headwater.replica.fetch.sessions.enable": "replica_fetch_sessions_enable",
         }
         log_keys: dict[str, str] = {}
         for key, value in props.items():
@@ -150,6 +190,8 @@ class BrokerConfig:
                 kw["data_dir"] = Path(value.split(",")[0].strip())
             elif key == "cluster.id":
                 kw["cluster_id"] = value
+            elif key == "zookeeper.connect":
+                kw["zookeeper_connect"] = value.strip() or None
             elif key == "headwater.event.loop":
                 if value not in ("asyncio", "uvloop"):
                     raise ValueError("headwater.event.loop must be asyncio or uvloop")

@@ -22,6 +22,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from headwater.cluster.replica_manager import ReplicaManager
 from headwater.fetch.session_cache import FetchSessionCache
 
 # The *_created series double every counter for no use here.
@@ -56,6 +57,10 @@ class BrokerMetrics:
     def bind_session_cache(self, cache: FetchSessionCache) -> None:
         """Export the cache's own counters at scrape time (no double bookkeeping)."""
         self.registry.register(_SessionCacheCollector(cache))
+
+    def bind_replica_manager(self, replicas: ReplicaManager) -> None:
+        """Kafka's ReplicaManager gauges: leaders, under-replicated partitions, ISR churn."""
+        self.registry.register(_ReplicaManagerCollector(replicas))
 
     def serve(self, host: str, port: int) -> int:
         """Serve ``/metrics`` over HTTP in a daemon thread; returns the bound port."""
@@ -95,6 +100,11 @@ class _SessionCacheCollector(Collector):
             "a client closing its own session does not count",
             value=c.evictions_total,
         )
+        yield GaugeMetricFamily(
+            "headwater_fetch_sessions_followers",
+            "Incremental fetch sessions of replica fetchers (privileged in the cache)",
+            value=c.num_follower_sessions,
+        )
         kinds = CounterMetricFamily(
             "headwater_fetch_requests",
             "Fetch requests: full (sessionless or session-creating) vs incremental",
@@ -104,3 +114,26 @@ class _SessionCacheCollector(Collector):
         kinds.add_metric(["incremental"], c.incremental_fetches_total)
         kinds.add_metric(["session_error"], c.session_errors_total)
         yield kinds
+
+
+class _ReplicaManagerCollector(Collector):
+    """LeaderCount, UnderReplicatedPartitions and the ISR shrink/expand counters."""
+
+    def __init__(self, replicas: ReplicaManager) -> None:
+        self._replicas = replicas
+
+    def collect(self) -> Iterator[Metric]:
+        r = self._replicas
+        leaders = [p for p in r.replicas.values() if p.is_leader]
+        prefix = "kafka_server_replicamanager_"
+        yield GaugeMetricFamily(prefix + "leadercount", "LeaderCount", value=len(leaders))
+        yield GaugeMetricFamily(
+            prefix + "partitioncount", "PartitionCount (replicas here)", value=len(r.replicas)
+        )
+        yield GaugeMetricFamily(
+            prefix + "underreplicatedpartitions",
+            "UnderReplicatedPartitions: led here with an ISR smaller than the replica set",
+            value=sum(1 for p in leaders if len(p.isr) < len(p.replicas)),
+        )
+        yield CounterMetricFamily(prefix + "isrshrinks", "IsrShrinksPerSec", value=r.isr_shrinks)
+        yield CounterMetricFamily(prefix + "isrexpands", "IsrExpandsPerSec", value=r.isr_expands)

@@ -21,8 +21,10 @@ from headwater.protocol.apis import ApiKey
 TOPIC_RESOURCE: Final = 2
 DEFAULT_TIMEOUT_MS: Final = 30_000
 
-NewTopic = tuple[str, int, Mapping[str, str] | None]
-"""(name, partitions, configs); partitions -1 takes the broker's num.partitions."""
+_Configs = Mapping[str, str] | None
+NewTopic = tuple[str, int, _Configs] | tuple[str, int, _Configs, int]
+"""(name, partitions, configs[, replication factor]); partitions -1 takes the broker's
+num.partitions, a missing or -1 replication factor its default.replication.factor."""
 
 
 def _raise_first(errors: list[KafkaError]) -> None:
@@ -57,13 +59,13 @@ class AsyncAdminClient:
     ) -> None:
         request = [
             {
-                "name": name,
-                "num_partitions": partitions,
-                "replication_factor": -1,
+                "name": topic[0],
+                "num_partitions": topic[1],
+                "replication_factor": topic[3] if len(topic) > 3 else -1,  # type: ignore[misc]
                 "assignments": [],
-                "configs": [{"name": k, "value": str(v)} for k, v in (configs or {}).items()],
+                "configs": [{"name": k, "value": str(v)} for k, v in (topic[2] or {}).items()],
             }
-            for name, partitions, configs in topics
+            for topic in topics
         ]
         resp = await self._cluster.request_any(
             ApiKey.CREATE_TOPICS,

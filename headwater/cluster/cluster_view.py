@@ -167,9 +167,7 @@ class ClusterView:
         Raises ``ClusterStoreUnavailableError`` if ZooKeeper cannot be read.
         """
         self._loop = asyncio.get_running_loop()
-        brokers, controller_id, topics, states = await self._loop.run_in_executor(
-            None, self._load
-        )
+        brokers, controller_id, topics, states = await self._loop.run_in_executor(None, self._load)
         self._brokers = brokers
         self._controller_id = controller_id
         self._topics = topics

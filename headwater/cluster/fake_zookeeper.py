@@ -149,9 +149,7 @@ class FakeZooKeeper:
                     break
             if failed >= 0:
                 self._nodes = saved
-                return [
-                    results[i] if i == failed else RolledBackError() for i in range(len(ops))
-                ]
+                return [results[i] if i == failed else RolledBackError() for i in range(len(ops))]
         self._fire(fired)
         return results
 
@@ -460,4 +458,3 @@ class _WatchKey:
 
     def __hash__(self) -> int:
         return hash(self._key)
-

@@ -908,9 +908,7 @@ class ZkClusterStore:
         parents = {zk.partitions_path(w.topic) for w in creates}
         for result in [client.ensure_path_async(p) for p in sorted(parents)]:
             self._wait(result, "partitions path")
-        made = [
-            client.create_async(zk.partition_path(w.topic, w.partition)) for w in creates
-        ]
+        made = [client.create_async(zk.partition_path(w.topic, w.partition)) for w in creates]
         for result in made:
             with contextlib.suppress(NodeExistsError):
                 self._wait(result, "partition path")

@@ -92,9 +92,7 @@ def parse_zookeeper_connect(value: str) -> ZkConnect:
     for entry in hosts.split(","):
         host, colon, port = entry.strip().rpartition(":")
         if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ZkLayoutError(
-                f"zookeeper.connect {value!r}: {entry!r} is not host:port"
-            )
+            raise ZkLayoutError(f"zookeeper.connect {value!r}: {entry!r} is not host:port")
     root = ""
     if slash:
         root = "/" + chroot.strip("/")

@@ -160,6 +160,11 @@ class FetchSessionCache:
         """NumIncrementalFetchSessions."""
         return len(self._slots)
 
+    @property
+    def num_follower_sessions(self) -> int:
+        """Sessions of replica fetchers: the privileged ones of KIP-227's eviction rules."""
+        return len(self._followers)
+
     def __contains__(self, session_id: int) -> bool:
         return session_id in self._slots
 

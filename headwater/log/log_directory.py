@@ -135,8 +135,14 @@ class LogDirectory:
         return self._topic_ids.get(topic_id)
 
     def create_topic(
-        self, name: str, num_partitions: int, configs: Mapping[str, str] | None = None
+        self,
+        name: str,
+        num_partitions: int,
+        configs: Mapping[str, str] | None = None,
+        *,
+        topic_id: uuid.UUID | None = None,
     ) -> TopicInfo:
+        """Register a topic; ``topic_id`` is given when a cluster already chose it."""
         validate_topic_name(name)
         if name in self._topics:
             raise TopicExistsError(f"topic {name!r} already exists")
@@ -153,7 +159,7 @@ class LogDirectory:
         for partition in range(num_partitions):
             # Left behind by a delete that crashed before removing the data.
             shutil.rmtree(self._partition_path(name, partition), ignore_errors=True)
-        info = TopicInfo(name, uuid.uuid4(), num_partitions, configs)
+        info = TopicInfo(name, topic_id or uuid.uuid4(), num_partitions, configs)
         self._topics[name] = info
         self._topic_ids[info.topic_id] = info
         self._topic_configs[name] = topic_config

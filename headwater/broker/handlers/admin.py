@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kio.schema.errors import ErrorCode as E
@@ -64,6 +64,8 @@ class AdminApis:
         self.config = config
         self.logs = logs
         self.producer_ids = producer_ids
+        #: In a cluster, topics are created in ZooKeeper, not here: this starts that.
+        self.cluster_auto_create: Callable[[str], None] | None = None
 
     # -- Metadata -------------------------------------------------------------
 
@@ -82,6 +84,10 @@ class AdminApis:
         info = self.logs.topics().get(name)
         if info is not None or not self.config.auto_create_topics:
             return info
+        if self.cluster_auto_create is not None:
+            if is_valid_topic_name(name):
+                self.cluster_auto_create(name)
+            return None  # the client retries once the controller elected leaders
         try:
             info = self.logs.create_topic(name, self.config.num_partitions)
         except TopicExistsError:

@@ -8,6 +8,7 @@ connection sends by ``sendfile``.
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Awaitable
@@ -15,6 +16,7 @@ from collections.abc import Awaitable
 from headwater.broker.config import BrokerConfig
 from headwater.broker.connection import RequestContext
 from headwater.broker.metrics import BrokerMetrics
+from headwater.cluster.replica_manager import ReplicaManager
 from headwater.fetch.contexts import FetchContext
 from headwater.fetch.planner import FetchResult, isolation_for, read_partitions
 from headwater.fetch.purgatory import FetchPurgatory, SessionPartitionWatcher
@@ -60,12 +62,14 @@ class FetchApi:
         sessions: FetchSessionCache,
         purgatory: FetchPurgatory,
         metrics: BrokerMetrics,
+        replication: ReplicaManager | None = None,
     ) -> None:
         self.config = config
         self.logs = logs
         self.sessions = sessions
         self.purgatory = purgatory
         self.metrics = metrics
+        self.replication = replication
         self.watcher = SessionPartitionWatcher(logs.existing_log)
 
     def _topic_id_of(self, topic: str) -> uuid.UUID:
@@ -96,6 +100,14 @@ class FetchApi:
 
     def _read(self, req: FetchRequestData, partitions: list[PartitionFetch]) -> FetchResult:
         max_bytes = req.max_bytes if req.max_bytes > 0 else self.config.fetch_max_bytes
+        replication = self.replication
+        serving = None
+        if replication is not None:
+            serving = (
+                replication.serving_error
+                if req.replica_id < 0
+                else functools.partial(replication.follower_serving_error, req.replica_id)
+            )
         result = read_partitions(
             partitions,
             self.logs.existing_log,
@@ -103,6 +115,7 @@ class FetchApi:
             isolation=isolation_for(req.replica_id, req.isolation_level),
             topic_id_of=self._topic_id_of,
             aborted_list=req.isolation_level == 1,
+            serving=serving,
         )
         self.metrics.fetch_partitions_read.inc(len(partitions))
         return result
@@ -110,6 +123,11 @@ class FetchApi:
     async def _fetch(self, req: FetchRequestData) -> EncodedBody:
         now = _now_ms()
         ctx: FetchContext = self.sessions.new_context(req, now, self.watcher)
+        if req.replica_id >= 0 and self.replication is not None and not ctx.error_code:
+            # A follower's fetch offsets say what it has: they move the high
+            # watermark and the ISR. Incremental fetches name only the
+            # partitions whose offset changed, so this is O(changed) too.
+            self.replication.on_follower_fetch(req.replica_id, req.partitions)
         if ctx.error_code:
             return self._encode(
                 FetchResponseData(error_code=ctx.error_code, session_id=0), req.version

@@ -1,7 +1,10 @@
 """ListOffsets and OffsetForLeaderEpoch: where a consumer may start reading.
 
-A single broker has one leader epoch, 0, for every partition; it answers
-OffsetForLeaderEpoch so librdkafka's KIP-320 position validation succeeds.
+Both answer only on the partition's leader and check the client's leader
+epoch (KIP-320). OffsetForLeaderEpoch answers from the log's leader-epoch
+history: after a leader change, kafka-python and librdkafka ask where the
+epoch of their position ended on the new leader, and truncate their
+position if the new leader's log is shorter. A single broker keeps epoch 0.
 """
 
 from __future__ import annotations
@@ -11,7 +14,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode as E
 
 from headwater.broker.connection import RequestContext
-from headwater.fetch.planner import LEADER_EPOCH, leader_epoch_error
+from headwater.cluster.replica_manager import ReplicaManager
+from headwater.fetch.planner import leader_epoch_error
+from headwater.log.log import Log
 from headwater.log.log_directory import LogDirectory
 
 LATEST = -1
@@ -19,8 +24,18 @@ EARLIEST = -2
 
 
 class OffsetApis:
-    def __init__(self, logs: LogDirectory) -> None:
+    def __init__(self, logs: LogDirectory, replication: ReplicaManager | None = None) -> None:
         self.logs = logs
+        self.replication = replication
+
+    def _leader_log(self, topic: str, partition: int) -> Log | int:
+        """The partition's log when this broker leads it, else the error code to answer."""
+        if self.replication is not None:
+            error = self.replication.serving_error(topic, partition)
+            if error:
+                return error
+        log = self.logs.existing_log(topic, partition)
+        return log if log is not None else int(E.unknown_topic_or_partition)
 
     def list_offsets(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
         read_committed = getattr(req, "isolation_level", 0) == 1
@@ -33,14 +48,17 @@ class OffsetApis:
                     "error_code": 0,
                     "timestamp": -1,
                     "offset": -1,
-                    "leader_epoch": LEADER_EPOCH,
+                    "leader_epoch": -1,
                 }
-                log = self.logs.existing_log(t.name, p.partition_index)
-                if log is None:
-                    out["error_code"] = int(E.unknown_topic_or_partition)
+                log = self._leader_log(t.name, p.partition_index)
+                if isinstance(log, int):
+                    out["error_code"] = log
                     parts.append(out)
                     continue
-                error = leader_epoch_error(getattr(p, "current_leader_epoch", -1))
+                out["leader_epoch"] = log.partition_leader_epoch
+                error = leader_epoch_error(
+                    getattr(p, "current_leader_epoch", -1), log.partition_leader_epoch
+                )
                 if error:
                     out["error_code"] = error
                     parts.append(out)
@@ -71,14 +89,17 @@ class OffsetApis:
                     "leader_epoch": -1,
                     "end_offset": -1,
                 }
-                log = self.logs.existing_log(t.topic, p.partition)
-                if log is None:
-                    out["error_code"] = int(E.unknown_topic_or_partition)
-                elif error := leader_epoch_error(getattr(p, "current_leader_epoch", -1)):
+                log = self._leader_log(t.topic, p.partition)
+                if isinstance(log, int):
+                    out["error_code"] = log
+                elif error := leader_epoch_error(
+                    getattr(p, "current_leader_epoch", -1), log.partition_leader_epoch
+                ):
                     out["error_code"] = error
-                elif p.leader_epoch <= LEADER_EPOCH:
-                    out["leader_epoch"] = LEADER_EPOCH
-                    out["end_offset"] = log.log_end_offset
+                else:
+                    out["leader_epoch"], out["end_offset"] = log.end_offset_for_epoch(
+                        p.leader_epoch
+                    )
                 parts.append(out)
             topics.append({"topic": t.topic, "partitions": parts})
         return {"topics": topics}

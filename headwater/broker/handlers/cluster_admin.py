@@ -1,0 +1,350 @@
+"""Metadata and topic administration of a broker in a cluster.
+
+Every broker answers from the same source, ZooKeeper, as seen through its
+:class:`~headwater.cluster.cluster_view.ClusterView`: all live brokers, and
+per partition the leader, leader epoch, replicas and ISR. CreateTopics and
+DeleteTopics work on any broker: it writes the topic's znodes (as Kafka's
+AdminZkClient does) and waits, up to the request timeout, until the
+controller has elected leaders or finished the deletion, so a client that
+creates a topic and produces at once finds a leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from kio.schema.errors import ErrorCode as E
+
+from headwater.broker.config import BrokerConfig
+from headwater.broker.connection import RequestContext
+from headwater.broker.handlers.admin import TOPIC_CONFIG_DEFAULTS, is_valid_topic_name
+from headwater.cluster.cluster_view import ClusterView
+from headwater.cluster.store import ClusterStore
+from headwater.protocol.metadata_codec import (
+    MetadataBroker,
+    MetadataPartition,
+    MetadataTopic,
+    encode_metadata_response,
+)
+
+log = logging.getLogger(__name__)
+
+#: Topics clients may use but not create (Kafka creates them on first use itself).
+INTERNAL_PREFIX = "__"
+
+AssignReplicas = Callable[[int, int, list[int]], dict[int, list[int]]]
+"""(partitions, replication factor, live broker ids) -> partition -> replicas."""
+
+
+class ClusterAdminApis:
+    """Metadata, CreateTopics, DeleteTopics for a broker whose truth is in ZooKeeper."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        view: ClusterView,
+        store: ClusterStore,
+        assign_replicas: AssignReplicas,
+    ) -> None:
+        self.config = config
+        self.view = view
+        self.store = store
+        self.assign_replicas = assign_replicas
+        self._creating: dict[str, asyncio.Future[int]] = {}
+
+    # -- Metadata ------------------------------------------------------------------
+
+    def _brokers(self) -> list[MetadataBroker]:
+        return [
+            MetadataBroker(b.broker_id, b.host, b.port, b.rack)
+            for _, b in sorted(self.view.brokers.items())
+        ]
+
+    def topic_entry(self, name: str) -> MetadataTopic | None:
+        assignment = self.view.topics.get(name)
+        if assignment is None:
+            return None
+        live = self.view.brokers
+        states = self.view.partition_states
+        parts: list[MetadataPartition] = []
+        for index, replicas in sorted(assignment.replicas.items()):
+            state = states.get((name, index))
+            offline = tuple(r for r in replicas if r not in live)
+            if state is None:
+                parts.append(
+                    MetadataPartition(
+                        index, -1, -1, tuple(replicas), (), offline, int(E.leader_not_available)
+                    )
+                )
+                continue
+            leader = state.leader if state.leader in live else -1
+            parts.append(
+                MetadataPartition(
+                    index,
+                    leader,
+                    state.leader_epoch,
+                    tuple(replicas),
+                    tuple(state.isr),
+                    offline,
+                    0 if leader >= 0 else int(E.leader_not_available),
+                )
+            )
+        return MetadataTopic(
+            0,
+            name,
+            assignment.topic_id,
+            is_internal=name.startswith(INTERNAL_PREFIX),
+            partitions=tuple(parts),
+        )
+
+    def metadata(self, ctx: RequestContext, req: Any) -> bytes:
+        version = ctx.header.api_version
+        requested = req.topics
+        allow_create = getattr(req, "allow_auto_topic_creation", True)
+        topics: list[MetadataTopic] = []
+        if requested is None or (version == 0 and not requested):
+            for name in sorted(self.view.topics):
+                entry = self.topic_entry(name)
+                if entry is not None:
+                    topics.append(entry)
+        else:
+            for t in requested:
+                name = t.name or ""
+                topic_id = getattr(t, "topic_id", None)
+                if not name and topic_id is not None and topic_id.int != 0:
+                    found = self._name_of(topic_id)
+                    if found is None:
+                        topics.append(MetadataTopic(int(E.unknown_topic_id), None, topic_id))
+                        continue
+                    name = found
+                entry = self.topic_entry(name)
+                if entry is not None:
+                    topics.append(entry)
+                elif not is_valid_topic_name(name):
+                    topics.append(
+                        MetadataTopic(int(E.invalid_topic_exception), name, uuid.UUID(int=0))
+                    )
+                elif allow_create and self.config.auto_create_topics:
+                    self.auto_create(name)
+                    topics.append(
+                        MetadataTopic(int(E.leader_not_available), name, uuid.UUID(int=0))
+                    )
+                else:
+                    topics.append(
+                        MetadataTopic(int(E.unknown_topic_or_partition), name, uuid.UUID(int=0))
+                    )
+        controller = self.view.controller_id
+        return encode_metadata_response(
+            version,
+            self._brokers(),
+            topics,
+            cluster_id=self.config.cluster_id,
+            controller_id=controller if controller is not None else -1,
+        )
+
+    def _name_of(self, topic_id: uuid.UUID) -> str | None:
+        return next((n for n, a in self.view.topics.items() if a.topic_id == topic_id), None)
+
+    # -- topic creation ------------------------------------------------------------
+
+    def replication_factor_for(self, name: str) -> int:
+        if name.startswith(INTERNAL_PREFIX):
+            return min(3, len(self.view.brokers)) or 1
+        return self.config.default_replication_factor
+
+    def auto_create(
+        self, name: str, partitions: int | None = None, replication_factor: int | None = None
+    ) -> None:
+        """Start creating ``name`` (by default with the broker's defaults); clients retry."""
+        if name in self._creating or name in self.view.topics:
+            return
+        future: asyncio.Future[int] = asyncio.ensure_future(
+            self._create(
+                name,
+                partitions or self.config.num_partitions,
+                replication_factor or self.replication_factor_for(name),
+                {},
+            )
+        )
+        self._creating[name] = future
+        future.add_done_callback(lambda _: self._creating.pop(name, None))
+
+    async def _create(
+        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+    ) -> int:
+        brokers = sorted(self.view.brokers)
+        if replication_factor > len(brokers):
+            log.info(
+                "cannot create topic %s: replication factor %d > %d live brokers",
+                name,
+                replication_factor,
+                len(brokers),
+            )
+            return int(E.invalid_replication_factor)
+        replicas = self.assign_replicas(partitions, replication_factor, brokers)
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(
+                None, self.store.create_topic, name, uuid.uuid4(), replicas, configs
+            )
+        except Exception as exc:
+            if "exist" in type(exc).__name__.lower():
+                return int(E.topic_already_exists)
+            log.warning("cannot create topic %s in ZooKeeper: %s", name, exc)
+            return int(E.unknown_server_error)
+        log.info(
+            "created topic %s with %d partitions, replication factor %d",
+            name,
+            partitions,
+            replication_factor,
+        )
+        return 0
+
+    async def _wait_until(self, done: Callable[[], bool], timeout_ms: int) -> bool:
+        deadline = time.monotonic() + max(timeout_ms, 0) / 1000
+        while not done():
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(0.02)
+        return True
+
+    def _is_gone(self, name: str) -> bool:
+        return name not in self.view.topics
+
+    def _has_leaders(self, name: str) -> bool:
+        assignment = self.view.topics.get(name)
+        if assignment is None:
+            return False
+        states = self.view.partition_states
+        return all(
+            (s := states.get((name, p))) is not None and s.leader >= 0 for p in assignment.replicas
+        )
+
+    async def create_topics(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
+        results = []
+        timeout_ms = getattr(req, "timeout_ms", 30_000)
+        for t in req.topics:
+            result: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
+            configs = {c.name: c.value for c in t.configs if c.value is not None}
+            num = t.num_partitions if t.num_partitions != -1 else self.config.num_partitions
+            rf = (
+                t.replication_factor
+                if t.replication_factor != -1
+                else self.config.default_replication_factor
+            )
+            explicit = {a.partition_index: list(a.broker_ids) for a in t.assignments or ()}
+            if explicit:
+                num = len(explicit)
+                rf = len(next(iter(explicit.values())))
+            live = len(self.view.brokers)
+            if not is_valid_topic_name(t.name):
+                result["error_code"] = int(E.invalid_topic_exception)
+                result["error_message"] = f"illegal topic name {t.name!r}"
+            elif t.name in self.view.topics:
+                result["error_code"] = int(E.topic_already_exists)
+                result["error_message"] = f"topic {t.name!r} already exists"
+            elif num < 1:
+                result["error_code"] = int(E.invalid_partitions)
+                result["error_message"] = "number of partitions must be at least 1"
+            elif rf < 1 or rf > live:
+                result["error_code"] = int(E.invalid_replication_factor)
+                result["error_message"] = (
+                    f"replication factor {rf} is not between 1 and the {live} live brokers"
+                )
+            elif unknown := sorted(set(configs) - set(TOPIC_CONFIG_DEFAULTS)):
+                result["error_code"] = int(E.invalid_config)
+                result["error_message"] = f"unknown topic config {', '.join(unknown)}"
+            elif req.validate_only:
+                result.update(num_partitions=num, replication_factor=rf)
+            else:
+                code = await self._create_assigned(t.name, num, rf, configs, explicit)
+                if code:
+                    result["error_code"] = code
+                elif not await self._wait_until(
+                    functools.partial(self._has_leaders, t.name), timeout_ms
+                ):
+                    result["error_code"] = int(E.request_timed_out)
+                    result["error_message"] = "topic created; leaders not elected in time"
+                else:
+                    assignment = self.view.topics[t.name]
+                    result.update(
+                        topic_id=assignment.topic_id,
+                        num_partitions=num,
+                        replication_factor=rf,
+                        configs=[
+                            {
+                                "name": k,
+                                "value": v,
+                                "read_only": False,
+                                "config_source": 1 if k in configs else 5,
+                                "is_sensitive": False,
+                            }
+                            for k, v in {**TOPIC_CONFIG_DEFAULTS, **configs}.items()
+                        ],
+                    )
+            if result["error_code"]:
+                result.update(num_partitions=-1, replication_factor=-1)
+            results.append(result)
+        return {"topics": results}
+
+    async def _create_assigned(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: dict[str, str],
+        explicit: dict[int, list[int]],
+    ) -> int:
+        if not explicit:
+            return await self._create(name, partitions, replication_factor, configs)
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(
+                None, self.store.create_topic, name, uuid.uuid4(), explicit, configs
+            )
+        except Exception as exc:
+            if "exist" in type(exc).__name__.lower():
+                return int(E.topic_already_exists)
+            return int(E.unknown_server_error)
+        return 0
+
+    async def delete_topics(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
+        names: list[tuple[str | None, uuid.UUID | None]] = []
+        if getattr(req, "topics", None):
+            names = [(t.name, t.topic_id) for t in req.topics]
+        else:
+            names = [(n, None) for n in getattr(req, "topic_names", ())]
+        timeout_ms = getattr(req, "timeout_ms", 30_000)
+        loop = asyncio.get_running_loop()
+        responses = []
+        for name, topic_id in names:
+            if not name and topic_id is not None and topic_id.int != 0:
+                name = self._name_of(topic_id)
+            assignment = self.view.topics.get(name) if name else None
+            if name is None or assignment is None:
+                code = E.unknown_topic_or_partition if name else E.unknown_topic_id
+                responses.append({"name": name, "topic_id": topic_id, "error_code": int(code)})
+                continue
+            entry: dict[str, Any] = {
+                "name": name,
+                "topic_id": assignment.topic_id,
+                "error_code": 0,
+            }
+            try:
+                await loop.run_in_executor(None, self.store.delete_topic, name)
+            except Exception as exc:
+                log.warning("cannot delete topic %s: %s", name, exc)
+                entry["error_code"] = int(E.unknown_server_error)
+            else:
+                if not await self._wait_until(functools.partial(self._is_gone, name), timeout_ms):
+                    entry["error_code"] = int(E.request_timed_out)
+                else:
+                    log.info("deleted topic %s", name)
+            responses.append(entry)
+        return {"responses": responses}

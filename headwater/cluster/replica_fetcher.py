@@ -1,0 +1,310 @@
+"""A follower's replica fetcher: copies one leader's partitions through one fetch session.
+
+Kafka's ``ReplicaFetcherThread`` on asyncio, built on Headwater's own client:
+the same ``FetchSessionHandler`` that consumers use keeps one KIP-227
+incremental session with the leader, so a follower of thousands of idle
+partitions sends and receives a few dozen bytes per round trip. The leader
+sees ``replica_id >= 0`` and makes the session *privileged* in its cache.
+
+Per partition the fetcher sends its log end as the fetch offset, the leader
+epoch it believes in, and the epoch of its last record (``last_fetched_epoch``,
+Fetch v12); the leader answers records to append as they are (offsets and
+epochs kept), its high watermark, or, when the logs diverged after a leader
+change, the point to truncate to (Kafka's truncation on fetch).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from headwater.client.connection import BrokerConnection
+from headwater.client.errors import KafkaConnectionError, KafkaError
+from headwater.client.session_handler import FetchSessionHandler
+from headwater.cluster.partition import PartitionReplica
+from headwater.fetch.types import ZERO_UUID, PartitionData, PartitionFetch
+from headwater.log.errors import KafkaApiError
+from headwater.records.batch import LOG_OVERHEAD
+
+log = logging.getLogger(__name__)
+
+OFFSET_OUT_OF_RANGE = 1
+#: Fetch v12: the last version that names topics (followers here fetch by name)
+#: and the first with last_fetched_epoch / diverging epochs.
+FOLLOWER_FETCH_VERSION = 12
+
+PartitionKey = tuple[str, int]
+AddressOf = Callable[[int], "tuple[str, int] | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherConfig:
+    """Kafka's ``replica.fetch.*`` settings."""
+
+    max_bytes: int = 1_048_576  # replica.fetch.max.bytes (per partition)
+    response_max_bytes: int = 10_485_760  # replica.fetch.response.max.bytes
+    max_wait_ms: int = 500  # replica.fetch.wait.max.ms
+    min_bytes: int = 1  # replica.fetch.min.bytes
+    backoff_ms: int = 1000  # replica.fetch.backoff.ms
+    sessions: bool = True  # headwater.replica.fetch.sessions.enable
+
+
+def complete_batches(data: bytes) -> memoryview:
+    """The prefix of ``data`` made of whole record batches.
+
+    A leader may cut its last batch at the response size limit (Kafka does);
+    a follower appends only whole batches and fetches the rest next time.
+    """
+    view = memoryview(data)
+    pos = 0
+    end = len(data)
+    while pos + LOG_OVERHEAD <= end:
+        length = int.from_bytes(view[pos + 8 : pos + 12], "big", signed=True)
+        if length <= 0 or pos + LOG_OVERHEAD + length > end:
+            break
+        pos += LOG_OVERHEAD + length
+    return view[:pos]
+
+
+class ReplicaFetcher:
+    """Fetches the partitions this broker follows on ``leader_id``."""
+
+    def __init__(
+        self,
+        local_id: int,
+        leader_id: int,
+        address_of: AddressOf,
+        config: FetcherConfig,
+        *,
+        on_progress: Callable[[PartitionReplica], None] | None = None,
+        name: str = "",
+    ) -> None:
+        self.local_id = local_id
+        self.leader_id = leader_id
+        self.address_of = address_of
+        self.config = config
+        self.on_progress = on_progress
+        self.name = name or f"replica-fetcher-{leader_id}"
+        self.partitions: dict[PartitionKey, PartitionReplica] = {}
+        self._delayed: dict[PartitionKey, float] = {}
+        self._session = FetchSessionHandler(leader_id, enabled=config.sessions)
+        self._conn: BrokerConnection | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+        self.fetches = 0
+
+    # -- membership --------------------------------------------------------------
+
+    def add(self, replica: PartitionReplica) -> None:
+        self.partitions[replica.key] = replica
+        self._delayed.pop(replica.key, None)
+        self._changed.set()
+
+    def remove(self, key: PartitionKey) -> None:
+        self.partitions.pop(key, None)
+        self._delayed.pop(key, None)
+        self._changed.set()
+
+    def __len__(self) -> int:
+        return len(self.partitions)
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=self.name)
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._conn is not None:
+            self._conn.close("replica fetcher stopped")
+            self._conn = None
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._fetch_once()
+            except asyncio.CancelledError:
+                raise
+            except (KafkaConnectionError, KafkaError, OSError, TimeoutError) as exc:
+                log.info("%s: %s; retrying in %d ms", self.name, exc, self.config.backoff_ms)
+                self._session.handle_error(exc)
+                if self._conn is not None:
+                    self._conn.close("fetch failed")
+                    self._conn = None
+                await asyncio.sleep(self.config.backoff_ms / 1000)
+            except Exception:
+                log.exception("%s failed; retrying", self.name)
+                self._session.handle_error()
+                await asyncio.sleep(self.config.backoff_ms / 1000)
+
+    async def _connection(self) -> BrokerConnection:
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            return conn
+        address = self.address_of(self.leader_id)
+        if address is None:
+            raise KafkaConnectionError(f"leader {self.leader_id} has no known address")
+        self._conn = await BrokerConnection.open(
+            address[0], address[1], client_id=f"replica-{self.local_id}", node_id=self.leader_id
+        )
+        return self._conn
+
+    # -- one round trip ----------------------------------------------------------
+
+    def _wanted(self, now: float) -> list[PartitionFetch]:
+        wanted: list[PartitionFetch] = []
+        delayed = self._delayed
+        for key, replica in self.partitions.items():
+            until = delayed.get(key)
+            if until is not None:
+                if until > now:
+                    continue
+                del delayed[key]
+            plog = replica.log
+            wanted.append(
+                PartitionFetch(
+                    topic_id=ZERO_UUID,
+                    topic=replica.topic,
+                    partition=replica.partition,
+                    fetch_offset=plog.log_end_offset,
+                    log_start_offset=plog.log_start_offset,
+                    partition_max_bytes=self.config.max_bytes,
+                    current_leader_epoch=replica.leader_epoch,
+                    last_fetched_epoch=plog.latest_epoch,
+                )
+            )
+        return wanted
+
+    async def _fetch_once(self) -> None:
+        wanted = self._wanted(time.monotonic())
+        if not wanted and not self._session.session_partitions:
+            self._changed.clear()
+            wait = self.config.backoff_ms / 1000 if self._delayed else None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), wait)
+            return
+        conn = await self._connection()
+        version = conn.version(1, FOLLOWER_FETCH_VERSION)
+        req = self._session.build(
+            wanted,
+            version=version,
+            max_wait_ms=self.config.max_wait_ms,
+            min_bytes=self.config.min_bytes,
+            max_bytes=self.config.response_max_bytes,
+        )
+        req.replica_id = self.local_id
+        response = await conn.fetch(req)
+        self.fetches += 1
+        if not self._session.handle_response(response):
+            if response.error_code:
+                await asyncio.sleep(self.config.backoff_ms / 1000)
+            return
+        for data in response.partitions:
+            replica = self.partitions.get((data.topic, data.partition))
+            if replica is None or replica.leader != self.leader_id:
+                continue
+            try:
+                self._apply(replica, data)
+            except KafkaApiError as exc:
+                log.warning(
+                    "%s: cannot apply %s-%d from leader %d: %s",
+                    self.name,
+                    data.topic,
+                    data.partition,
+                    self.leader_id,
+                    exc,
+                )
+                self._delay(replica.key)
+
+    def _delay(self, key: PartitionKey) -> None:
+        self._delayed[key] = time.monotonic() + self.config.backoff_ms / 1000
+
+    def _apply(self, replica: PartitionReplica, data: PartitionData) -> None:
+        plog = replica.log
+        if data.error_code == OFFSET_OUT_OF_RANGE:
+            self._out_of_range(replica, data)
+            return
+        if data.error_code:
+            # NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH...: ZooKeeper
+            # will tell us who leads now; until then, do not hammer this one.
+            log.debug("%s: %s-%d error %d", self.name, data.topic, data.partition, data.error_code)
+            self._delay(replica.key)
+            return
+        if data.diverging_epoch >= 0:
+            self._truncate_on_divergence(replica, data.diverging_epoch, data.diverging_end_offset)
+            return
+        records = data.records
+        if isinstance(records, bytes) and records:
+            whole = complete_batches(records)
+            if len(whole):
+                plog.append_as_follower(whole, int(time.time() * 1000))
+        if data.log_start_offset > plog.log_start_offset:
+            with contextlib.suppress(KafkaApiError):
+                plog.delete_records(min(data.log_start_offset, plog.log_end_offset))
+        if data.high_watermark >= 0:
+            plog.update_high_watermark(min(data.high_watermark, plog.log_end_offset))
+        if self.on_progress is not None:
+            self.on_progress(replica)
+
+    def _truncate_on_divergence(self, replica: PartitionReplica, epoch: int, end: int) -> None:
+        """Cut our log back to where it agrees with the leader's (KIP-595/KIP-320).
+
+        The leader names the largest epoch both may share and where it ends
+        on the leader; our copy of that epoch may end earlier, so we keep
+        the smaller of the two ends.
+        """
+        plog = replica.log
+        ours_epoch, ours_end = plog.end_offset_for_epoch(epoch)
+        target = end if ours_epoch != epoch or ours_end < 0 else min(end, ours_end)
+        target = max(min(target, plog.log_end_offset), 0)
+        log.info(
+            "%s: %s-%d diverged from leader %d at epoch %d; truncating %d -> %d",
+            self.name,
+            replica.topic,
+            replica.partition,
+            self.leader_id,
+            epoch,
+            plog.log_end_offset,
+            target,
+        )
+        plog.truncate_to(target)
+
+    def _out_of_range(self, replica: PartitionReplica, data: PartitionData) -> None:
+        """Our fetch offset is outside the leader's log.
+
+        Below the leader's log start (retention moved on): start over there.
+        Above its end (we hold records it never had and no epoch told us
+        where to cut): truncate to its high watermark, which it surely has.
+        """
+        plog = replica.log
+        offset = plog.log_end_offset
+        if data.log_start_offset >= 0 and offset < data.log_start_offset:
+            log.info(
+                "%s: %s-%d fell behind the leader's log start %d; starting over there",
+                self.name,
+                replica.topic,
+                replica.partition,
+                data.log_start_offset,
+            )
+            plog.truncate_fully_and_start_at(data.log_start_offset)
+        elif data.high_watermark >= 0 and offset > data.high_watermark:
+            log.info(
+                "%s: %s-%d is ahead of the leader; truncating %d -> %d",
+                self.name,
+                replica.topic,
+                replica.partition,
+                offset,
+                data.high_watermark,
+            )
+            plog.truncate_to(data.high_watermark)
+        else:
+            self._delay(replica.key)

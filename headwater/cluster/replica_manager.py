@@ -1,0 +1,484 @@
+"""The replica manager: this broker's part in every partition it replicates.
+
+Kafka's ``ReplicaManager`` for the ZooKeeper era, on asyncio. ZooKeeper is
+the source of truth for who leads each partition (the controller writes it,
+the :class:`~headwater.cluster.cluster_view.ClusterView` watches it); this
+object turns each change into a role for the local replica:
+
+* **leader**: stamp the new leader epoch on appends, track what each
+  follower has (from its fetches), move the high watermark to the smallest
+  log end of the ISR, complete ``acks=all`` produces waiting in the produce
+  purgatory, shrink the ISR when a follower lags past
+  ``replica.lag.time.max.ms`` and expand it when one catches up. ISR changes
+  are conditional ZooKeeper writes on the partition state's version, as in
+  Kafka, so a leader that lost a race with the controller learns the new
+  state from the watch instead of overwriting it. Without ZooKeeper a leader
+  keeps serving (``acks=1`` works) but changes no ISR.
+* **follower**: hand the partition to the replica fetcher of its leader.
+
+Brokers learn leadership from ZooKeeper watches rather than from the
+controller's LeaderAndIsr requests: fewer moving parts, the same ordering
+(ZooKeeper delivers a session's watch events in order), and the controller
+epoch in each state still fences a stale controller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from headwater.cluster.cluster_view import ClusterChange, ClusterView
+from headwater.cluster.partition import PartitionReplica, ReplicaAssignment
+from headwater.cluster.produce_purgatory import (
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+    ProducePurgatory,
+    await_acks,
+)
+from headwater.cluster.replica_fetcher import FetcherConfig, ReplicaFetcher
+from headwater.cluster.store import ClusterStore, PartitionState
+from headwater.fetch.types import PartitionFetch
+from headwater.log.hw_checkpoint import HighWatermarkCheckpoint
+from headwater.log.log import Log
+from headwater.log.log_directory import LogDirectory
+
+log = logging.getLogger(__name__)
+
+NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
+NOT_LEADER_OR_FOLLOWER = 6
+NOT_ENOUGH_REPLICAS = 19
+
+PartitionKey = tuple[str, int]
+LeadershipListener = Callable[[str, int, bool], None]
+"""Called with (topic, partition, is_leader) when this broker gains or loses a leadership."""
+
+HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationConfig:
+    replica_lag_time_max_ms: int = 30_000
+    min_insync_replicas: int = 1
+    num_replica_fetchers: int = 1
+    high_watermark_checkpoint_interval_ms: int = 5_000
+    fetcher: FetcherConfig = field(default_factory=FetcherConfig)
+
+
+class ReplicaManager:
+    """Leader and follower roles of the local replicas, driven by the cluster view."""
+
+    def __init__(
+        self,
+        local_id: int,
+        logs: LogDirectory,
+        view: ClusterView,
+        store: ClusterStore,
+        config: ReplicationConfig,
+        *,
+        data_dir: Path,
+    ) -> None:
+        self.local_id = local_id
+        self.logs = logs
+        self.view = view
+        self.store = store
+        self.config = config
+        self.purgatory = ProducePurgatory()
+        self.replicas: dict[PartitionKey, PartitionReplica] = {}
+        self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        self.leadership_listeners: list[LeadershipListener] = []
+        self._checkpoint = HighWatermarkCheckpoint(data_dir / HW_CHECKPOINT_FILE)
+        self._checkpointed: dict[PartitionKey, int] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._isr_writes: set[asyncio.Future[Any]] = set()
+        self._stopping: set[asyncio.Future[None]] = set()
+        self._append_listeners: dict[PartitionKey, Callable[[Log], None]] = {}
+        self.isr_shrinks = 0
+        self.isr_expands = 0
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._checkpointed = self._checkpoint.read()
+        self.view.on_change(self._on_change)
+        self._apply_all()
+        interval = max(self.config.replica_lag_time_max_ms / 2, 100) / 1000
+        self._tasks.append(asyncio.create_task(self._every(interval, self._check_isr), name="isr"))
+        self._tasks.append(
+            asyncio.create_task(
+                self._every(
+                    self.config.high_watermark_checkpoint_interval_ms / 1000,
+                    self.checkpoint_high_watermarks,
+                ),
+                name="hw-checkpoint",
+            )
+        )
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        for fetcher in list(self.fetchers.values()):
+            await fetcher.stop()
+        self.fetchers.clear()
+        self.purgatory.fail_all()
+        self.checkpoint_high_watermarks()
+
+    @staticmethod
+    async def _every(interval_s: float, action: Callable[[], None]) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                action()
+            except Exception:
+                log.exception("%s failed; will retry", getattr(action, "__name__", action))
+
+    def checkpoint_high_watermarks(self) -> None:
+        """Write every replica's HW to ``replication-offset-checkpoint`` when one moved."""
+        current = {key: r.log.high_watermark for key, r in self.replicas.items()}
+        if current != self._checkpointed:
+            self._checkpoint.write(current)
+            self._checkpointed = current
+
+    # -- the cluster view drives roles ----------------------------------------------------
+
+    def _apply_all(self) -> None:
+        for name in list(self.view.topics):
+            self._ensure_local_topic(name)
+        self._apply_partitions(list(self.view.partition_states))
+
+    def _on_change(self, change: ClusterChange) -> None:
+        for name in change.topics_removed:
+            self._drop_topic(name)
+        for name in change.topics_added:
+            self._ensure_local_topic(name)
+        keys = set(change.partitions_changed)
+        for name in change.topics_added:
+            assignment = self.view.topics.get(name)
+            if assignment is not None:
+                keys.update((name, p) for p in assignment.replicas)
+        self._apply_partitions(sorted(keys))
+
+    def _ensure_local_topic(self, name: str) -> None:
+        """Mirror a ZooKeeper topic in the local registry (same id, same partition count)."""
+        assignment = self.view.topics.get(name)
+        if assignment is None:
+            return
+        local = self.logs.topics().get(name)
+        count = len(assignment.replicas)
+        if local is not None and local.topic_id != assignment.topic_id:
+            # Deleted and re-created while we were away: the old data is another topic's.
+            log.info("topic %s was re-created; dropping the local copy of the old one", name)
+            self._drop_topic(name)
+            local = None
+        if local is None:
+            self.logs.create_topic(
+                name, count, dict(assignment.configs), topic_id=assignment.topic_id
+            )
+        elif count > local.num_partitions:
+            self.logs.create_partitions(name, count)
+
+    def _drop_topic(self, name: str) -> None:
+        for key in [k for k in self.replicas if k[0] == name]:
+            self._remove_replica(key)
+        if name in self.logs.topics():
+            self.logs.delete_topic(name)
+            log.info("deleted local replicas of topic %s", name)
+
+    def _apply_partitions(self, keys: Iterable[PartitionKey]) -> None:
+        now = _now_ms()
+        for key in keys:
+            try:
+                self._apply_partition(key, now)
+            except Exception:
+                log.exception("cannot apply the state of %s-%d", key[0], key[1])
+
+    def _apply_partition(self, key: PartitionKey, now_ms: int) -> None:
+        topic, partition = key
+        assignment = self.view.topics.get(topic)
+        state = self.view.partition_states.get(key)
+        replicas = tuple(assignment.replicas.get(partition, ())) if assignment else ()
+        if self.local_id not in replicas or state is None:
+            if key in self.replicas and self.local_id not in replicas:
+                self._remove_replica(key)
+            return
+        replica = self.replicas.get(key)
+        if replica is None:
+            self._ensure_local_topic(topic)
+            plog = self.logs.log(topic, partition)
+            plog.enable_replication(self._checkpointed.get(key, 0))
+            replica = PartitionReplica(topic, partition, plog, self.local_id)
+            self.replicas[key] = replica
+        was_leader = replica.is_leader
+        role = replica.apply_state(
+            ReplicaAssignment(
+                replicas=replicas,
+                leader=state.leader,
+                leader_epoch=state.leader_epoch,
+                isr=tuple(state.isr),
+                zk_version=state.zk_version,
+            ),
+            now_ms,
+        )
+        if role == "leader":
+            self._unfollow(key)
+            self._watch_appends(replica)
+            log.info(
+                "leader of %s-%d at epoch %d, ISR %s",
+                topic,
+                partition,
+                state.leader_epoch,
+                state.isr,
+            )
+            self._high_watermark_may_move(replica)
+            if not was_leader:
+                self._tell_leadership(topic, partition, True)
+        elif role == "follower":
+            self.purgatory.fail(key)
+            self._unwatch_appends(replica)
+            self._unfollow(key)
+            if state.leader >= 0:
+                self._fetcher_for(state.leader, key).add(replica)
+            log.info(
+                "follower of %s-%d (leader %d, epoch %d)",
+                topic,
+                partition,
+                state.leader,
+                state.leader_epoch,
+            )
+            if was_leader:
+                self._tell_leadership(topic, partition, False)
+        elif replica.is_leader:
+            self._high_watermark_may_move(replica)
+
+    def _watch_appends(self, replica: PartitionReplica) -> None:
+        """Every append to a led log (produce, group commits) moves follower and HW state."""
+        if replica.key in self._append_listeners:
+            return
+
+        def changed(_log: Log) -> None:
+            if replica.is_leader and replica.on_log_change(_now_ms()):
+                self._high_watermark_may_move(replica)
+
+        self._append_listeners[replica.key] = changed
+        replica.log.add_listener(changed)
+
+    def _unwatch_appends(self, replica: PartitionReplica) -> None:
+        listener = self._append_listeners.pop(replica.key, None)
+        if listener is not None:
+            with contextlib.suppress(ValueError):
+                replica.log.remove_listener(listener)
+
+    async def wait_replicated(
+        self, topic: str, partition: int, offset: int, timeout_s: float
+    ) -> int:
+        """Wait until the ISR has everything before ``offset``; the error code, 0 when it does."""
+        replica = self.replicas.get((topic, partition))
+        if replica is None or not replica.is_leader:
+            return NOT_LEADER_OR_FOLLOWER
+        if replica.log.high_watermark >= offset:
+            return NONE if self.enough_isr(replica) else NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        future = self.purgatory.wait(replica.key, offset)
+        codes = await await_acks(self.purgatory, {replica.key: future}, timeout_s)
+        return codes[replica.key]
+
+    def _remove_replica(self, key: PartitionKey) -> None:
+        replica = self.replicas.pop(key, None)
+        if replica is not None:
+            self._unwatch_appends(replica)
+        self._unfollow(key)
+        self.purgatory.fail(key)
+        if replica is not None and replica.is_leader:
+            self._tell_leadership(key[0], key[1], False)
+
+    def _tell_leadership(self, topic: str, partition: int, is_leader: bool) -> None:
+        for listener in self.leadership_listeners:
+            try:
+                listener(topic, partition, is_leader)
+            except Exception:
+                log.exception("leadership listener failed for %s-%d", topic, partition)
+
+    # -- fetchers ------------------------------------------------------------------------
+
+    def _fetcher_for(self, leader: int, key: PartitionKey) -> ReplicaFetcher:
+        index = hash(key) % max(1, self.config.num_replica_fetchers)
+        fetcher = self.fetchers.get((leader, index))
+        if fetcher is None:
+            fetcher = ReplicaFetcher(
+                self.local_id,
+                leader,
+                self._address_of,
+                self.config.fetcher,
+                name=f"replica-fetcher-{self.local_id}-from-{leader}-{index}",
+            )
+            self.fetchers[(leader, index)] = fetcher
+            fetcher.start()
+        return fetcher
+
+    def _unfollow(self, key: PartitionKey) -> None:
+        for fetcher_key, fetcher in list(self.fetchers.items()):
+            if key in fetcher.partitions:
+                fetcher.remove(key)
+                if not len(fetcher):
+                    del self.fetchers[fetcher_key]
+                    stopping = asyncio.ensure_future(fetcher.stop())
+                    self._stopping.add(stopping)
+                    stopping.add_done_callback(self._stopping.discard)
+
+    def _address_of(self, broker_id: int) -> tuple[str, int] | None:
+        broker = self.view.brokers.get(broker_id)
+        if broker is None:
+            return None
+        return broker.host, broker.port
+
+    # -- what the request handlers ask ---------------------------------------------------
+
+    def replica(self, topic: str, partition: int) -> PartitionReplica | None:
+        return self.replicas.get((topic, partition))
+
+    def serving_error(self, topic: str, partition: int) -> int:
+        """0 when this broker leads the partition; the error a client must see otherwise."""
+        replica = self.replicas.get((topic, partition))
+        if replica is not None:
+            return NONE if replica.is_leader else NOT_LEADER_OR_FOLLOWER
+        assignment = self.view.topics.get(topic)
+        if assignment is None or partition not in assignment.replicas:
+            return UNKNOWN_TOPIC_OR_PARTITION
+        return NOT_LEADER_OR_FOLLOWER
+
+    def follower_serving_error(self, replica_id: int, topic: str, partition: int) -> int:
+        """As :meth:`serving_error`, and the fetching broker must be a replica (Kafka's rule)."""
+        error = self.serving_error(topic, partition)
+        if error:
+            return error
+        replica = self.replicas[(topic, partition)]
+        return NONE if replica_id in replica.replicas else NOT_LEADER_OR_FOLLOWER
+
+    def min_insync_replicas(self, topic: str) -> int:
+        assignment = self.view.topics.get(topic)
+        configured = assignment.configs.get("min.insync.replicas") if assignment else None
+        try:
+            return int(configured) if configured is not None else self.config.min_insync_replicas
+        except ValueError:
+            return self.config.min_insync_replicas
+
+    def enough_isr(self, replica: PartitionReplica) -> bool:
+        return len(replica.isr) >= self.min_insync_replicas(replica.topic)
+
+    def leader_log(self, topic: str, partition: int) -> Log | None:
+        replica = self.replicas.get((topic, partition))
+        return replica.log if replica is not None and replica.is_leader else None
+
+    # -- events from the request handlers -----------------------------------------------
+
+    def on_follower_fetch(self, replica_id: int, partitions: Iterable[PartitionFetch]) -> None:
+        """A follower named these partitions in a fetch: it has everything before each offset."""
+        now = _now_ms()
+        for p in partitions:
+            replica = self.replicas.get((p.topic, p.partition))
+            if replica is None or not replica.is_leader:
+                continue
+            replica.update_follower(replica_id, p.fetch_offset, now)
+            expanded = replica.isr_to_expand(replica_id)
+            if expanded is not None:
+                self._propose_isr(replica, expanded, "expand")
+            self._high_watermark_may_move(replica)
+
+    def _high_watermark_may_move(self, replica: PartitionReplica) -> None:
+        replica.maybe_increment_high_watermark()
+        key = replica.key
+        if self.purgatory.has_waiters(key):
+            self.purgatory.check(key, replica.log.high_watermark, lambda: self.enough_isr(replica))
+
+    # -- ISR changes ---------------------------------------------------------------------
+
+    def _check_isr(self) -> None:
+        now = _now_ms()
+        lag = self.config.replica_lag_time_max_ms
+        for replica in self.replicas.values():
+            if not replica.is_leader:
+                continue
+            shrunk = replica.isr_to_shrink(now, lag)
+            if shrunk is not None:
+                self._propose_isr(replica, shrunk, "shrink")
+
+    def _propose_isr(self, replica: PartitionReplica, isr: tuple[int, ...], why: str) -> None:
+        """Write a new ISR to ZooKeeper, conditional on the state version we hold."""
+        replica.pending_isr = isr
+        expected = replica.zk_version
+        epoch = replica.leader_epoch
+        current = self.view.partition_states.get(replica.key)
+        state = PartitionState(
+            leader=replica.leader,
+            leader_epoch=epoch,
+            isr=isr,
+            controller_epoch=current.controller_epoch if current is not None else 0,
+        )
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(
+            None,
+            self.store.update_partition_state,
+            replica.topic,
+            replica.partition,
+            state,
+            expected,
+        )
+        self._isr_writes.add(future)
+
+        def done(f: asyncio.Future[Any]) -> None:
+            self._isr_writes.discard(f)
+            if replica.pending_isr != isr:
+                return  # a newer state arrived from ZooKeeper meanwhile
+            replica.pending_isr = None
+            try:
+                version = f.result()
+            except Exception as exc:
+                log.warning(
+                    "cannot %s the ISR of %s-%d to %s: %s",
+                    why,
+                    replica.topic,
+                    replica.partition,
+                    list(isr),
+                    exc,
+                )
+                return
+            if version is None:
+                log.info(
+                    "ISR %s of %s-%d lost a race; waiting for the new state",
+                    why,
+                    replica.topic,
+                    replica.partition,
+                )
+                return
+            if replica.leader_epoch != epoch or not replica.is_leader:
+                return
+            log.info(
+                "ISR of %s-%d: %s -> %s (%s)",
+                replica.topic,
+                replica.partition,
+                list(replica.isr),
+                list(isr),
+                why,
+            )
+            if why == "shrink":
+                self.isr_shrinks += 1
+            else:
+                self.isr_expands += 1
+            replica.isr = isr
+            replica.zk_version = version
+            self._high_watermark_may_move(replica)
+
+        future.add_done_callback(done)
+
+
+def _now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
