@@ -1,0 +1,357 @@
+"""Replication: what a replicated Headwater cluster costs, and what fetch sessions save it.
+
+Four measurements on one host, each side by side in one run (the machine is
+small and noisy, so the figures that matter are ratios):
+
+1. **Produce throughput**, replication factor 1 against 3, confluent-kafka
+   with ``acks=all`` and idempotence, on the same three-broker cluster,
+   rounds alternating between the two topics.
+2. **acks=all latency** p50/p99 at a fixed modest rate, RF 1 against RF 3:
+   RF 3 adds a follower fetch round trip and the high-watermark hop.
+3. **Idle followers** (KIP-227's headline case): a cluster whose brokers
+   follow 10,000 partitions with no writes; fetch bytes per second and broker
+   CPU per second with follower fetch sessions on, then off
+   (``headwater.replica.fetch.sessions.enable=false``), each on a fresh cluster.
+4. **Failover**: a leader's ``kill -9`` to the first successful ``acks=all``
+   write on the new leader. Dominated by ``zookeeper.session.timeout.ms``
+   (the controller learns of the death when the session expires), which is
+   printed with the figure.
+
+Run: ``.venv/bin/python bench/bench_replication.py`` (defaults: a few
+minutes); ``--help`` for sizes. Prints a table, writes
+bench/results/replication.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from brokers import Headwater, ScratchDir, cpu_seconds, free_port, machine_info
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from headwater.cluster.zookeeper_server import ZooKeeperServer
+
+RESULTS = Path(__file__).parent / "results" / "replication.json"
+MB = 1e6
+
+
+class LocalCluster:
+    """A ZooKeeper server and N Headwater brokers, each with a metrics endpoint."""
+
+    def __init__(self, root: Path, size: int, overrides: list[str]) -> None:
+        self.zookeeper = ZooKeeperServer(root / "zookeeper", tick_time_ms=500)
+        self.root = root
+        self.size = size
+        self.overrides = overrides
+        self.brokers: list[Headwater] = []
+        self.metrics_ports: list[int] = []
+
+    def __enter__(self) -> LocalCluster:
+        self.zookeeper.start()
+        connect = self.zookeeper.connect_string + "/bench"
+        for i in range(self.size):
+            port = free_port()
+            broker = Headwater(
+                self.root / f"broker-{i}",
+                [
+                    f"broker.id={i}",
+                    f"zookeeper.connect={connect}",
+                    f"headwater.metrics.listen=127.0.0.1:{port}",
+                    "zookeeper.session.timeout.ms=3000",
+                    "offsets.topic.num.partitions=4",
+                    *self.overrides,
+                ],
+            )
+            broker.start(timeout=60)
+            self.brokers.append(broker)
+            self.metrics_ports.append(port)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for broker in self.brokers:
+            broker.stop()
+        self.zookeeper.stop()
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers if b.proc is not None)
+
+    def admin(self) -> AdminClient:
+        return AdminClient({"bootstrap.servers": self.bootstrap})
+
+    def create_topic(self, name: str, partitions: int, rf: int, **configs: str) -> None:
+        topic = NewTopic(name, partitions, rf, config=configs)
+        self.admin().create_topics([topic], request_timeout=300)[name].result(300)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            md = self.admin().list_topics(name, timeout=30).topics[name]
+            if len(md.partitions) == partitions and all(
+                p.leader >= 0 and len(p.isrs) == rf for p in md.partitions.values()
+            ):
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"topic {name} never got all its leaders and ISRs")
+
+    def metric(self, name: str) -> float:
+        """The sum of one metric over every live broker."""
+        total = 0.0
+        for broker, port in zip(self.brokers, self.metrics_ports, strict=True):
+            if broker.proc is None:
+                continue
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                for line in r.read().decode().splitlines():
+                    if line.startswith(name + " ") or line.startswith(name + "{"):
+                        total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def cpu_seconds(self) -> float:
+        return sum(cpu_seconds(b.pid) for b in self.brokers if b.proc is not None)
+
+
+# -- 1. and 2.: throughput and latency, RF 1 against RF 3 -----------------------------
+
+
+def produce_throughput(bootstrap: str, topic: str, count: int, size: int) -> float:
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "batch.size": 1 << 20,
+            "queue.buffering.max.kbytes": 1 << 20,
+        }
+    )
+    value = b"x" * size
+    failed: list[KafkaError] = []
+
+    def delivered(err: KafkaError | None, _msg: object) -> None:
+        if err is not None:
+            failed.append(err)
+
+    start = time.perf_counter()
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, value, partition=i % 6, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    producer.flush(300)
+    elapsed = time.perf_counter() - start
+    if failed:
+        raise RuntimeError(f"{len(failed)} deliveries failed, first: {failed[0]}")
+    return count / elapsed
+
+
+def ack_latencies(bootstrap: str, topic: str, count: int, rate: float) -> list[float]:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    latencies: list[float] = []
+    lock = threading.Lock()
+
+    def delivered(sent: float) -> Any:
+        def callback(err: KafkaError | None, _msg: object) -> None:
+            if err is None:
+                with lock:
+                    latencies.append((time.perf_counter() - sent) * 1000)
+
+        return callback
+
+    interval = 1 / rate
+    next_at = time.perf_counter()
+    for _ in range(count):
+        now = time.perf_counter()
+        if now < next_at:
+            time.sleep(next_at - now)
+        next_at += interval
+        producer.produce(topic, b"y" * 100, partition=0, on_delivery=delivered(time.perf_counter()))
+        producer.poll(0)
+    producer.flush(60)
+    return latencies
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def bench_rf(args: argparse.Namespace) -> dict[str, Any]:
+    with ScratchDir("hw-bench-rf-") as root, LocalCluster(root, 3, []) as cluster:
+        cluster.create_topic("rf1", 6, 1)
+        cluster.create_topic("rf3", 6, 3, **{"min.insync.replicas": "2"})
+        rates: dict[str, list[float]] = {"rf1": [], "rf3": []}
+        produce_throughput(cluster.bootstrap, "rf1", args.records // 10, args.size)  # warm up
+        produce_throughput(cluster.bootstrap, "rf3", args.records // 10, args.size)
+        for _ in range(args.rounds):
+            for topic in ("rf1", "rf3"):
+                rate = produce_throughput(cluster.bootstrap, topic, args.records, args.size)
+                rates[topic].append(rate)
+                print(f"  produce {topic}: {rate:,.0f} records/s", flush=True)
+        latency: dict[str, list[float]] = {}
+        for topic in ("rf1", "rf3"):
+            latency[topic] = ack_latencies(
+                cluster.bootstrap, topic, args.latency_records, args.latency_rate
+            )
+        out: dict[str, Any] = {"record_size": args.size, "records": args.records}
+        for topic in ("rf1", "rf3"):
+            median = statistics.median(rates[topic])
+            out[topic] = {
+                "records_per_s": median,
+                "mb_per_s": median * args.size / MB,
+                "rounds": rates[topic],
+                "acks_all_p50_ms": percentile(latency[topic], 0.50),
+                "acks_all_p99_ms": percentile(latency[topic], 0.99),
+                "latency_samples": len(latency[topic]),
+            }
+        out["rf3_over_rf1"] = out["rf3"]["records_per_s"] / out["rf1"]["records_per_s"]
+        return out
+
+
+# -- 3.: idle followers, sessions on against off --------------------------------------
+
+
+def bench_idle(args: argparse.Namespace, sessions: bool) -> dict[str, Any]:
+    overrides = [f"headwater.replica.fetch.sessions.enable={str(sessions).lower()}"]
+    with ScratchDir("hw-bench-idle-") as root, LocalCluster(root, 3, overrides) as cluster:
+        started = time.monotonic()
+        cluster.create_topic("idle", args.idle_partitions, 3)
+        settle = time.monotonic() - started
+        time.sleep(3)  # let followers reach the log end and sessions settle
+        bytes_before = cluster.metric("headwater_fetch_request_bytes_total") + cluster.metric(
+            "headwater_fetch_response_bytes_total"
+        )
+        fetches_before = cluster.metric("headwater_requests_total")
+        cpu_before = cluster.cpu_seconds()
+        time.sleep(args.idle_seconds)
+        cpu = cluster.cpu_seconds() - cpu_before
+        fetch_bytes = (
+            cluster.metric("headwater_fetch_request_bytes_total")
+            + cluster.metric("headwater_fetch_response_bytes_total")
+            - bytes_before
+        )
+        requests = cluster.metric("headwater_requests_total") - fetches_before
+        followers = cluster.metric("headwater_fetch_sessions_followers")
+        return {
+            "sessions": sessions,
+            "partitions": args.idle_partitions,
+            "create_and_elect_s": settle,
+            "fetch_bytes_per_s": fetch_bytes / args.idle_seconds,
+            "requests_per_s": requests / args.idle_seconds,
+            "bytes_per_request": fetch_bytes / requests if requests else 0.0,
+            "broker_cpu_s_per_s": cpu / args.idle_seconds,
+            "follower_sessions": followers,
+        }
+
+
+# -- 4.: failover -----------------------------------------------------------------------
+
+
+def bench_failover(args: argparse.Namespace) -> dict[str, Any]:
+    with ScratchDir("hw-bench-failover-") as root, LocalCluster(root, 3, []) as cluster:
+        cluster.create_topic("failover", 1, 3, **{"min.insync.replicas": "2"})
+        md = cluster.admin().list_topics("failover", timeout=10).topics["failover"]
+        leader = md.partitions[0].leader
+        survivors = ",".join(b.bootstrap for i, b in enumerate(cluster.brokers) if i != leader)
+        producer = Producer(
+            {
+                "bootstrap.servers": survivors,
+                "acks": "all",
+                "message.timeout.ms": 60_000,
+                "topic.metadata.refresh.interval.ms": 200,
+                "retry.backoff.ms": 50,
+                "retry.backoff.max.ms": 200,
+            }
+        )
+        producer.produce("failover", b"before")
+        producer.flush(30)
+        broker = cluster.brokers[leader]
+        assert broker.proc is not None
+        killed_at = time.perf_counter()
+        broker.proc.kill()
+        broker.proc.wait()
+        broker.proc = None
+        acked: list[float] = []
+        producer.produce(
+            "failover",
+            b"after",
+            on_delivery=lambda err, _m: acked.append(time.perf_counter()) if err is None else None,
+        )
+        producer.flush(60)
+        if not acked:
+            raise RuntimeError("no write succeeded after the failover")
+        return {
+            "zookeeper_session_timeout_ms": 3000,
+            "kill_to_first_acks_all_write_s": acked[0] - killed_at,
+        }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=100_000, help="per throughput round")
+    parser.add_argument("--size", type=int, default=1000, help="record size in bytes")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--latency-records", type=int, default=2000)
+    parser.add_argument("--latency-rate", type=float, default=500.0, help="records/s")
+    parser.add_argument("--idle-partitions", type=int, default=10_000)
+    parser.add_argument("--idle-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--only", choices=["rf", "idle", "failover"], action="append", help="run only these"
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    only = set(args.only or ["rf", "idle", "failover"])
+    result: dict[str, Any] = {"machine": machine_info()}
+    if "rf" in only:
+        print("== produce throughput and acks=all latency, RF 1 vs RF 3", flush=True)
+        result["replication_factor"] = rf = bench_rf(args)
+        for topic in ("rf1", "rf3"):
+            r = rf[topic]
+            print(
+                f"  {topic}: {r['records_per_s']:,.0f} records/s ({r['mb_per_s']:.1f} MB/s), "
+                f"acks=all p50 {r['acks_all_p50_ms']:.1f} ms, p99 {r['acks_all_p99_ms']:.1f} ms"
+            )
+        print(f"  RF 3 keeps {rf['rf3_over_rf1']:.0%} of RF 1's throughput")
+    if "idle" in only:
+        print(f"== idle followers, {args.idle_partitions:,} partitions x RF 3", flush=True)
+        on = bench_idle(args, True)
+        off = bench_idle(args, False)
+        result["idle_followers"] = {"sessions_on": on, "sessions_off": off}
+        for r in (on, off):
+            print(
+                f"  sessions {'on ' if r['sessions'] else 'off'}: "
+                f"{r['fetch_bytes_per_s']:,.0f} fetch B/s, "
+                f"{r['bytes_per_request']:,.0f} B/request, "
+                f"broker CPU {r['broker_cpu_s_per_s']:.3f} s/s, "
+                f"{r['follower_sessions']:.0f} follower sessions"
+            )
+        if on["fetch_bytes_per_s"] > 0:
+            ratio = off["fetch_bytes_per_s"] / on["fetch_bytes_per_s"]
+            result["idle_followers"]["bytes_ratio_off_over_on"] = ratio
+            print(f"  fetch bytes: sessions off / on = {ratio:,.0f}x")
+        if on["broker_cpu_s_per_s"] > 0:
+            cpu_ratio = off["broker_cpu_s_per_s"] / on["broker_cpu_s_per_s"]
+            result["idle_followers"]["cpu_ratio_off_over_on"] = cpu_ratio
+            print(f"  broker CPU:  sessions off / on = {cpu_ratio:,.1f}x")
+    if "failover" in only:
+        print("== failover: kill -9 of the leader to the first acks=all write", flush=True)
+        result["failover"] = f = bench_failover(args)
+        print(
+            f"  {f['kill_to_first_acks_all_write_s']:.2f} s "
+            f"(zookeeper.session.timeout.ms={f['zookeeper_session_timeout_ms']})"
+        )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
