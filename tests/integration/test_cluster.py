@@ -193,8 +193,14 @@ def test_acks_all_needs_min_insync_replicas_but_acks_1_does_not(cluster: Cluster
     for b in others:
         cluster.kill(b)
     wait_for(lambda: cluster.isr("strict") == {leader}, timeout=30, what="ISR of one")
+    # NOT_ENOUGH_REPLICAS is retriable: without retries the producer reports it as is.
     strict = Producer(
-        {"bootstrap.servers": cluster.bootstrap, "acks": "all", "message.timeout.ms": 3000}
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "acks": "all",
+            "retries": 0,
+            "message.timeout.ms": 10_000,
+        }
     )
     failures: list[KafkaError] = []
     strict.produce(
@@ -241,7 +247,8 @@ def test_a_group_survives_the_kill_9_of_its_coordinator(cluster: Cluster) -> Non
             got.append(int(msg.value()))
             if len(got) % 50 == 0:
                 consumer.commit(asynchronous=False)
-        consumer.commit(asynchronous=False)
+        if len(got) % 50:
+            consumer.commit(asynchronous=False)
         consumer.close()
         return got
 
@@ -265,6 +272,7 @@ def find_coordinator(cluster: Cluster, group: str) -> int:
     future = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group]
     future.result(10)  # fails while the coordinator moves
     result = admin.describe_consumer_groups([group])[group].result(10)
+    del admin
     return int(result.coordinator.id)
 
 
@@ -272,12 +280,11 @@ def test_the_controller_is_replaced_after_its_kill_9(cluster: Cluster) -> None:
     cluster.create_topic("after-controller", partitions=3, replication=3)
     controller = cluster.controller_id()
     cluster.kill(controller)
-    new = wait_for(
-        lambda: (c := cluster.controller_id()) not in (controller, -1) and c,
+    wait_for(
+        lambda: cluster.controller_id() in {0, 1, 2} - {controller},
         timeout=30,
         what="a new controller",
     )
-    assert new in {0, 1, 2} - {controller}
     # The new controller moved leadership off the dead broker.
     wait_for(
         lambda: all(
@@ -365,11 +372,10 @@ def test_truncation_of_a_diverged_follower(cluster: Cluster) -> None:
         cluster.kill(old_leader)
         for b in followers:
             cluster.resume(b)
-    new_leader = wait_for(
-        lambda: (leader := cluster.leader("diverge")) in followers and leader,
-        timeout=60,
-        what="an unclean election",
+    wait_for(
+        lambda: cluster.leader("diverge") in followers, timeout=60, what="an unclean election"
     )
+    new_leader = cluster.leader("diverge")
     again = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
     for i in range(30):
         again.produce("diverge", value=f"new-{i}".encode())

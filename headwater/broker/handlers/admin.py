@@ -41,6 +41,7 @@ TOPIC_CONFIG_DEFAULTS: dict[str, str] = {
     "flush.messages": "9223372036854775807",
     "flush.ms": "9223372036854775807",
     "min.insync.replicas": "1",
+    "unclean.leader.election.enable": "false",
 }
 
 
