@@ -492,7 +492,10 @@ class Controller:
         added = list(self.store.topic_assignments(sorted(names - set(self._topics))).values())
         self._topics.update((t.name, t) for t in added)
         if added:
-            keys = [(t.name, p) for t in added for p in t.replicas]
+            # Usually brand new (no partition znodes yet): then nothing to read.
+            keys = [
+                (t.name, p) for t in added for p in self.store.partitions_with_state_znodes(t.name)
+            ]
             self._states.update(self.store.partition_states(keys))
             self._create_missing_states(added)
 
