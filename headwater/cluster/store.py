@@ -218,6 +218,7 @@ class ClusterStore(Protocol):
         replicas: dict[int, list[int]],
         configs: dict[str, str],
     ) -> TopicAssignment: ...
+    def add_partitions(self, name: str, replicas: dict[int, list[int]]) -> TopicAssignment: ...
     def delete_topic(self, name: str) -> None: ...
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> None: ...
     def deletion_requests(self) -> list[str]: ...
@@ -790,6 +791,47 @@ class ZkClusterStore:
             raise TopicExistsError(f"topic {name!r} is being created concurrently")
         return TopicAssignment(name, topic_id, {p: list(r) for p, r in replicas.items()},
                                dict(configs))  # fmt: skip
+
+    def add_partitions(self, name: str, replicas: dict[int, list[int]]) -> TopicAssignment:
+        """Add partitions to a topic (compare-and-set on its znode version).
+
+        ``replicas`` holds only the new partitions, numbered on from the current
+        count. The controller sees the change and creates their states. Raises
+        UnknownTopicError, InvalidTopicError (bad numbering or replicas),
+        TopicExistsError (being deleted or changed concurrently).
+        """
+        got = self._get(zk.topic_path(name))
+        if got is None:
+            raise UnknownTopicError(f"topic {name!r} does not exist")
+        if self._get(zk.delete_topic_path(name)) is not None:
+            raise TopicExistsError(f"topic {name!r} is marked for deletion")
+        topic_id, current = zk.decode_topic(got[0])
+        expected = list(range(len(current), len(current) + len(replicas)))
+        if not replicas or sorted(replicas) != expected:
+            raise InvalidTopicError(
+                f"new partitions of {name!r} must be numbered {expected[:1]}.. after "
+                f"the {len(current)} existing ones"
+            )
+        for partition, brokers in replicas.items():
+            if not brokers or len(set(brokers)) != len(brokers):
+                raise InvalidTopicError(
+                    f"partition {partition} of {name!r} needs distinct replicas, got {brokers}"
+                )
+        merged = {**current, **{p: list(r) for p, r in replicas.items()}}
+        topic_id = topic_id or uuid.uuid5(uuid.NAMESPACE_URL, name)
+        try:
+            self._wait(
+                self._require().set_async(
+                    zk.topic_path(name), zk.encode_topic(topic_id, merged), got[1]
+                ),
+                "add partitions",
+            )
+        except (BadVersionError, NoNodeError):
+            raise TopicExistsError(f"topic {name!r} changed concurrently; retry") from None
+        topic = self.topic(name)
+        if topic is None:
+            raise UnknownTopicError(f"topic {name!r} does not exist")
+        return topic
 
     def delete_topic(self, name: str) -> None:
         """Mark the topic for deletion (``/admin/delete_topics/<t>``); the controller deletes."""
