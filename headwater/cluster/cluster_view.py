@@ -12,15 +12,17 @@ it without locks. Updates that arrive together are coalesced into one
 
 Scale (10,000 partitions): ``start()`` reads everything with pipelined
 asynchronous requests (kazoo's ``*_async``: all requests in flight on one
-connection, then the answers), not one round trip per znode. Then it sets one
-data watch per partition state. That is acceptable because a ZooKeeper watch
+connection, then the answers), not one round trip per znode; partition states
+are read by the very requests that set their watches: one data watch per
+partition state. That is acceptable because a ZooKeeper watch
 is a small server-side table entry per path and session (10,000 of them are
 about a megabyte on the server), it costs nothing while the partition does not
 change, and it fires only for the partition that changed, so a leader change
 costs one notification and one read instead of re-reading every state. The
 alternative, a controller-to-broker LeaderAndIsr channel as Kafka has, would
-need a second control protocol between brokers. Arming the watches is also
-pipelined, so it does not add round trips per partition either.
+need a second control protocol between brokers. (Measured in
+bench/bench_cluster_zk.py: kazoo handles about one request per half
+millisecond, so 10,000 states take seconds, not minutes.)
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from typing import Any
 from headwater.cluster.store import (
     BrokerRegistration,
     ClusterStore,
+    ClusterStoreUnavailableError,
     PartitionState,
     SessionEvent,
     TopicAssignment,
@@ -104,7 +107,9 @@ class ClusterView:
         self._stopped = False
         self._global_watches: list[WatchHandle] = []
         self._topic_watches: dict[str, list[WatchHandle]] = {}
-        self._partition_watches: dict[TopicPartition, WatchHandle] = {}
+        self._partition_watches: dict[TopicPartition, WatchHandle | None] = {}
+        self._initial: set[TopicPartition] = set()
+        self._initial_done: asyncio.Event | None = None
 
     # -- the snapshot (read on the loop thread) ------------------------------------------
 
@@ -161,17 +166,43 @@ class ClusterView:
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Load the whole snapshot (pipelined reads in an executor thread), then watch.
+    async def start(self, timeout: float = 60.0) -> None:
+        """Load the snapshot, then keep it current; returns when it is complete.
 
-        Raises ``ClusterStoreUnavailableError`` if ZooKeeper cannot be read.
+        Brokers, controller and topics are read with pipelined requests in an
+        executor thread. Partition states are read by arming their watches: each
+        watch's first answer is the state, so every state is read once, not once
+        for the snapshot and again for the watch. Raises
+        ``ClusterStoreUnavailableError`` if ZooKeeper cannot be read in ``timeout``.
         """
-        self._loop = asyncio.get_running_loop()
-        brokers, controller_id, topics, states = await self._loop.run_in_executor(None, self._load)
+        loop = self._loop = asyncio.get_running_loop()
+        brokers, controller_id, topics = await loop.run_in_executor(None, self._load)
         self._brokers = brokers
         self._controller_id = controller_id
         self._topics = topics
-        self._states = states
+        keys = [(t.name, p) for t in topics.values() for p in t.replicas]
+        self._initial = set(keys)
+        self._initial_done = asyncio.Event()
+        if not keys:
+            self._initial_done.set()
+        for key in keys:
+            # Placeholders first: a watch's first answer may reach the loop before
+            # its handle does, and answers for unknown partitions are dropped.
+            self._partition_watches[key] = None
+        handles = await loop.run_in_executor(None, self._watch_partitions, keys)
+        for key, handle in zip(keys, handles, strict=True):
+            if self._partition_watches.get(key, handle) is None:
+                self._partition_watches[key] = handle
+            else:  # the topic went away meanwhile
+                handle.cancel()
+        try:
+            await asyncio.wait_for(self._initial_done.wait(), timeout)
+        except TimeoutError:
+            self.stop()
+            raise ClusterStoreUnavailableError(
+                f"read {len(keys) - len(self._initial)} of {len(keys)} partition states "
+                f"in {timeout}s"
+            ) from None
         self.store.add_session_listener(self._on_store_session)
         self._global_watches = [
             self.store.watch_brokers(lambda b: self._post(self._apply_brokers, b)),
@@ -180,22 +211,25 @@ class ClusterView:
         ]
         for topic in topics.values():
             self._watch_topic(topic.name)
-            for partition in topic.replicas:
-                self._watch_partition(topic.name, partition)
 
     def _load(
         self,
-    ) -> tuple[
-        dict[int, BrokerRegistration],
-        int | None,
-        dict[str, TopicAssignment],
-        dict[TopicPartition, PartitionState],
-    ]:
+    ) -> tuple[dict[int, BrokerRegistration], int | None, dict[str, TopicAssignment]]:
         brokers = self.store.brokers()
         controller_id = self.store.controller_id()
-        topics = self.store.topic_assignments(self.store.topics())
-        keys = [(t.name, p) for t in topics.values() for p in t.replicas]
-        return brokers, controller_id, topics, self.store.partition_states(keys)
+        return brokers, controller_id, self.store.topic_assignments(self.store.topics())
+
+    def _watch_partitions(self, keys: list[TopicPartition]) -> list[WatchHandle]:
+        """Executor thread: arming thousands of watches is thousands of (pipelined,
+        non-blocking) requests, which would hold up the loop for a while."""
+        return [
+            self.store.watch_partition_state(
+                t,
+                p,
+                lambda s, key=(t, p): self._post(self._apply_state, (key, s)),  # type: ignore[misc]
+            )
+            for t, p in keys
+        ]
 
     def stop(self) -> None:
         """Drop every watch; the snapshot stays as it was."""
@@ -205,8 +239,9 @@ class ClusterView:
         for handles in self._topic_watches.values():
             for handle in handles:
                 handle.cancel()
-        for handle in self._partition_watches.values():
-            handle.cancel()
+        for maybe in self._partition_watches.values():
+            if maybe is not None:
+                maybe.cancel()
         self._global_watches = []
         self._topic_watches = {}
         self._partition_watches = {}
@@ -248,7 +283,9 @@ class ClusterView:
         for handle in self._topic_watches.pop(name, []):
             handle.cancel()
         for key in [k for k in self._partition_watches if k[0] == name]:
-            self._partition_watches.pop(key).cancel()
+            maybe = self._partition_watches.pop(key)
+            if maybe is not None:
+                maybe.cancel()
 
     # -- applying updates (loop thread) -----------------------------------------------------
 
@@ -333,6 +370,10 @@ class ClusterView:
         key, state = update
         if key not in self._partition_watches:  # a late callback after removal
             return
+        if key in self._initial:
+            self._initial.discard(key)
+            if not self._initial and self._initial_done is not None:
+                self._initial_done.set()
         old = self._states.get(key)
         if state == old:
             return

@@ -250,6 +250,51 @@ def create_topic(
     return store.create_topic(name, topic_id or uuid.uuid4(), replicas, dict(configs or {}))
 
 
+def add_partitions(
+    store: ClusterStore,
+    name: str,
+    total_partitions: int,
+    *,
+    replica_assignment: Mapping[int, Sequence[int]] | None = None,
+    rng: random.Random | None = None,
+) -> TopicAssignment:
+    """Grow a topic to ``total_partitions`` (Kafka's ``AdminZkClient.addPartitions``).
+
+    New partitions get the topic's replication factor, assigned round robin
+    continuing from the existing partitions (``replica_assignment`` may give
+    them instead, keyed by the new partition ids). Raises InvalidPartitionsError
+    when the count does not grow, UnknownTopicError, and the errors of
+    ``assign_replicas`` and ``ClusterStore.add_partitions``.
+    """
+    from headwater.cluster.store import UnknownTopicError
+
+    topic = store.topic(name)
+    if topic is None:
+        raise UnknownTopicError(f"topic {name!r} does not exist")
+    current = len(topic.replicas)
+    if total_partitions <= current:
+        raise InvalidPartitionsError(
+            f"topic {name!r} has {current} partitions; the new count must be larger, "
+            f"got {total_partitions}"
+        )
+    brokers = set(store.brokers())
+    if replica_assignment is not None:
+        new = {int(p): [int(b) for b in r] for p, r in replica_assignment.items()}
+        unknown = sorted({b for r in new.values() for b in r} - brokers)
+        if unknown:
+            raise InvalidReplicaAssignmentError(f"unknown broker(s) {unknown} in the assignment")
+    else:
+        factor = len(topic.replicas[0])
+        ordered = sorted(brokers)
+        first = topic.replicas[0][0]
+        start = ordered.index(first) if first in ordered else None
+        new = assign_replicas(
+            total_partitions - current, factor, ordered, start_index=start,
+            start_partition=current, rng=rng,
+        )  # fmt: skip
+    return store.add_partitions(name, new)
+
+
 # --- the controller -----------------------------------------------------------------
 
 
@@ -284,6 +329,7 @@ class Controller:
         self._fence: ControllerFence | None = None
         self._controller_watch: WatchHandle | None = None
         self._active_watches: list[WatchHandle] = []
+        self._topic_watches: dict[str, WatchHandle] = {}
         self._timers: set[threading.Timer] = set()
         self._timers_lock = threading.Lock()
         # The controller's picture of the cluster (Kafka's ControllerContext).
@@ -442,9 +488,10 @@ class Controller:
     def _deactivate(self) -> None:
         if self._fence is None:
             return
-        for handle in self._active_watches:
+        for handle in [*self._active_watches, *self._topic_watches.values()]:
             handle.cancel()
         self._active_watches = []
+        self._topic_watches = {}
         self._fence = None
         self._live = set()
         self._epochs = {}
@@ -463,7 +510,8 @@ class Controller:
         self._states = self.store.partition_states(keys)
         self._deletions_requested(frozenset(self.store.deletion_requests()))
         self._create_missing_states(self._topics.values())
-        self._reconcile(self._states.keys())
+        self._watch_topics()
+        self._reconcile(list(self._states))
 
     def _brokers_changed(self, brokers: Mapping[int, BrokerRegistration]) -> None:
         if self._fence is None:
@@ -487,14 +535,42 @@ class Controller:
             return
         for gone in set(self._topics) - names:
             del self._topics[gone]
+            if gone in self._topic_watches:
+                self._topic_watches.pop(gone).cancel()
             for key in [k for k in self._states if k[0] == gone]:
                 del self._states[key]
         added = list(self.store.topic_assignments(sorted(names - set(self._topics))).values())
         self._topics.update((t.name, t) for t in added)
         if added:
-            keys = [(t.name, p) for t in added for p in t.replicas]
+            # Usually brand new (no partition znodes yet): then nothing to read.
+            keys = [
+                (t.name, p) for t in added for p in self.store.partitions_with_state_znodes(t.name)
+            ]
             self._states.update(self.store.partition_states(keys))
             self._create_missing_states(added)
+        self._watch_topics()
+
+    def _watch_topics(self) -> None:
+        """One watch per topic znode, for partitions added to it (Kafka's
+        PartitionModifications handler)."""
+        for gone in set(self._topic_watches) - set(self._topics):
+            self._topic_watches.pop(gone).cancel()
+        for name in set(self._topics) - set(self._topic_watches):
+            self._topic_watches[name] = self.store.watch_topic(
+                name,
+                lambda t, name=name: self._enqueue(  # type: ignore[misc]
+                    lambda: self._topic_modified(name, t)
+                ),
+            )
+
+    def _topic_modified(self, name: str, topic: TopicAssignment | None) -> None:
+        if self._fence is None or topic is None or name not in self._topics:
+            return  # removals arrive through the topic list
+        if self._topics[name].topic_id != topic.topic_id:
+            return  # recreated under the same name: the topic list handles it
+        self._topics[name] = topic
+        if any((name, p) not in self._states for p in topic.replicas):
+            self._create_missing_states([topic])
 
     def _deletions_requested(self, names: frozenset[str]) -> None:
         fence = self._fence
@@ -532,11 +608,26 @@ class Controller:
     # -- writing ------------------------------------------------------------------------------
 
     def _unclean(self, topic: str) -> bool:
-        assignment = self._topics.get(topic)
+        """The topic's ``unclean.leader.election.enable``, read fresh from ZooKeeper
+        (only asked when no clean leader exists, so rarely), else the broker's."""
+        assignment = self.store.topic(topic)
         value = assignment.configs.get(UNCLEAN_LEADER_ELECTION) if assignment else None
         if value is None:
             return self.unclean_leader_election_enable
         return value.strip().lower() == "true"
+
+    def _decide(self, key: TopicPartition) -> PartitionState | None:
+        topic = self._topics.get(key[0])
+        state = self._states.get(key)
+        if topic is None or state is None:
+            return None
+        replicas = topic.replicas.get(key[1], [])
+        new = next_state(replicas, state, self._live, unclean=False)
+        leaderless = new.leader if new is not None else state.leader
+        may_lead = any(r in self._live for r in replicas)
+        if leaderless == NO_LEADER and may_lead and self._unclean(key[0]):
+            new = next_state(replicas, state, self._live, unclean=True)
+        return new
 
     def _create_missing_states(self, topics: Iterable[TopicAssignment]) -> None:
         fence = self._fence
@@ -568,13 +659,7 @@ class Controller:
     def _reconcile(self, keys: Iterable[TopicPartition]) -> None:
         changes: dict[TopicPartition, PartitionState] = {}
         for key in keys:
-            topic = self._topics.get(key[0])
-            state = self._states.get(key)
-            if topic is None or state is None:
-                continue
-            new = next_state(
-                topic.replicas.get(key[1], []), state, self._live, self._unclean(key[0])
-            )
+            new = self._decide(key)
             if new is not None:
                 changes[key] = new
         if changes:
@@ -612,12 +697,7 @@ class Controller:
         if attempts > 1:
             again = {}
             for key in lost:
-                topic, state = self._topics.get(key[0]), self._states.get(key)
-                if topic is None or state is None:
-                    continue
-                new = next_state(
-                    topic.replicas.get(key[1], []), state, self._live, self._unclean(key[0])
-                )
+                new = self._decide(key)
                 if new is not None:
                     again[key] = new
             if again:

@@ -218,6 +218,7 @@ class ClusterStore(Protocol):
         replicas: dict[int, list[int]],
         configs: dict[str, str],
     ) -> TopicAssignment: ...
+    def add_partitions(self, name: str, replicas: dict[int, list[int]]) -> TopicAssignment: ...
     def delete_topic(self, name: str) -> None: ...
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> None: ...
     def deletion_requests(self) -> list[str]: ...
@@ -225,6 +226,7 @@ class ClusterStore(Protocol):
 
     # partition states
     def partition_state(self, topic: str, partition: int) -> PartitionState | None: ...
+    def partitions_with_state_znodes(self, topic: str) -> list[int]: ...
     def partition_states(
         self, partitions: Iterable[tuple[str, int]]
     ) -> dict[tuple[str, int], PartitionState]: ...
@@ -790,6 +792,47 @@ class ZkClusterStore:
         return TopicAssignment(name, topic_id, {p: list(r) for p, r in replicas.items()},
                                dict(configs))  # fmt: skip
 
+    def add_partitions(self, name: str, replicas: dict[int, list[int]]) -> TopicAssignment:
+        """Add partitions to a topic (compare-and-set on its znode version).
+
+        ``replicas`` holds only the new partitions, numbered on from the current
+        count. The controller sees the change and creates their states. Raises
+        UnknownTopicError, InvalidTopicError (bad numbering or replicas),
+        TopicExistsError (being deleted or changed concurrently).
+        """
+        got = self._get(zk.topic_path(name))
+        if got is None:
+            raise UnknownTopicError(f"topic {name!r} does not exist")
+        if self._get(zk.delete_topic_path(name)) is not None:
+            raise TopicExistsError(f"topic {name!r} is marked for deletion")
+        topic_id, current = zk.decode_topic(got[0])
+        expected = list(range(len(current), len(current) + len(replicas)))
+        if not replicas or sorted(replicas) != expected:
+            raise InvalidTopicError(
+                f"new partitions of {name!r} must be numbered {expected[:1]}.. after "
+                f"the {len(current)} existing ones"
+            )
+        for partition, brokers in replicas.items():
+            if not brokers or len(set(brokers)) != len(brokers):
+                raise InvalidTopicError(
+                    f"partition {partition} of {name!r} needs distinct replicas, got {brokers}"
+                )
+        merged = {**current, **{p: list(r) for p, r in replicas.items()}}
+        topic_id = topic_id or uuid.uuid5(uuid.NAMESPACE_URL, name)
+        try:
+            self._wait(
+                self._require().set_async(
+                    zk.topic_path(name), zk.encode_topic(topic_id, merged), got[1]
+                ),
+                "add partitions",
+            )
+        except (BadVersionError, NoNodeError):
+            raise TopicExistsError(f"topic {name!r} changed concurrently; retry") from None
+        topic = self.topic(name)
+        if topic is None:
+            raise UnknownTopicError(f"topic {name!r} does not exist")
+        return topic
+
     def delete_topic(self, name: str) -> None:
         """Mark the topic for deletion (``/admin/delete_topics/<t>``); the controller deletes."""
         if self._get(zk.topic_path(name)) is None:
@@ -860,6 +903,11 @@ class ZkClusterStore:
         leader, leader_epoch, isr, controller_epoch = zk.decode_partition_state(got[0])
         return PartitionState(leader, leader_epoch, isr, controller_epoch, got[1])
 
+    def partitions_with_state_znodes(self, topic: str) -> list[int]:
+        """Partitions of ``topic`` that have a partition znode (one request): a new
+        topic has none, so its states need not be read one by one."""
+        return sorted(int(c) for c in self._children(zk.partitions_path(topic)) if c.isdigit())
+
     def partition_states(
         self, partitions: Iterable[tuple[str, int]]
     ) -> dict[tuple[str, int], PartitionState]:
@@ -892,23 +940,85 @@ class ZkClusterStore:
             return None
         return int(stat.version)
 
+    WRITE_BATCH = 200
+    """Partition writes per ZooKeeper transaction (well under the 1 MiB request limit)."""
+
     def write_partition_states(
         self, fence: ControllerFence, writes: Sequence[PartitionStateWrite]
     ) -> dict[tuple[str, int], int | None]:
-        """Controller: create or compare-and-set many states, each fenced by the epoch.
+        """Controller: create or compare-and-set many states, fenced by the epoch.
 
-        One small transaction per partition (check epoch + write), all in flight
-        at once. Result per partition: the new znode version, or None when its
-        compare-and-set lost. Raises ``ControllerMovedError`` when fenced out.
+        Optimistic batches: one transaction per ``WRITE_BATCH`` partitions (the
+        epoch check, then each write; a new state's partition znode is created in
+        the same transaction), all batches in flight at once. ZooKeeper commits a
+        batch with one log write, where one transaction per partition would cost a
+        round trip and a log write each. A batch with a lost compare-and-set fails
+        whole; its partitions are then retried one transaction each, so one
+        conflict costs only its own partition. Result per partition: the new znode
+        version, or None when its compare-and-set lost. Raises
+        ``ControllerMovedError`` when fenced out.
         """
         client = self._require()
-        creates = [w for w in writes if w.expected_version is None]
-        # Parents of new state znodes are plain persistent nodes: creating them
-        # unfenced is harmless (a fenced-out controller writes no state into them).
-        parents = {zk.partitions_path(w.topic) for w in creates}
-        for result in [client.ensure_path_async(p) for p in sorted(parents)]:
+        topics_created = {w.topic for w in writes if w.expected_version is None}
+        for result in [
+            client.ensure_path_async(zk.partitions_path(t)) for t in sorted(topics_created)
+        ]:
             self._wait(result, "partitions path")
-        made = [client.create_async(zk.partition_path(w.topic, w.partition)) for w in creates]
+        batches = [
+            writes[i : i + self.WRITE_BATCH] for i in range(0, len(writes), self.WRITE_BATCH)
+        ]
+        pending = []
+        for batch in batches:
+            tx = client.transaction()
+            tx.check(zk.CONTROLLER_EPOCH, fence.epoch_zk_version)
+            for w in batch:
+                self._add_write(tx, w, fence, with_parent=True)
+            pending.append((batch, tx.commit_async()))
+        out: dict[tuple[str, int], int | None] = {}
+        retry: list[PartitionStateWrite] = []
+        for batch, result in pending:
+            results = list(self._wait(result, "partition states"))
+            self._raise_if_fenced(results, fence)
+            if any(isinstance(r, BaseException) for r in results):
+                retry.extend(batch)
+                continue
+            position = 1
+            for w in batch:
+                if w.expected_version is None:
+                    out[(w.topic, w.partition)] = 0
+                    position += 2
+                else:
+                    out[(w.topic, w.partition)] = int(results[position].version)
+                    position += 1
+        if retry:
+            out.update(self._write_partition_states_one_by_one(fence, retry))
+        return out
+
+    def _add_write(
+        self, tx: Any, w: PartitionStateWrite, fence: ControllerFence, with_parent: bool
+    ) -> None:
+        data = zk.encode_partition_state(
+            w.state.leader, w.state.leader_epoch, w.state.isr, fence.epoch
+        )
+        path = zk.partition_state_path(w.topic, w.partition)
+        if w.expected_version is None:
+            if with_parent:
+                tx.create(zk.partition_path(w.topic, w.partition))
+            tx.create(path, data)
+        else:
+            tx.set_data(path, data, w.expected_version)
+
+    def _write_partition_states_one_by_one(
+        self, fence: ControllerFence, writes: Sequence[PartitionStateWrite]
+    ) -> dict[tuple[str, int], int | None]:
+        client = self._require()
+        # A partition znode may exist without its state (written by another tool):
+        # create parents on their own first; they are plain, harmless znodes.
+        made = [
+            client.create_async(zk.partition_path(w.topic, w.partition))
+            for w in writes
+            if w.expected_version is None
+        ]
         for result in made:
             with contextlib.suppress(NodeExistsError):
                 self._wait(result, "partition path")
@@ -916,32 +1026,18 @@ class ZkClusterStore:
         for w in writes:
             tx = client.transaction()
             tx.check(zk.CONTROLLER_EPOCH, fence.epoch_zk_version)
-            data = zk.encode_partition_state(
-                w.state.leader, w.state.leader_epoch, w.state.isr, fence.epoch
-            )
-            path = zk.partition_state_path(w.topic, w.partition)
-            if w.expected_version is None:
-                tx.create(path, data)
-            else:
-                tx.set_data(path, data, w.expected_version)
+            self._add_write(tx, w, fence, with_parent=False)
             pending.append((w, tx.commit_async()))
         out: dict[tuple[str, int], int | None] = {}
-        fenced = False
         for w, result in pending:
             results = list(self._wait(result, "partition state"))
-            if results and isinstance(results[0], BadVersionError | NoNodeError):
-                fenced = True
-                continue
+            self._raise_if_fenced(results, fence)
             if isinstance(results[1], BaseException):
                 out[(w.topic, w.partition)] = None
             elif w.expected_version is None:
                 out[(w.topic, w.partition)] = 0
             else:
                 out[(w.topic, w.partition)] = int(results[1].version)
-        if fenced:
-            raise ControllerMovedError(
-                f"controller epoch {fence.epoch} of broker {fence.broker_id} is no longer current"
-            )
         return out
 
     # -- watches ------------------------------------------------------------------------

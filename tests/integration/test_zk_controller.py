@@ -3,6 +3,9 @@ takes over and re-elects the leaders of the dead broker's partitions."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 
@@ -97,3 +100,45 @@ def test_expired_controller_stops_and_the_other_takes_over(nodes: dict[int, Node
     wait_for(lambda: 1 in reader.brokers())  # broker 1 re-registered on its new session
     after = state(reader, "t", 0)
     assert after is not None and after.leader_epoch >= 1 and after.leader != NO_LEADER
+
+
+BROKER_SCRIPT = """
+import sys, time
+from headwater.cluster.store import BrokerRegistration, ZkClusterStore
+store = ZkClusterStore(sys.argv[1], session_timeout_ms=1000)
+store.start(timeout=10)
+store.register_broker(BrokerRegistration(int(sys.argv[2]), "127.0.0.1", 9100))
+print("registered", flush=True)
+time.sleep(600)
+"""
+
+
+def test_kill_9_of_a_broker_moves_its_leaderships_after_the_session_timeout(
+    zookeeper: ZooKeeperServer,
+) -> None:
+    connect = fresh_chroot_connect(zookeeper)
+    node = Node(connect, 1)
+    victim = subprocess.Popen(
+        [sys.executable, "-c", BROKER_SCRIPT, connect, "2"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert victim.stdout is not None and victim.stdout.readline().strip() == "registered"
+        wait_for(lambda: node.controller.is_active and 2 in node.store.brokers())
+        create_topic(node.store, "t", 1, 2, replica_assignment={0: [2, 1]})
+        wait_for(lambda: state(node.store, "t", 0) is not None)
+        assert state(node.store, "t", 0) == PartitionState(2, 0, (2, 1), 1, 0)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        killed = time.monotonic()
+        # The session is not closed by a dead process: ZooKeeper ends it after the
+        # 1 s timeout, then the controller elects broker 1.
+        wait_for(lambda: (s := state(node.store, "t", 0)) is not None and s.leader == 1)
+        assert time.monotonic() - killed < 10
+        assert state(node.store, "t", 0) == PartitionState(1, 1, (1,), 1, 1)
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+            victim.wait()
+        node.close()

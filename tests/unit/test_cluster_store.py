@@ -235,3 +235,35 @@ def test_cluster_id_is_set_once(zk: FakeZooKeeper) -> None:
     a, b = started(zk), started(zk)
     assert a.cluster_id("first") == "first"
     assert b.cluster_id("second") == "first"
+
+
+def test_one_lost_compare_and_set_does_not_fail_its_batch(zk: FakeZooKeeper) -> None:
+    a = started(zk)
+    a.WRITE_BATCH = 4  # several batches, one of them with a conflict
+    fence = a.try_become_controller(1)
+    assert fence is not None
+    a.create_topic("t", TOPIC_ID, {p: [1] for p in range(10)}, {})
+    created = a.write_partition_states(
+        fence,
+        [PartitionStateWrite("t", p, PartitionState(1, 0, (1,), 0), None) for p in range(10)],
+    )
+    assert created == {("t", p): 0 for p in range(10)}
+    assert a.update_partition_state("t", 5, PartitionState(1, 0, (1,), 1), 0) == 1  # a leader
+    moved = a.write_partition_states(
+        fence, [PartitionStateWrite("t", p, PartitionState(2, 1, (2,), 0), 0) for p in range(10)]
+    )
+    assert moved == {("t", p): (None if p == 5 else 1) for p in range(10)}
+    states = a.partition_states([("t", p) for p in range(10)])
+    assert [states[("t", p)].leader for p in range(10)] == [2, 2, 2, 2, 2, 1, 2, 2, 2, 2]
+
+
+def test_creating_a_state_whose_partition_znode_exists(zk: FakeZooKeeper) -> None:
+    a = started(zk)
+    fence = a.try_become_controller(1)
+    assert fence is not None
+    a.create_topic("t", TOPIC_ID, {0: [1], 1: [1]}, {})
+    a.client.ensure_path_async("/brokers/topics/t/partitions/1").get()  # left by a tool
+    got = a.write_partition_states(
+        fence, [PartitionStateWrite("t", p, PartitionState(1, 0, (1,), 0), None) for p in (0, 1)]
+    )
+    assert got == {("t", 0): 0, ("t", 1): 0}

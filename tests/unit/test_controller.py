@@ -11,6 +11,7 @@ from headwater.cluster.controller import (
     Controller,
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
+    add_partitions,
     assign_replicas,
     create_topic,
     elect_leader,
@@ -298,3 +299,37 @@ def test_create_topic_checks_replication_factor_and_assignment(cluster: Cluster)
         create_topic(store, "t", 1, 1, replica_assignment={0: [7]})
     with pytest.raises(InvalidReplicaAssignmentError):
         create_topic(store, "t", 2, 1, replica_assignment={0: [1], 1: []})
+
+
+def test_added_partitions_get_states_and_continue_the_round_robin(cluster: Cluster) -> None:
+    for b in (1, 2, 3):
+        cluster.add_broker(b)
+    store = cluster.stores[1]
+    create_topic(store, "t", 3, 2, rng=random.Random(3))
+    cluster.settle()
+    grown = add_partitions(store, "t", 6, rng=random.Random(3))
+    assert sorted(grown.replicas) == list(range(6))
+    assert all(len(r) == 2 and len(set(r)) == 2 for r in grown.replicas.values())
+    cluster.settle()
+    for p in range(3, 6):
+        state = cluster.state("t", p)
+        assert state.leader == grown.replicas[p][0]
+        assert state.leader_epoch == 0
+    with pytest.raises(InvalidPartitionsError):
+        add_partitions(store, "t", 6)
+    with pytest.raises(InvalidReplicaAssignmentError):
+        add_partitions(store, "t", 7, replica_assignment={6: [9]})
+
+
+def test_unclean_config_set_after_creation_is_honoured(cluster: Cluster) -> None:
+    for b in (1, 2):
+        cluster.add_broker(b)
+    store = cluster.stores[1]
+    create_topic(store, "t", 1, 2, replica_assignment={0: [2, 1]})
+    cluster.settle()
+    s = cluster.state("t", 0)
+    assert store.update_partition_state("t", 0, PartitionState(2, 0, (2,), 1), s.zk_version)
+    store.set_topic_configs("t", {"unclean.leader.election.enable": "true"})
+    cluster.stores[2].close()
+    cluster.settle()
+    assert cluster.state("t", 0).leader == 1
