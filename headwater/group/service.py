@@ -43,8 +43,9 @@ log = logging.getLogger(__name__)
 # NOT_ENOUGH_REPLICAS, REQUEST_TIMED_OUT...).
 WaitReplicated = Callable[[int, int], Awaitable[int]]
 
-# Records applied per step of a load before yielding to the event loop.
-_LOAD_STEP = 2000
+# Records applied per step of a load before yielding to the event loop: a step
+# takes a few milliseconds (bench/bench_group_load.py), so requests keep flowing.
+_LOAD_STEP = 500
 
 
 def monotonic_ms() -> int:
