@@ -228,7 +228,12 @@ class GroupService:
 
         def replicated(offset: int) -> Pending[ErrorCode]:
             pending: Pending[ErrorCode] = Pending()
-            task = asyncio.ensure_future(wait_replicated(partition, offset))
+            try:
+                task = asyncio.ensure_future(wait_replicated(partition, offset))
+            except Exception:  # the coordinator is mid-operation: answer, do not raise
+                log.exception("wait_replicated failed")
+                pending.complete(ErrorCode.unknown_server_error)
+                return pending
             self._waits.add(task)
             task.add_done_callback(lambda done: self._replication_done(done, pending))
             return pending
