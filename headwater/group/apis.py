@@ -74,8 +74,28 @@ def _ms(value: datetime.timedelta) -> int:
     return value // datetime.timedelta(milliseconds=1)
 
 
-# The fields the handlers read, common to every version of a request; fields
-# that only some versions have are read with getattr and a default.
+# The fields the handlers read, common to every version of a request (kio has
+# one class per version and no common base); fields that only some versions
+# have are read with getattr and a default. Shared fields are said once, in
+# the base shapes.
+
+
+class GroupRequestLike(Protocol):
+    @property
+    def group_id(self) -> str: ...
+
+
+class MemberRequestLike(GroupRequestLike, Protocol):
+    @property
+    def member_id(self) -> str: ...
+
+
+class HeartbeatRequestLike(MemberRequestLike, Protocol):
+    @property
+    def generation_id(self) -> int: ...
+
+
+LeaveGroupRequestLike = GroupRequestLike
 
 
 class _JoinProtocol(Protocol):
@@ -85,13 +105,9 @@ class _JoinProtocol(Protocol):
     def metadata(self) -> bytes: ...
 
 
-class JoinGroupRequestLike(Protocol):
-    @property
-    def group_id(self) -> str: ...
+class JoinGroupRequestLike(MemberRequestLike, Protocol):
     @property
     def session_timeout(self) -> datetime.timedelta: ...
-    @property
-    def member_id(self) -> str: ...
     @property
     def protocol_type(self) -> str: ...
     @property
@@ -105,54 +121,38 @@ class _SyncAssignment(Protocol):
     def assignment(self) -> bytes: ...
 
 
-class SyncGroupRequestLike(Protocol):
-    @property
-    def group_id(self) -> str: ...
-    @property
-    def generation_id(self) -> int: ...
-    @property
-    def member_id(self) -> str: ...
+class SyncGroupRequestLike(HeartbeatRequestLike, Protocol):
     @property
     def assignments(self) -> Sequence[_SyncAssignment]: ...
 
 
-class HeartbeatRequestLike(Protocol):
-    @property
-    def group_id(self) -> str: ...
-    @property
-    def generation_id(self) -> int: ...
-    @property
-    def member_id(self) -> str: ...
-
-
-class LeaveGroupRequestLike(Protocol):
-    @property
-    def group_id(self) -> str: ...
-
-
-class _CommitPartition(Protocol):
+class _PartitionIndex(Protocol):
     @property
     def partition_index(self) -> int: ...
+
+
+class _CommitPartition(_PartitionIndex, Protocol):
     @property
     def committed_offset(self) -> int: ...
     @property
     def committed_metadata(self) -> str | None: ...
 
 
-class _CommitTopic(Protocol):
+class _TopicPartitions(Protocol):
     @property
     def name(self) -> str: ...
+    @property
+    def partitions(self) -> Sequence[_PartitionIndex]: ...
+
+
+class _CommitTopic(_TopicPartitions, Protocol):
     @property
     def partitions(self) -> Sequence[_CommitPartition]: ...
 
 
-class OffsetCommitRequestLike(Protocol):
-    @property
-    def group_id(self) -> str: ...
+class OffsetCommitRequestLike(MemberRequestLike, Protocol):
     @property
     def generation_id_or_member_epoch(self) -> int: ...
-    @property
-    def member_id(self) -> str: ...
     @property
     def topics(self) -> Sequence[_CommitTopic]: ...
 
@@ -164,21 +164,7 @@ class _FetchTopic(Protocol):
     def partition_indexes(self) -> Sequence[int]: ...
 
 
-class _TopicPartitions(Protocol):
-    @property
-    def name(self) -> str: ...
-    @property
-    def partitions(self) -> Sequence[_PartitionIndex]: ...
-
-
-class _PartitionIndex(Protocol):
-    @property
-    def partition_index(self) -> int: ...
-
-
-class OffsetDeleteRequestLike(Protocol):
-    @property
-    def group_id(self) -> str: ...
+class OffsetDeleteRequestLike(GroupRequestLike, Protocol):
     @property
     def topics(self) -> Sequence[_TopicPartitions]: ...
 

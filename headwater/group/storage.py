@@ -170,27 +170,33 @@ class _Encoder:
         return b"".join(self._parts)
 
 
+# Compiled once: a coordinator taking over a partition decodes every record in it.
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+
+
 class _Decoder:
     def __init__(self, data: bytes) -> None:
         self._view = memoryview(data)
         self._pos = 0
 
-    def _unpack(self, fmt: str) -> int:
+    def _unpack(self, field: struct.Struct) -> int:
         try:
-            (value,) = struct.unpack_from(fmt, self._view, self._pos)
+            (value,) = field.unpack_from(self._view, self._pos)
         except struct.error as exc:
             raise CorruptRecordError(f"truncated record at byte {self._pos}") from exc
-        self._pos += struct.calcsize(fmt)
+        self._pos += field.size
         return int(value)
 
     def int16(self) -> int:
-        return self._unpack(">h")
+        return self._unpack(_INT16)
 
     def int32(self) -> int:
-        return self._unpack(">i")
+        return self._unpack(_INT32)
 
     def int64(self) -> int:
-        return self._unpack(">q")
+        return self._unpack(_INT64)
 
     def nullable_bytes(self) -> bytes | None:
         length = self.int32()
