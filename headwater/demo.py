@@ -540,6 +540,9 @@ def _broker_for(args: argparse.Namespace) -> Iterator[str]:
     if args.bootstrap:
         yield args.bootstrap
         return
+    if args.brokers > 1:
+        yield from _local_cluster(args)
+        return
     if not args.master.startswith("local"):
         log.warning(
             "the embedded broker listens on 127.0.0.1, which executors of %s cannot reach; "
@@ -552,6 +555,28 @@ def _broker_for(args: argparse.Namespace) -> Iterator[str]:
         yield broker.listen
     finally:
         broker.stop()
+
+
+def _local_cluster(args: argparse.Namespace) -> Iterator[str]:
+    """ZooKeeper and ``--brokers`` brokers; the demo's topics get one replica per broker."""
+    from headwater.cluster.local_cluster import LocalCluster
+
+    n = args.brokers
+    cluster = LocalCluster(
+        Path(args.data_dir),
+        n,
+        base_port=args.port,
+        overrides=[f"default.replication.factor={n}", f"min.insync.replicas={min(2, n)}"],
+    ).start()
+    print(
+        f"local cluster of {n} brokers ({cluster.bootstrap}), replication factor {n}, "
+        f"data in {args.data_dir}",
+        flush=True,
+    )
+    try:
+        yield cluster.bootstrap
+    finally:
+        cluster.stop()
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -577,7 +602,13 @@ def add_demo_command(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--bootstrap", metavar="HOST:PORT", help="use this broker, not an embedded one")
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     p.add_argument("--data-dir", default="headwater-data", help="embedded broker's data")
-    p.add_argument("--port", type=int, default=9092, help="embedded broker's port")
+    p.add_argument("--port", type=int, default=9092, help="embedded broker's (first) port")
+    p.add_argument(
+        "--brokers",
+        type=int,
+        default=1,
+        help="run a local cluster of N brokers on ZooKeeper, replication factor N (default 1)",
+    )
     p.add_argument("--output", default="demo-output", help="parquet and checkpoints")
     p.add_argument("--duration", type=float, default=0, help="seconds to run; 0: until Ctrl-C")
     p.add_argument("--events-per-second", type=int, default=2000)

@@ -108,7 +108,7 @@ class ClusterNode:
                 f"in ZooKeeper ({self.zookeeper_connect}); refusing to start"
             ) from exc
         await self.view.start()
-        self.controller.start()
+        await loop.run_in_executor(None, self.controller.start)  # it blocks: its own thread
         # The broker starts ``self.replicas`` itself, once its group service is
         # ready to hear about leadership of the offsets topic.
         log.info("joined the cluster at %s as broker %d", self.zookeeper_connect, self.broker_id)

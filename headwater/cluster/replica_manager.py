@@ -41,7 +41,7 @@ from headwater.cluster.produce_purgatory import (
     await_acks,
 )
 from headwater.cluster.replica_fetcher import FetcherConfig, ReplicaFetcher
-from headwater.cluster.store import ClusterStore, PartitionState
+from headwater.cluster.store import ClusterStore, PartitionState, SessionEvent
 from headwater.fetch.types import PartitionFetch
 from headwater.log.hw_checkpoint import HighWatermarkCheckpoint
 from headwater.log.log import Log
@@ -107,6 +107,7 @@ class ReplicaManager:
     async def start(self) -> None:
         self._checkpointed = self._checkpoint.read()
         self.view.on_change(self._on_change)
+        self.view.on_session(self._on_session)
         self._apply_all()
         interval = max(self.config.replica_lag_time_max_ms / 2, 100) / 1000
         self._tasks.append(asyncio.create_task(self._every(interval, self._check_isr), name="isr"))
@@ -167,6 +168,33 @@ class ReplicaManager:
             if assignment is not None:
                 keys.update((name, p) for p in assignment.replicas)
         self._apply_partitions(sorted(keys))
+
+    def _on_session(self, event: SessionEvent) -> None:
+        """A lost ZooKeeper session means the controller has given our leaderships away.
+
+        Kafka's rule: a broker whose session expired stops acting as leader
+        until ZooKeeper tells it otherwise. Its partitions answer
+        NOT_LEADER_OR_FOLLOWER (clients move), waiting ``acks=all`` produces
+        fail, groups unload; once the session is restored (the store has
+        re-registered the broker) every partition takes its role afresh from
+        the view. A merely *suspended* connection changes nothing: leaders
+        keep serving, ISR writes fail until it is back.
+        """
+        if event is SessionEvent.LOST:
+            for replica in self.replicas.values():
+                if replica.is_leader:
+                    log.warning(
+                        "ZooKeeper session lost: no longer leading %s-%d until told again",
+                        replica.topic,
+                        replica.partition,
+                    )
+                    self._unwatch_appends(replica)
+                    self.purgatory.fail(replica.key)
+                    replica.leader = -1
+                    replica.followers = {}
+                    self._tell_leadership(replica.topic, replica.partition, False)
+        elif event is SessionEvent.RESTORED:
+            self._apply_all()
 
     def _ensure_local_topic(self, name: str) -> None:
         """Mirror a ZooKeeper topic in the local registry (same id, same partition count)."""

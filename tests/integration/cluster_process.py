@@ -95,13 +95,15 @@ class Cluster:
         return set(md.brokers)
 
     def controller_id(self) -> int:
-        return int(self.admin().describe_cluster(request_timeout=5).result().controller.id)
+        admin = self.admin()
+        return int(admin.describe_cluster(request_timeout=5).result().controller.id)
 
     def create_topic(
         self, name: str, partitions: int = 1, replication: int = 3, **configs: str
     ) -> None:
         topic = NewTopic(name, partitions, replication, config=dict(configs))
-        self.admin().create_topics([topic], request_timeout=30)[name].result(30)
+        admin = self.admin()  # keep it alive until the future completes
+        admin.create_topics([topic], request_timeout=30)[name].result(30)
         wait_for(lambda: self.all_have_leaders(name, partitions), what=f"leaders of {name}")
 
     def partitions(self, topic: str) -> dict[int, Any]:

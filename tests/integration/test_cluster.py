@@ -20,13 +20,12 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from kafka import KafkaConsumer, KafkaProducer
 
 from tests.integration.cluster_process import Cluster, wait_for
-from tests.integration.zookeeper import zk_connect, zookeeper  # noqa: F401
 
 pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, zk_connect: str) -> Iterator[Cluster]:  # noqa: F811
+def cluster(tmp_path: Path, zk_connect: str) -> Iterator[Cluster]:
     c = Cluster(tmp_path, zk_connect).start()
     try:
         yield c
