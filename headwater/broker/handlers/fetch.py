@@ -123,17 +123,25 @@ class FetchApi:
     async def _fetch(self, req: FetchRequestData) -> EncodedBody:
         now = _now_ms()
         ctx: FetchContext = self.sessions.new_context(req, now, self.watcher)
-        if req.replica_id >= 0 and self.replication is not None and not ctx.error_code:
-            # A follower's fetch offsets say what it has: they move the high
-            # watermark and the ISR. Incremental fetches name only the
-            # partitions whose offset changed, so this is O(changed) too.
-            self.replication.on_follower_fetch(req.replica_id, req.partitions)
         if ctx.error_code:
             return self._encode(
                 FetchResponseData(error_code=ctx.error_code, session_id=0), req.version
             )
         to_read = ctx.partitions_to_read()
         result = self._read(req, to_read)
+        if req.replica_id >= 0 and self.replication is not None:
+            # A follower's fetch offsets say what it has: they move the high
+            # watermark and the ISR. An incremental fetch reads only what
+            # changed, so this is O(changed) too. As in Kafka, a partition whose
+            # log diverged (or that erred) tells nothing about the follower yet.
+            self.replication.on_follower_fetch(
+                req.replica_id,
+                [
+                    p
+                    for p, data in zip(to_read, result.partitions, strict=True)
+                    if not data.error_code and data.diverging_epoch < 0
+                ],
+            )
         if not self._ready(req, result, ctx):
             deadline = now + req.max_wait_ms
             async with self.purgatory.watch(ctx, to_read, self.logs.existing_log) as waiter:
