@@ -89,10 +89,12 @@ class LocalCluster:
 
     def create_topic(self, name: str, partitions: int, rf: int, **configs: str) -> None:
         topic = NewTopic(name, partitions, rf, config=configs)
-        self.admin().create_topics([topic], request_timeout=300)[name].result(300)
+        admin = self.admin()  # alive until the future completes
+        admin.create_topics([topic], request_timeout=300)[name].result(300)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
-            md = self.admin().list_topics(name, timeout=30).topics[name]
+            admin = self.admin()
+            md = admin.list_topics(name, timeout=30).topics[name]
             if len(md.partitions) == partitions and all(
                 p.leader >= 0 and len(p.isrs) == rf for p in md.partitions.values()
             ):
@@ -257,7 +259,8 @@ def bench_idle(args: argparse.Namespace, sessions: bool) -> dict[str, Any]:
 def bench_failover(args: argparse.Namespace) -> dict[str, Any]:
     with ScratchDir("hw-bench-failover-") as root, LocalCluster(root, 3, []) as cluster:
         cluster.create_topic("failover", 1, 3, **{"min.insync.replicas": "2"})
-        md = cluster.admin().list_topics("failover", timeout=10).topics["failover"]
+        admin = cluster.admin()
+        md = admin.list_topics("failover", timeout=10).topics["failover"]
         leader = md.partitions[0].leader
         survivors = ",".join(b.bootstrap for i, b in enumerate(cluster.brokers) if i != leader)
         producer = Producer(
