@@ -36,6 +36,7 @@ class ApiKey(enum.IntEnum):
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     OFFSET_DELETE = 47
+    DESCRIBE_CLUSTER = 60
 
 
 #: OffsetDelete's schema says "flexibleVersions": "none"; versions are int16.
@@ -65,6 +66,7 @@ API_FLEXIBLE_FROM: Final[dict[int, int]] = {
     ApiKey.CREATE_PARTITIONS: 2,
     ApiKey.DELETE_GROUPS: 2,
     ApiKey.OFFSET_DELETE: NEVER_FLEXIBLE,
+    ApiKey.DESCRIBE_CLUSTER: 0,
 }
 
 # Inclusive (min, max) versions the codec handles. kio 0.6.5 has no schema for
@@ -92,6 +94,7 @@ SUPPORTED: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.DESCRIBE_CLUSTER: (0, 1),
 }
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,9 +51,16 @@ class Cluster:
     """Brokers 0..n-1 on ``zk_connect``, each with its own data directory."""
 
     def __init__(
-        self, root: Path, zk_connect: str, size: int = 3, overrides: Sequence[str] = ()
+        self,
+        root: Path,
+        zk_connect: str,
+        size: int = 3,
+        overrides: Sequence[str] = (),
+        *,
+        metrics: bool = False,
     ) -> None:
         self.zk_connect = zk_connect
+        self.metrics_ports = [free_port() for _ in range(size)] if metrics else []
         self.brokers = [
             BrokerProcess(
                 root / f"broker-{i}",
@@ -62,6 +70,11 @@ class Cluster:
                     f"zookeeper.connect={zk_connect}",
                     *FAST_FAILOVER,
                     *overrides,
+                    *(
+                        [f"headwater.metrics.listen=127.0.0.1:{self.metrics_ports[i]}"]
+                        if metrics
+                        else []
+                    ),
                 ],
             )
             for i in range(size)
@@ -85,6 +98,17 @@ class Cluster:
                     b.stop(timeout=20)
                 except Exception:
                     b.kill()
+
+    def metric(self, broker_id: int, name: str) -> float:
+        """One Prometheus sample of a broker's /metrics (the sum over its labels)."""
+        url = f"http://127.0.0.1:{self.metrics_ports[broker_id]}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        return sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith((name + " ", name + "{"))
+        )
 
     def admin(self) -> AdminClient:
         # A fresh client each time: the set of live bootstrap brokers changes.

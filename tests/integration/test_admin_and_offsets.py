@@ -124,3 +124,10 @@ def test_round_trip_on_alternative_server_paths(tmp_path: Path, override: str) -
         assert got == list(range(500))
     finally:
         b.kill()
+
+
+def test_describe_cluster_names_the_broker_as_controller(broker: BrokerProcess) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    cluster = admin.describe_cluster(request_timeout=10).result(10)
+    assert cluster.controller is not None and cluster.controller.id == 0
+    assert [(n.id, n.host, n.port) for n in cluster.nodes] == [(0, "127.0.0.1", broker.port)]

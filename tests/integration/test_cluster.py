@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from tests.integration.cluster_process import Cluster, wait_for
 
@@ -391,3 +391,51 @@ def test_truncation_of_a_diverged_follower(cluster: Cluster) -> None:
     assert values == [f"shared-{i}".encode() for i in range(100)] + [
         f"new-{i}".encode() for i in range(30)
     ]
+
+
+def test_a_flood_of_consumer_sessions_evicts_no_follower_session(
+    tmp_path: Path, zk_connect: str
+) -> None:
+    """KIP-227's privilege: replica fetchers keep their sessions whatever consumers do."""
+    slots = 6
+    c = Cluster(
+        tmp_path,
+        zk_connect,
+        overrides=[
+            f"max.incremental.fetch.session.cache.slots={slots}",
+            "min.incremental.fetch.session.eviction.ms=0",  # the cache evicts as eagerly as it can
+        ],
+        metrics=True,
+    ).start()
+    consumers: list[KafkaConsumer] = []
+    try:
+        c.create_topic("flood", partitions=6, replication=3)
+        producer = Producer({"bootstrap.servers": c.bootstrap, "acks": "all"})
+        for i in range(600):
+            producer.produce("flood", value=str(i).encode(), partition=i % 6)
+        assert producer.flush(30) == 0
+        name = "headwater_fetch_sessions_followers"
+        # Each broker leads partitions that both others follow: one session per fetcher.
+        wait_for(lambda: all(c.metric(b, name) == 2 for b in (0, 1, 2)), what="follower sessions")
+        parts = [TopicPartition("flood", p) for p in range(6)]
+        for _ in range(3 * slots):
+            consumer = KafkaConsumer(
+                bootstrap_servers=c.bootstrap, auto_offset_reset="earliest", group_id=None
+            )
+            consumer.assign(parts)
+            consumers.append(consumer)
+        for consumer in consumers:
+            got = 0
+            deadline = time.monotonic() + 30
+            while got < 600 and time.monotonic() < deadline:
+                got += sum(len(v) for v in consumer.poll(500).values())
+            assert got == 600
+        sessions = "kafka_server_fetchsessioncache_numincrementalfetchsessions"
+        for b in (0, 1, 2):
+            assert c.metric(b, name) == 2, f"broker {b} lost a follower session"
+            # The flood filled every cache: consumers took every slot followers left.
+            assert c.metric(b, sessions) == slots
+    finally:
+        for consumer in consumers:
+            consumer.close()
+        c.stop()

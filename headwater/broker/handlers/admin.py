@@ -134,6 +134,17 @@ class AdminApis:
             controller_id=self.config.node_id,
         )
 
+    def describe_cluster(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
+        """One broker: it is the whole cluster and its controller."""
+        host, port = self.config.advertised
+        return {
+            "throttle_time": 0,
+            "error_code": 0,
+            "cluster_id": self.config.cluster_id,
+            "controller_id": self.config.node_id,
+            "brokers": [{"broker_id": self.config.node_id, "host": host, "port": port}],
+        }
+
     # -- Topic administration ---------------------------------------------------
 
     def create_topics(self, ctx: RequestContext, req: Any) -> dict[str, Any]:

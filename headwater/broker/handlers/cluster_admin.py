@@ -151,6 +151,20 @@ class ClusterAdminApis:
     def _name_of(self, topic_id: uuid.UUID) -> str | None:
         return next((n for n, a in self.view.topics.items() if a.topic_id == topic_id), None)
 
+    def describe_cluster(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
+        """Every live broker and the controller, as ZooKeeper says (DescribeCluster, KIP-700)."""
+        controller = self.view.controller_id
+        return {
+            "throttle_time": 0,
+            "error_code": 0,
+            "cluster_id": self.config.cluster_id,
+            "controller_id": controller if controller is not None else -1,
+            "brokers": [
+                {"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
+                for b in self._brokers()
+            ],
+        }
+
     # -- topic creation ------------------------------------------------------------
 
     def replication_factor_for(self, name: str) -> int:
