@@ -76,6 +76,8 @@ def decode_varint(data: bytes, pos: int) -> tuple[int, int]:
     while True:
         b = data[pos]
         pos += 1
+        if shift == 63 and b & 0x7F > 1:
+            raise CorruptRecordError(f"varint at {pos} does not fit 64 bits")
         z |= (b & 0x7F) << shift
         if b < 0x80:
             return (z >> 1) ^ -(z & 1), pos
@@ -283,10 +285,17 @@ def _decode_records(data: bytes, count: int, base_offset: int, base_timestamp: i
             pos += 1
         else:
             header_count, pos = varint(data, pos)
+            if header_count < 0:
+                raise CorruptRecordError(f"record has header count {header_count}")
             headers = []
             for _h in range(header_count):
                 name_length, pos = varint(data, pos)
-                name = data[pos : pos + name_length].decode()
+                if name_length < 0 or pos + name_length > len(data):
+                    raise CorruptRecordError(f"header key length {name_length} at {pos}")
+                try:
+                    name = data[pos : pos + name_length].decode()
+                except UnicodeDecodeError as exc:
+                    raise CorruptRecordError(f"header key at {pos} is not UTF-8") from exc
                 pos += name_length
                 header_value_length, pos = varint(data, pos)
                 if header_value_length < 0:
