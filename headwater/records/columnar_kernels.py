@@ -339,8 +339,10 @@ def encode_records(
     """The record bytes (uncompressed, no headers) of rows ``start:stop``.
 
     Inputs are Arrow buffers as numpy views: ``*_off`` int32 offsets
-    (already shifted by the array's own offset), ``*_valid`` a validity
-    bitmap indexed by row (only read when ``*_has_nulls``).
+    (already shifted by the array's own offset) into ``*_data``, ``*_valid``
+    one bool per row (only read when ``*_has_nulls``). They come from
+    validated Arrow arrays, and ``out`` is sized for the worst case (a
+    record's framing is at most 32 bytes), so no write can overrun.
     """
     n = stop - start
     capacity = n * 40 + (key_off[stop] - key_off[start]) + (val_off[stop] - val_off[start])
@@ -349,8 +351,8 @@ def encode_records(
     for j in range(n):
         i = start + j
         ts_delta = timestamps[i] - base_timestamp
-        key_null = key_has_nulls and (key_valid[i >> 3] >> (i & 7)) & 1 == 0
-        val_null = val_has_nulls and (val_valid[i >> 3] >> (i & 7)) & 1 == 0
+        key_null = key_has_nulls and not key_valid[i]
+        val_null = val_has_nulls and not val_valid[i]
         klen = -1 if key_null else key_off[i + 1] - key_off[i]
         vlen = -1 if val_null else val_off[i + 1] - val_off[i]
         body = (
@@ -381,3 +383,44 @@ def encode_records(
         out[pos] = 0  # no headers
         pos += 1
     return out[:pos]
+
+
+_M = 0x5BD1E995
+_MASK32 = 0xFFFFFFFF
+
+
+@njit(cache=True, nogil=True)  # type: ignore[untyped-decorator]
+def key_partitions(key_off: Any, key_data: Any, n: int, num_partitions: int) -> Any:
+    """Kafka's default partition of each key (murmur2, as ``client.partitioner``)."""
+    out = np.empty(n, np.int32)
+    for i in range(n):
+        start = key_off[i]
+        length = key_off[i + 1] - start
+        h = (0x9747B28C ^ length) & _MASK32
+        tail = length & ~3
+        for j in range(0, tail, 4):
+            a = start + j
+            kk = (
+                np.int64(key_data[a])
+                | (np.int64(key_data[a + 1]) << 8)
+                | (np.int64(key_data[a + 2]) << 16)
+                | (np.int64(key_data[a + 3]) << 24)
+            )
+            kk = (kk * _M) & _MASK32
+            kk ^= kk >> 24
+            kk = (kk * _M) & _MASK32
+            h = (h * _M) & _MASK32
+            h ^= kk
+        rest = length & 3
+        if rest == 3:
+            h ^= np.int64(key_data[start + tail + 2]) << 16
+        if rest >= 2:
+            h ^= np.int64(key_data[start + tail + 1]) << 8
+        if rest >= 1:
+            h ^= np.int64(key_data[start + tail])
+            h = (h * _M) & _MASK32
+        h ^= h >> 13
+        h = (h * _M) & _MASK32
+        h ^= h >> 15
+        out[i] = (h & 0x7FFFFFFF) % num_partitions
+    return out

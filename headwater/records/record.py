@@ -12,7 +12,7 @@ record loop is what keeps record decoding fast in pure Python.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from headwater.records.batch import (
     CONTROL_MASK,
@@ -165,6 +165,25 @@ class RecordBatchBuilder:
         self._records += encode_varint(len(body))
         self._records += body
         self._count += 1
+
+    def append_encoded(
+        self,
+        records: bytes | bytearray | memoryview | Any,
+        count: int,
+        base_timestamp: int,
+        max_timestamp: int,
+    ) -> None:
+        """Take ``count`` records already encoded against ``base_timestamp`` and offset 0.
+
+        For ``headwater.records.columnar_encode``, which writes a whole
+        batch's records in one compiled call; only into an empty builder.
+        """
+        if self._count:
+            raise ValueError("append_encoded needs an empty builder")
+        self._records = bytearray(records)
+        self._count = count
+        self._base_timestamp = base_timestamp
+        self._max_timestamp = max_timestamp
 
     def build(self) -> bytes:
         if self._count == 0:

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from headwater.client.partitioner import partition_for_key
 from headwater.records import columnar
 from headwater.records.batch import (
     CRC_OFFSET,
@@ -19,6 +20,7 @@ from headwater.records.batch import (
     iter_batch_headers,
     write_batch_crc,
 )
+from headwater.records.columnar_encode import encode_batches, key_partitions
 from headwater.records.compression import Compression
 from headwater.records.errors import CorruptRecordError
 from headwater.records.record import RecordBatchBuilder, decode_batches
@@ -242,3 +244,60 @@ def test_columns_are_arrow_without_copies_of_offsets() -> None:
     # LogAppendTime: every record carries the batch's max timestamp.
     assert got.column("timestamp").to_pylist() == [9, 9]
     assert got.column("timestampType").to_pylist() == [1, 1]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(opt_bytes, opt_bytes), min_size=1, max_size=60),
+    st.sampled_from(list(Compression)),
+    st.integers(1, 400),
+    st.integers(0, 5),
+    st.booleans(),
+)
+def test_encoded_arrow_rows_decode_to_the_same_rows(
+    rows: list[tuple[bytes | None, bytes | None]],
+    codec: Compression,
+    target: int,
+    skip: int,
+    as_string: bool,
+) -> None:
+    keys = pa.array([k for k, _ in rows], pa.binary())
+    values = pa.array([v for _, v in rows], pa.binary())
+    if as_string:  # string columns are encoded as their UTF-8 bytes
+        keys = pa.array([None if k is None else k.hex() for k, _ in rows], pa.string())
+    skip = min(skip, len(rows) - 1)  # sliced arrays carry an offset into their buffers
+    keys, values = keys.slice(skip), values.slice(skip)
+    builders = encode_batches(
+        values, keys, timestamp_ms=1_700_000_000_000, compression=codec, target_bytes=target
+    )
+    buf = b"".join(b.build() for b in builders)
+    decoded = reference(buf, include_headers=True)
+    expected_keys = [
+        None if k is None else k.encode() if as_string else k for k in keys.to_pylist()
+    ]
+    assert [r["key"] for r in decoded] == expected_keys
+    assert [r["value"] for r in decoded] == values.to_pylist()
+    assert {r["timestamp"] for r in decoded} == {1_700_000_000_000}
+    assert all(r["headers"] == [] for r in decoded)
+    assert sum(b.record_count for b in builders) == len(values)
+
+
+def test_encoded_rows_with_headers_keep_them() -> None:
+    values = pa.array([b"a", b"b", None])
+    builders = encode_batches(
+        values, None, timestamp_ms=5, headers=[None, [("h", b"x")], [("n", None)]]
+    )
+    decoded = reference(b"".join(b.build() for b in builders), include_headers=True)
+    assert [r["headers"] for r in decoded] == [
+        [],
+        [{"key": "h", "value": b"x"}],
+        [{"key": "n", "value": None}],
+    ]
+    assert [r["key"] for r in decoded] == [None, None, None]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=40), min_size=1, max_size=30), st.integers(1, 100))
+def test_vectorised_key_partitions_match_the_partitioner(keys: list[bytes], count: int) -> None:
+    got = key_partitions(pa.array(keys, pa.binary()), count).tolist()
+    assert got == [partition_for_key(key, count) for key in keys]
