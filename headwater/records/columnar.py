@@ -19,6 +19,7 @@ numba the pure-Python reference decoder fills the same columns.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -26,7 +27,7 @@ import cramjam
 import numpy as np
 import pyarrow as pa
 
-from headwater.records import columnar_kernels as k
+from headwater.records import columnar_status as k
 from headwater.records.batch import (
     HEADER_SIZE,
     MAGIC_V2,
@@ -82,9 +83,17 @@ _MESSAGES = {
 }
 
 
+@functools.cache
+def kernels() -> Any:
+    """The compiled kernels module, imported on first use (it imports numba)."""
+    from headwater.records import columnar_kernels
+
+    return columnar_kernels
+
+
 def compiled() -> bool:
     """Whether the compiled kernels are in use (numba importable)."""
-    return k.HAVE_NUMBA
+    return bool(kernels().HAVE_NUMBA)
 
 
 def decode_columns(
@@ -108,7 +117,7 @@ def decode_columns(
     for h in batches:
         _check_batch(view, h, check_crcs)
     if use_compiled is None:
-        use_compiled = k.HAVE_NUMBA
+        use_compiled = compiled()
     if not use_compiled:
         return _decode_pure(view, batches, include_headers, max_batch_bytes)
     return _decode_compiled(view, batches, include_headers, max_batch_bytes)
@@ -229,7 +238,7 @@ def _decode_compiled(
         )
     attrs = [(h.base_offset, h.base_timestamp, h.timestamp_type, h.max_timestamp) for h in batches]
     table = np.array(attrs, np.int64).reshape(nb, 4)
-    out = k.decode_records(
+    out = kernels().decode_records(
         data,
         starts,
         ends,

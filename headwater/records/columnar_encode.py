@@ -18,7 +18,7 @@ from typing import Any, Final
 import numpy as np
 import pyarrow as pa
 
-from headwater.records import columnar_kernels as k
+from headwater.records.columnar import kernels
 from headwater.records.compression import Compression
 from headwater.records.record import Header, RecordBatchBuilder
 
@@ -92,7 +92,7 @@ def encode_batches(
         if headers is not None and any(headers[start:stop]):
             _append_rows(builder, value_col, key_col, headers, start, stop, timestamp_ms)
         else:
-            records = k.encode_records(
+            records = kernels().encode_records(
                 start,
                 stop,
                 timestamps,
@@ -133,4 +133,4 @@ def _row(col: _Column, i: int) -> bytes | None:
 def key_partitions(keys: pa.Array | pa.ChunkedArray, num_partitions: int) -> Any:
     """Kafka's default partition for each (non-null) key, as an int32 numpy array."""
     col = _Column(keys, len(keys))
-    return k.key_partitions(col.offsets, col.data, len(keys), num_partitions)
+    return kernels().key_partitions(col.offsets, col.data, len(keys), num_partitions)

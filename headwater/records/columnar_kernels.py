@@ -51,22 +51,31 @@ except ImportError:  # pragma: no cover - exercised by forcing the fallback in t
         return wrap
 
 
-# Status codes of ``decode_records``; ``columnar.py`` words them.
-OK = 0
-TRUNCATED = 1  # a varint or a field runs past the end of its batch
-VARINT_TOO_LONG = 2
-RECORD_LENGTH = 3  # the record's fields do not span its declared length
-TRAILING_BYTES = 4  # bytes after the batch's last record
-NEGATIVE_HEADER_KEY = 5
-NEGATIVE_HEADER_COUNT = 6
-CAPACITY = 7  # an output buffer would overflow (cannot happen for valid input)
+from headwater.records.columnar_status import (
+    CAPACITY,
+    N_STATS,
+    NEGATIVE_HEADER_COUNT,
+    NEGATIVE_HEADER_KEY,
+    OK,
+    RECORD_LENGTH,
+    S_BATCH,
+    S_HEADERS,
+    S_HKEY_BYTES,
+    S_HVALUE_BYTES,
+    S_HVALUE_NULLS,
+    S_KEY_BYTES,
+    S_KEY_NULLS,
+    S_POS,
+    S_RECORDS,
+    S_STATUS,
+    S_VALUE_BYTES,
+    S_VALUE_NULLS,
+    TRAILING_BYTES,
+    TRUNCATED,
+    VARINT_TOO_LONG,
+)
 
 _LOW63 = 0x7FFF_FFFF_FFFF_FFFF
-
-# stats slots returned next to the arrays
-S_STATUS, S_BATCH, S_POS, S_KEY_BYTES, S_KEY_NULLS, S_VALUE_BYTES, S_VALUE_NULLS = range(7)
-S_HEADERS, S_HKEY_BYTES, S_HVALUE_BYTES, S_HVALUE_NULLS, S_RECORDS = range(7, 12)
-N_STATS = 12
 
 
 @njit(cache=True, nogil=True)  # type: ignore[untyped-decorator]
