@@ -136,7 +136,9 @@ def confluent_read(bootstrap: str, topic: str, n: int, parts: int) -> float:
     count = 0
     size = 0
     while count < n:
-        for msg in consumer.consume(10_000, 1.0):
+        # consume() blocks until it has the whole count (or times out): never
+        # ask for more than is left, or the last call waits out its timeout.
+        for msg in consumer.consume(min(n - count, 10_000), 1.0):
             if msg.error():
                 continue
             size += len(msg.value())
