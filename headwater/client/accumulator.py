@@ -145,6 +145,32 @@ class RecordAccumulator:
         queue.append(batch)
         return AppendResult(batch, new_batch=True, batch_full=batch.full or last is not None)
 
+    def append_built(
+        self,
+        tp: TopicPartition,
+        builder: RecordBatchBuilder,
+        timestamp_ms: int,
+        future: Any,
+        now: float,
+        size: int,
+    ) -> ProducerBatch:
+        """Queue a batch whose records are already encoded (``Producer.send_arrow``).
+
+        It travels as it is (full from the start), after whatever ``tp``
+        already has queued, so the partition's order holds; ``future``
+        stands for all its records and resolves with the first one's offset.
+        """
+        queue = self._batches.get(tp)
+        if queue is None:
+            queue = self._batches[tp] = collections.deque()
+        if queue:
+            queue[-1].full = True  # later records must follow this batch
+        batch = ProducerBatch(tp, builder, now, next(self._order), full=True, reserved=size)
+        batch.futures.append(future)
+        batch.timestamps.append(timestamp_ms)
+        queue.append(batch)
+        return batch
+
     @staticmethod
     def _add(
         batch: ProducerBatch,

@@ -3,8 +3,9 @@
 Sans-I/O. The consumer needs only the batch *headers* to know where the
 next fetch starts, so that is all the constructor reads: the next Fetch
 can go on the wire before a single record is decoded. Records are decoded
-batch by batch when ``take`` asks for them, which is also where the rules
-of handing records out live:
+when ``take`` / ``take_columns`` first asks for them, all batches at once
+into Arrow columns (``headwater.records.columnar``), which is also where
+the rules of handing records out live:
 
 * a batch may start before the fetch position (the broker serves whole
   batches): records below the position are dropped;
@@ -17,16 +18,22 @@ of handing records out live:
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import struct
 from collections.abc import Iterator
 from typing import Final
 
+import numpy as np
+import pyarrow as pa
+
 from headwater.client.errors import KafkaError
 from headwater.client.types import ConsumerRecord, TopicPartition
 from headwater.fetch.types import AbortedTransaction
-from headwater.records.batch import iter_batch_headers
+from headwater.records.batch import BatchHeader, iter_batch_headers
+from headwater.records.columnar import decode_columns
 from headwater.records.errors import CorruptRecordError
-from headwater.records.record import DecodedBatch, decode_batches
+from headwater.records.record import Record, decode_batches
 
 CORRUPT_MESSAGE: Final = 2
 READ_COMMITTED: Final = 1
@@ -36,6 +43,26 @@ _ABORT_MARKER: Final = 0
 # tuple.__new__ skips the NamedTuple's Python-level __new__: ~15% of the
 # per-record cost on the consumer's hot path.
 _new_tuple = tuple.__new__
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """No cyclic GC while a fetch's records are built.
+
+    Each record is a tracked tuple holding a tracked list, so building tens
+    of thousands of them sets off generation-2 collections that walk every
+    live object of the application: measured 5-6x the cost of building the
+    records themselves in a process with ~300k live objects. None of these
+    objects can form a cycle, so there is nothing for the collector to find.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def next_fetch_offset(records: bytes | memoryview, fetch_offset: int) -> int:
@@ -52,9 +79,9 @@ class CompletedFetch:
     __slots__ = (
         "_aborted",
         "_aborted_producers",
-        "_batches",
-        "_pending",
-        "_pending_index",
+        "_columns",
+        "_columns_have_headers",
+        "_offsets",
         "check_crcs",
         "fetch_offset",
         "high_watermark",
@@ -87,9 +114,9 @@ class CompletedFetch:
             raise KafkaError(CORRUPT_MESSAGE, f"{tp.topic}-{tp.partition}: {exc}") from exc
         self._aborted = sorted(aborted_transactions or (), key=lambda t: t.first_offset)
         self._aborted_producers: set[int] = set()
-        self._batches: Iterator[DecodedBatch] | None = None
-        self._pending: list[ConsumerRecord] = []
-        self._pending_index = 0
+        self._columns: pa.RecordBatch | None = None
+        self._columns_have_headers = False
+        self._offsets: np.ndarray | None = None
 
     @property
     def has_records(self) -> bool:
@@ -100,64 +127,101 @@ class CompletedFetch:
         """Up to ``max_records`` records at or after ``position``, in offset order.
 
         Fewer than ``max_records`` (or an empty list) means this fetch is used up.
+        Built from the columnar decode: columns to Python lists is a handful of
+        C loops, which beats decoding record by record in Python 2-6x
+        (docs/benchmarks.md, "Columnar fast path").
         """
-        out: list[ConsumerRecord] = []
-        limit = max_records if max_records is not None else 1 << 62
-        while len(out) < limit:
-            if self._pending_index >= len(self._pending) and self._fill() == 0:
-                break
-            start = self._pending_index
-            pending = self._pending
-            if pending[start].offset < position:
-                while start < len(pending) and pending[start].offset < position:
-                    start += 1
-                self._pending_index = start
-                continue
-            stop = min(len(pending), start + limit - len(out))
-            out.extend(pending[start:stop])
-            self._pending_index = stop
+        columns = self.take_columns(position, max_records, include_headers=True)
+        n = columns.num_rows
+        if n == 0:
+            return []
+        topic, partition = self.tp
+        offsets = columns.column("offset").to_numpy().tolist()
+        timestamps = columns.column("timestamp").to_numpy().tolist()
+        ts_types = columns.column("timestampType").to_numpy().tolist()
+        keys = columns.column("key").to_pylist()
+        values = columns.column("value").to_pylist()
+        headers = columns.column("headers")
+        new = _new_tuple
+        cls = ConsumerRecord
+        with _collector_paused():
+            if len(headers.flatten()) == 0:
+                return [
+                    new(cls, (topic, partition, o, t, y, k, v, []))
+                    for o, t, y, k, v in zip(
+                        offsets, timestamps, ts_types, keys, values, strict=True
+                    )
+                ]
+            return [
+                new(cls, (topic, partition, o, t, y, k, v, [(h["key"], h["value"]) for h in hs]))
+                for o, t, y, k, v, hs in zip(
+                    offsets, timestamps, ts_types, keys, values, headers.to_pylist(), strict=True
+                )
+            ]
+
+    def take_columns(
+        self, position: int, max_records: int | None = None, include_headers: bool = False
+    ) -> pa.RecordBatch:
+        """Up to ``max_records`` rows at or after ``position`` as decoder columns.
+
+        The whole response is decoded by one call of the columnar decoder
+        the first time (only the batches the application may see: no control
+        batches, no aborted transactions); later calls slice it without a
+        copy. Fewer rows than ``max_records`` means this fetch is used up.
+        """
+        if self._columns is None or (include_headers and not self._columns_have_headers):
+            try:
+                self._columns = decode_columns(
+                    self.records,
+                    check_crcs=self.check_crcs,
+                    include_headers=include_headers,
+                    batches=self._deliverable_batches(),
+                )
+            except CorruptRecordError as exc:
+                topic, partition = self.tp
+                raise KafkaError(CORRUPT_MESSAGE, f"{topic}-{partition}: {exc}") from exc
+            self._columns_have_headers = include_headers
+            self._offsets = self._columns.column("offset").to_numpy()
+        columns = self._columns
+        assert self._offsets is not None
+        # Offsets rise through a partition's batches: the position is a binary search away.
+        start = int(np.searchsorted(self._offsets, position))
+        stop = (
+            columns.num_rows if max_records is None else min(columns.num_rows, start + max_records)
+        )
+        out = columns.slice(start, max(0, stop - start))
+        if self._columns_have_headers and not include_headers:
+            out = out.drop_columns(["headers"])
         return out
 
-    def _fill(self) -> int:
-        """Decode the next batch that has records for the application; 0 at the end."""
-        if self._batches is None:
-            self._batches = decode_batches(self.records, check_crc=self.check_crcs)
-        topic, partition = self.tp
-        while True:
-            try:
-                batch = next(self._batches, None)
-            except CorruptRecordError as exc:
-                raise KafkaError(CORRUPT_MESSAGE, f"{topic}-{partition}: {exc}") from exc
-            if batch is None:
-                self._pending, self._pending_index = [], 0
-                return 0
-            header = batch.header
-            if (
-                self.isolation_level == READ_COMMITTED
-                and header.producer_id >= 0
-                and self._skip_for_read_committed(batch)
-            ):
-                continue
-            if header.is_control:
-                continue
-            ts_type = header.timestamp_type
-            # Hot loop: build the tuples directly, no per-record keyword handling.
-            self._pending = [
-                _new_tuple(ConsumerRecord, (topic, partition, offset, ts, ts_type, key, value, hs))
-                for offset, ts, key, value, hs in batch.records
-            ]
-            self._pending_index = 0
-            if self._pending:
-                return len(self._pending)
+    def _deliverable_batches(self) -> list[BatchHeader]:
+        """Headers of the batches whose records the application sees."""
+        out = []
+        read_committed = self.isolation_level == READ_COMMITTED
+        for header in iter_batch_headers(self.records):
+            if read_committed and header.producer_id >= 0:
+                records: list[Record] = []
+                if header.is_control:
+                    # A transaction marker: one tiny record, read for its ABORT/COMMIT key.
+                    view = memoryview(self.records)[header.position : header.position + header.size]
+                    try:
+                        records = next(decode_batches(view, check_crc=self.check_crcs)).records
+                    except CorruptRecordError as exc:
+                        topic, partition = self.tp
+                        raise KafkaError(CORRUPT_MESSAGE, f"{topic}-{partition}: {exc}") from exc
+                if self._skip_for_read_committed(header, records):
+                    continue
+            if not header.is_control:
+                out.append(header)
+        return out
 
-    def _skip_for_read_committed(self, batch: DecodedBatch) -> bool:
+    def _skip_for_read_committed(self, header: BatchHeader, records: list[Record]) -> bool:
         """Kafka's read_committed filter: aborted data and control markers are dropped."""
-        header = batch.header
         aborted = self._aborted
         while aborted and aborted[0].first_offset <= header.last_offset:
             self._aborted_producers.add(aborted.pop(0).producer_id)
         if header.is_control:
-            for record in batch.records:
+            for record in records:
                 key = record.key
                 if key is not None and len(key) >= _CONTROL_KEY.size:
                     _, kind = _CONTROL_KEY.unpack_from(key)

@@ -24,6 +24,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+import pyarrow as pa
+
 from headwater.client.accumulator import ProducerBatch, RecordAccumulator, estimate_record_size
 from headwater.client.cluster import ClusterClient
 from headwater.client.config import ProducerConfig
@@ -44,6 +46,8 @@ from headwater.protocol.produce_codec import (
     ProduceResponseData,
     ProduceTopicData,
 )
+from headwater.records.batch import HEADER_SIZE as RECORD_BATCH_OVERHEAD
+from headwater.records.columnar_encode import encode_batches
 from headwater.records.compression import Compression
 
 log = logging.getLogger(__name__)
@@ -188,6 +192,73 @@ class AsyncProducer:
         if self._append(meta, value, key, headers, partition, timestamp_ms, future):
             self._wake()
         return future
+
+    async def send_arrow(
+        self,
+        topic: str,
+        partition: int,
+        values: pa.Array | pa.ChunkedArray,
+        keys: pa.Array | pa.ChunkedArray | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[Sequence[Header] | None] | None = None,
+    ) -> list[asyncio.Future[RecordMetadata]]:
+        """Queue Arrow rows (binary or string ``values``, optional ``keys``) for one partition.
+
+        The rows are encoded column-wise into RecordBatch v2 batches of about
+        ``batch.size`` bytes (no Python object per row; rows with ``headers``,
+        one list per row, go record by record). One future per batch,
+        resolving to the metadata of that batch's first record; the rows of a
+        batch are stored at consecutive offsets from there.
+        """
+        await self.start()
+        meta = await self.topic_metadata(topic)
+        await self._wait_for_space()
+        assert self._loop is not None
+        futures = self._append_arrow(
+            meta, partition, values, keys, timestamp_ms, headers, self._loop.create_future
+        )
+        self._wake()
+        return futures
+
+    def _append_arrow(
+        self,
+        meta: TopicMetadata,
+        partition: int,
+        values: pa.Array | pa.ChunkedArray,
+        keys: pa.Array | pa.ChunkedArray | None,
+        timestamp_ms: int | None,
+        headers: Sequence[Sequence[Header] | None] | None,
+        new_future: Any,
+    ) -> list[Any]:
+        """Encode and queue the rows (any thread)."""
+        if self._closed:
+            raise RuntimeError("producer is closed")
+        if not 0 <= partition < len(meta.partitions):
+            raise KafkaError(3, f"topic {meta.name} has no partition {partition}")
+        if keys is not None and len(keys) != len(values):
+            raise ValueError(f"{len(keys)} keys for {len(values)} values")
+        ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+        c = self.config
+        builders = encode_batches(
+            values,
+            keys,
+            timestamp_ms=ts,
+            compression=self._accumulator.compression,
+            target_bytes=max(1, min(c.batch_size, c.max_request_size - RECORD_BATCH_OVERHEAD)),
+            headers=headers,
+        )
+        tp = TopicPartition(meta.name, partition)
+        futures = []
+        now = time.monotonic()
+        with self._lock:
+            for builder in builders:
+                future = new_future()
+                size = builder.estimated_size
+                batch = self._accumulator.append_built(tp, builder, ts, future, now, size)
+                self._incomplete.add(batch)
+                self._buffered_bytes += size
+                futures.append(future)
+        return futures
 
     async def send_and_wait(
         self,
@@ -613,6 +684,28 @@ class Producer:
         if producer._append(meta, value, key, headers, partition, timestamp_ms, future):
             producer._wake()
         return future
+
+    def send_arrow(
+        self,
+        topic: str,
+        partition: int,
+        values: pa.Array | pa.ChunkedArray,
+        keys: pa.Array | pa.ChunkedArray | None = None,
+        timestamp_ms: int | None = None,
+        headers: Sequence[Sequence[Header] | None] | None = None,
+    ) -> list[concurrent.futures.Future[RecordMetadata]]:
+        """Queue Arrow rows for one partition; see ``AsyncProducer.send_arrow``."""
+        producer = self._producer
+        meta = producer._cluster.topics.get(topic)
+        if meta is None or not meta.partitions:
+            meta = self._thread.run(producer.topic_metadata(topic))
+        if not producer._has_space():
+            producer._block_for_space()
+        futures = producer._append_arrow(
+            meta, partition, values, keys, timestamp_ms, headers, concurrent.futures.Future
+        )
+        producer._wake()
+        return futures
 
     def partitions_for(self, topic: str) -> set[int]:
         return set(self._thread.run(self._producer.topic_metadata(topic)).partitions)

@@ -12,7 +12,7 @@ record loop is what keeps record decoding fast in pure Python.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from headwater.records.batch import (
     CONTROL_MASK,
@@ -76,6 +76,8 @@ def decode_varint(data: bytes, pos: int) -> tuple[int, int]:
     while True:
         b = data[pos]
         pos += 1
+        if shift == 63 and b & 0x7F > 1:
+            raise CorruptRecordError(f"varint at {pos} does not fit 64 bits")
         z |= (b & 0x7F) << shift
         if b < 0x80:
             return (z >> 1) ^ -(z & 1), pos
@@ -163,6 +165,25 @@ class RecordBatchBuilder:
         self._records += encode_varint(len(body))
         self._records += body
         self._count += 1
+
+    def append_encoded(
+        self,
+        records: bytes | bytearray | memoryview | Any,
+        count: int,
+        base_timestamp: int,
+        max_timestamp: int,
+    ) -> None:
+        """Take ``count`` records already encoded against ``base_timestamp`` and offset 0.
+
+        For ``headwater.records.columnar_encode``, which writes a whole
+        batch's records in one compiled call; only into an empty builder.
+        """
+        if self._count:
+            raise ValueError("append_encoded needs an empty builder")
+        self._records = bytearray(records)
+        self._count = count
+        self._base_timestamp = base_timestamp
+        self._max_timestamp = max_timestamp
 
     def build(self) -> bytes:
         if self._count == 0:
@@ -283,10 +304,17 @@ def _decode_records(data: bytes, count: int, base_offset: int, base_timestamp: i
             pos += 1
         else:
             header_count, pos = varint(data, pos)
+            if header_count < 0:
+                raise CorruptRecordError(f"record has header count {header_count}")
             headers = []
             for _h in range(header_count):
                 name_length, pos = varint(data, pos)
-                name = data[pos : pos + name_length].decode()
+                if name_length < 0 or pos + name_length > len(data):
+                    raise CorruptRecordError(f"header key length {name_length} at {pos}")
+                try:
+                    name = data[pos : pos + name_length].decode()
+                except UnicodeDecodeError as exc:
+                    raise CorruptRecordError(f"header key at {pos} is not UTF-8") from exc
                 pos += name_length
                 header_value_length, pos = varint(data, pos)
                 if header_value_length < 0:

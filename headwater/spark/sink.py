@@ -7,9 +7,12 @@ overrides it), ``partition`` (int; otherwise the key's murmur2 partition),
 checked on the driver so a wrong column fails the query before any task runs.
 
 Tasks take Arrow batches (the ``*ArrowWriter`` bases) because Spark's
-row-by-row conversion to Python objects costs more than producing. The
-producer batches per partition (``linger.ms``, ``batch.size``) and
-compresses (``lz4`` unless ``kafka.compression.type`` says otherwise);
+row-by-row conversion to Python objects costs more than producing, and
+hand them on as columns: rows are grouped by topic and partition with
+vectorised Arrow/numpy calls and ``Producer.send_arrow`` encodes each
+group into RecordBatch v2 without a Python object per row. The producer
+sends batches of about ``batch.size`` and compresses (``lz4`` unless
+``kafka.compression.type`` says otherwise);
 each task flushes and checks every send before reporting success, so a
 committed micro-batch is on the broker. Like Spark's Kafka sink this is
 at-least-once: a retried task produces its rows again.
@@ -18,11 +21,15 @@ at-least-once: a retried task produces its rows again.
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterator, Sequence
+import itertools
+import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -37,6 +44,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from headwater.records.columnar_encode import key_partitions
 from headwater.spark.clients import ClientConfig, discard, pooled_producer
 from headwater.spark.options import SinkOptions
 
@@ -92,10 +100,6 @@ class ProducedCount(WriterCommitMessage):  # type: ignore[misc]
     records: int
 
 
-def _as_bytes(values: list[Any]) -> list[bytes | None]:
-    return [v.encode() if isinstance(v, str) else v for v in values]
-
-
 def produce_batches(
     options: SinkOptions, columns: SinkColumns, batches: Iterator[pa.RecordBatch]
 ) -> ProducedCount:
@@ -105,41 +109,26 @@ def produce_batches(
     # Futures in send order; finished ones are checked and dropped after each
     # Arrow batch, so memory follows what is in flight, not the task's size.
     pending: collections.deque[Any] = collections.deque()
+    partition_counts: dict[str, int] = {}
     count = 0
     try:
         for batch in batches:
-            n = batch.num_rows
-            if n == 0:
+            if batch.num_rows == 0:
                 continue
-            values = _as_bytes(batch.column("value").to_pylist())
-            keys: Sequence[bytes | None] = (
-                _as_bytes(batch.column("key").to_pylist()) if columns.has_key else [None] * n
-            )
-            if options.topic is not None:
-                topics: Sequence[str | None] = [options.topic] * n
-            else:
-                topics = batch.column("topic").to_pylist()
-            parts: Sequence[int | None] = (
-                batch.column("partition").to_pylist() if columns.has_partition else [None] * n
-            )
-            headers: Sequence[Any] = (
-                batch.column("headers").to_pylist() if columns.has_headers else [None] * n
-            )
-            for i in range(n):
-                topic = topics[i]
-                if topic is None:
-                    raise ValueError("null topic in the data and no 'topic' option")
-                hdrs = headers[i]
-                pending.append(
-                    producer.send(
-                        topic,
-                        values[i],
-                        key=keys[i],
-                        headers=[(h["key"], h["value"]) for h in hdrs] if hdrs else None,
-                        partition=parts[i],
+            for topic, rows in _by_topic(batch, options.topic):
+                if topic not in partition_counts:
+                    partition_counts[topic] = len(producer.partitions_for(topic))
+                for partition, part in _by_partition(rows, columns, partition_counts[topic]):
+                    pending.extend(
+                        producer.send_arrow(
+                            topic,
+                            partition,
+                            part.column("value"),
+                            part.column("key") if columns.has_key else None,
+                            headers=_headers(part) if columns.has_headers else None,
+                        )
                     )
-                )
-            count += n
+            count += batch.num_rows
             while pending and pending[0].done():
                 pending.popleft().result()
         producer.flush()
@@ -149,6 +138,65 @@ def produce_batches(
         discard(config)
         raise
     return ProducedCount(count)
+
+
+def _by_topic(batch: pa.RecordBatch, topic: str | None) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """The rows of each target topic: the ``topic`` option, else the ``topic`` column."""
+    if topic is not None:
+        yield topic, batch
+        return
+    column = batch.column("topic")
+    if column.null_count:
+        raise ValueError("null topic in the data and no 'topic' option")
+    names = pc.unique(column).to_pylist()
+    if len(names) == 1:
+        yield names[0], batch
+        return
+    for name in names:
+        yield name, batch.filter(pc.equal(column, name))
+
+
+def _by_partition(
+    rows: pa.RecordBatch, columns: SinkColumns, num_partitions: int
+) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """Rows grouped by partition, as Spark's Kafka sink picks them.
+
+    The ``partition`` column if given (null: as if absent), else the murmur2
+    partition of the key (the producer's default partitioner, vectorised),
+    else one random partition per Arrow batch (sticky, KIP-480 style).
+    """
+    n = rows.num_rows
+    parts = np.full(n, random.randrange(num_partitions), np.int32)
+    if columns.has_key:
+        keys = rows.column("key")
+        hashed = key_partitions(keys, num_partitions)
+        valid = keys.is_valid().to_numpy(zero_copy_only=False)
+        parts = np.where(valid, hashed, parts)
+    if columns.has_partition:
+        given = rows.column("partition")
+        valid = given.is_valid().to_numpy(zero_copy_only=False)
+        parts = np.where(valid, given.fill_null(0).to_numpy(), parts).astype(np.int32)
+        bad = parts[(parts < 0) | (parts >= num_partitions)]
+        if len(bad):
+            raise ValueError(
+                f"partition {int(bad[0])} does not exist ({num_partitions} partitions)"
+            )
+    first = int(parts[0])
+    if (parts == first).all():
+        yield first, rows
+        return
+    order = np.argsort(parts, kind="stable")
+    ordered = parts[order]
+    cuts = [0, *(np.flatnonzero(np.diff(ordered)) + 1).tolist(), n]
+    for lo, hi in itertools.pairwise(cuts):
+        yield int(ordered[lo]), rows.take(pa.array(order[lo:hi]))
+
+
+def _headers(rows: pa.RecordBatch) -> list[list[tuple[str, bytes | None]] | None]:
+    return [
+        [(h["key"], h["value"]) for h in hs] if hs else None
+        for hs in rows.column("headers").to_pylist()
+    ]
 
 
 class HeadwaterBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]

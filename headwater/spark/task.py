@@ -17,17 +17,21 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from headwater.client.errors import KafkaError
-from headwater.client.types import ConsumerRecord, TopicPartition
+from headwater.client.types import TopicPartition
 from headwater.spark.clients import ClientConfig, discard, pooled_consumer
 from headwater.spark.planning import OffsetRange, report_data_loss
-from headwater.spark.schema import records_to_arrow
 
 OFFSET_OUT_OF_RANGE = 1
 POLL_INTERVAL_S = 0.5
+MAX_ROWS_PER_BATCH = 65_536
+"""Rows per Arrow batch handed to Spark at most. A fetch (4 MiB per partition,
+``TASK_PARTITION_FETCH_BYTES``) becomes one batch; only a fetch that inflates
+to more rows than this is sliced (without a copy)."""
 
 
 @dataclass(frozen=True)
@@ -68,18 +72,23 @@ def _read(task: RangeTask) -> Iterator[pa.RecordBatch]:
     deadline = time.monotonic() + task.poll_timeout_ms / 1000
     while position < r.end:
         try:
-            records = consumer.poll(POLL_INTERVAL_S)
+            table = consumer.poll_arrow(POLL_INTERVAL_S, include_headers=task.include_headers)
         except KafkaError as e:
             if e.code != OFFSET_OUT_OF_RANGE:
                 raise
             position = _skip_lost_offsets(task, position)
             consumer.seek(tp, position)
             continue
-        rows = _in_range(records, tp, position, r.end)
         before = position
-        if rows:
-            yield records_to_arrow(r.topic, r.partition, rows, task.include_headers)
-            position = rows[-1].offset + 1
+        # Only ``tp`` is assigned: every chunk is one fetch of it, in offset order.
+        for chunk in table.to_batches():
+            rows = _in_range(chunk, position, r.end)
+            n = rows.num_rows
+            if n == 0:
+                continue
+            for start in range(0, n, MAX_ROWS_PER_BATCH):
+                yield rows.slice(start, MAX_ROWS_PER_BATCH)
+            position = rows.column("offset")[n - 1].as_py() + 1
         # Control batches and compacted-away offsets move the position
         # without yielding records.
         position = max(position, min(consumer.position(tp), r.end))
@@ -93,14 +102,11 @@ def _read(task: RangeTask) -> Iterator[pa.RecordBatch]:
             )
 
 
-def _in_range(
-    records: list[ConsumerRecord], tp: TopicPartition, position: int, end: int
-) -> list[ConsumerRecord]:
-    return [
-        rec
-        for rec in records
-        if rec.partition == tp.partition and rec.topic == tp.topic and position <= rec.offset < end
-    ]
+def _in_range(batch: pa.RecordBatch, position: int, end: int) -> pa.RecordBatch:
+    """The rows with ``position <= offset < end`` (offsets rise: two binary searches)."""
+    offsets = batch.column("offset").to_numpy()
+    lo, hi = np.searchsorted(offsets, [position, end])
+    return batch.slice(int(lo), int(hi - lo))
 
 
 def _skip_lost_offsets(task: RangeTask, position: int) -> int:

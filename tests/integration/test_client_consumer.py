@@ -207,3 +207,55 @@ def test_partitions_that_returned_data_go_to_the_back_of_full_requests(
     assert sorted(order) == sorted(list(range(partitions)) * rounds)
     for turn in range(rounds):
         assert sorted(order[turn * partitions : (turn + 1) * partitions]) == list(range(partitions))
+
+
+def test_poll_arrow_gives_the_same_records_as_poll(broker: tuple[BrokerProcess, int]) -> None:
+    b, _ = broker
+    with Consumer(config(b)) as rows, Consumer(config(b)) as cols:
+        for c in (rows, cols):
+            c.assign([TP0, TP1])
+            c.seek(TP0, 10)
+            c.seek(TP1, 0)
+        ends = rows.end_offsets([TP0, TP1])  # earlier tests may have added records
+        expected = poll_n(rows, ends[TP0] - 10 + ends[TP1])
+        tables = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and (
+            cols.position(TP0) < ends[TP0] or cols.position(TP1) < ends[TP1]
+        ):
+            tables.append(cols.poll_arrow(0.2, include_headers=True))
+        assert cols.position(TP0) == ends[TP0]
+        assert cols.position(TP1) == ends[TP1]
+    assert [t.schema for t in tables] == [tables[0].schema] * len(tables)
+    rows_from_columns = [
+        ConsumerRecord(
+            r["topic"],
+            r["partition"],
+            r["offset"],
+            int(r["timestamp"].timestamp() * 1000),
+            r["timestampType"],
+            r["key"],
+            r["value"],
+            [(h["key"], h["value"]) for h in r["headers"]],
+        )
+        for t in tables
+        for r in t.to_pylist()
+    ]
+    key = lambda r: (r.partition, r.offset)  # noqa: E731
+    assert sorted(rows_from_columns, key=key) == sorted(expected, key=key)
+    assert {r.offset for r in rows_from_columns if r.partition == 0} >= set(range(10, 100))
+
+
+def test_poll_arrow_respects_max_records_and_empty_polls(
+    broker: tuple[BrokerProcess, int],
+) -> None:
+    b, _ = broker
+    with Consumer(config(b)) as c:
+        c.assign([TP0])
+        c.seek(TP0, 0)
+        first = c.poll_arrow(10, max_records=7)
+        assert first.column("offset").to_pylist() == list(range(7))
+        c.seek(TP0, PER_PARTITION)
+        empty = c.poll_arrow(0.3)
+        assert empty.num_rows == 0
+        assert empty.schema == first.schema

@@ -140,3 +140,24 @@ def test_batches_hold_every_record_in_order(
             for b in decode_batches(batch.build()):
                 decoded.extend(r.value for r in b.records)
     assert decoded == values
+
+
+def test_a_prebuilt_batch_queues_behind_the_open_one_and_closes_it() -> None:
+    import pyarrow as pa
+
+    from headwater.records.columnar_encode import encode_batches
+
+    acc = RecordAccumulator(batch_size=10_000, linger_ms=1000)
+    opened = add(acc, A0, b"first")
+    (builder,) = encode_batches(pa.array([b"a", b"b"]), timestamp_ms=7)
+    built = acc.append_built(A0, builder, 7, object(), 0.0, builder.estimated_size)
+    later = add(acc, A0, b"last")
+    assert later.batch is not opened.batch and later.batch is not built
+    assert built.full and built.record_count == 2
+    ready, _ = acc.ready(now=0.0)
+    assert ready == [A0]
+    order = []
+    while acc.has_pending():
+        (batch,) = acc.drain([A0], 1 << 20)
+        order.extend(r.value for d in decode_batches(batch.build()) for r in d.records)
+    assert order == [b"first", b"a", b"b", b"last"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 from datetime import UTC, datetime
 
+import pyarrow as pa
 import pytest
 
 pytest.importorskip("pyspark")
@@ -20,32 +21,36 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from headwater.client.types import ConsumerRecord, TopicPartition
+from headwater.client.arrow_records import record_schema, to_record_batch
+from headwater.records.columnar import decode_columns
+from headwater.records.compression import Compression
+from headwater.records.record import RecordBatchBuilder
 from headwater.spark.clients import ClientConfig
 from headwater.spark.options import SinkOptions
 from headwater.spark.planning import OffsetRange
-from headwater.spark.schema import arrow_schema, records_to_arrow, source_schema
+from headwater.spark.schema import arrow_schema, source_schema
 from headwater.spark.sink import SinkColumns, check_sink_schema
 from headwater.spark.source import HeadwaterDataSource
 from headwater.spark.task import RangeTask, _in_range
 
 
-def record(offset: int, headers: list[tuple[str, bytes | None]] | None = None) -> ConsumerRecord:
-    return ConsumerRecord(
-        "t", 3, offset, 1_700_000_000_123, 1, b"k%d" % offset, None, headers or []
-    )
+def columns(include_headers: bool) -> pa.RecordBatch:
+    builder = RecordBatchBuilder(Compression.LZ4, base_offset=7, timestamp_type=1)
+    builder.append(1_700_000_000_123, b"k7", None, [("h", b"x"), ("n", None)])
+    return decode_columns(builder.build(), include_headers=include_headers)
 
 
 @pytest.mark.parametrize("include_headers", [False, True])
 def test_arrow_batches_match_the_schema_spark_checks(include_headers: bool) -> None:
-    batch = records_to_arrow("t", 3, [record(0), record(1)], include_headers)
+    batch = to_record_batch("t", 3, columns(include_headers), include_headers)
     expected = to_arrow_schema(source_schema(include_headers), timezone="UTC")
     assert batch.schema.equals(expected)
+    assert record_schema(include_headers).equals(expected)
     assert arrow_schema(include_headers).equals(expected)
 
 
 def test_rows_carry_kafka_fields_and_microsecond_timestamps() -> None:
-    rows = records_to_arrow("t", 3, [record(7, [("h", b"x"), ("n", None)])], True).to_pylist()
+    rows = to_record_batch("t", 3, columns(True), True).to_pylist()
     assert rows == [
         {
             "key": b"k7",
@@ -60,8 +65,9 @@ def test_rows_carry_kafka_fields_and_microsecond_timestamps() -> None:
     ]
 
 
-def test_empty_record_list_gives_an_empty_batch() -> None:
-    assert records_to_arrow("t", 0, [], False).num_rows == 0
+def test_empty_columns_give_an_empty_batch() -> None:
+    empty = decode_columns(b"")
+    assert to_record_batch("t", 0, empty, False).num_rows == 0
 
 
 def test_data_source_schema_follows_include_headers_option() -> None:
@@ -73,11 +79,14 @@ def test_data_source_schema_follows_include_headers_option() -> None:
     assert with_headers.fieldNames()[-1] == "headers"
 
 
-def test_task_keeps_only_records_of_its_partition_inside_the_range() -> None:
-    recs = [record(o) for o in range(10)] + [ConsumerRecord("t", 4, 5, 0, 0, None, None, [])]
-    kept = _in_range(recs, TopicPartition("t", 3), 2, 6)
-    assert [r.offset for r in kept] == [2, 3, 4, 5]
-    assert all(r.partition == 3 for r in kept)
+def test_task_keeps_only_records_inside_the_range() -> None:
+    builder = RecordBatchBuilder(base_offset=0)
+    for i in range(10):
+        builder.append(i, None, b"%d" % i)
+    batch = to_record_batch("t", 3, decode_columns(builder.build()), False)
+    kept = _in_range(batch, 2, 6)
+    assert kept.column("offset").to_pylist() == [2, 3, 4, 5]
+    assert _in_range(batch, 10, 12).num_rows == 0
 
 
 def test_tasks_pickle_with_everything_they_need() -> None:
