@@ -39,6 +39,7 @@ from headwater.log.log_directory import LogDirectory
 from headwater.protocol.apis import SUPPORTED, ApiKey
 from headwater.protocol.header import api_versions_error_body
 from headwater.protocol.messages import build_response, decode_request, encode_response
+from headwater.records.validation import prepare as prepare_record_validation
 
 log = logging.getLogger(__name__)
 
@@ -220,6 +221,7 @@ class Broker:
 
     async def start(self) -> tuple[str, int]:
         _raise_open_file_limit()
+        prepare_record_validation()  # compile before serving, not on the first Produce
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.logs.open()
         self._build_handlers()

@@ -29,11 +29,8 @@ from headwater.log.handles import FileHandleCache
 from headwater.log.producer_state import ProducerStateTable
 from headwater.log.segment import LOG_SUFFIX, Segment
 from headwater.log.slice import FileSlice
-from headwater.records.batch import (
-    patch_base_offset,
-    patch_partition_leader_epoch,
-    validate_batches,
-)
+from headwater.records.batch import patch_base_offset, patch_partition_leader_epoch
+from headwater.records.validation import TimestampPolicy, validate_append
 
 LOG_START_OFFSET_FILE = "log-start-offset"
 # Producer state is rebuilt from the headers of at most this many trailing
@@ -243,7 +240,8 @@ class Log:
 
     def append(self, payload: bytes | bytearray | memoryview, now_ms: int) -> AppendResult:
         """Validate, assign offsets and write a producer's batches; all or nothing."""
-        headers = validate_batches(payload, self.config.max_message_bytes)
+        checked = validate_append(payload, self.config.max_message_bytes, self._policy(), now_ms)
+        headers, payload = checked.headers, checked.payload
         if len(payload) > self.config.segment_bytes:
             raise RecordBatchTooLargeError(
                 f"{len(payload)} bytes do not fit a segment of {self.config.segment_bytes}"
@@ -278,7 +276,17 @@ class Log:
         if self._unflushed_messages >= self.config.flush_interval_messages:
             self.flush()
         self._notify()
-        return AppendResult(assigned[0].base_offset, offset - 1, -1, self._log_start_offset)
+        return AppendResult(
+            assigned[0].base_offset, offset - 1, checked.log_append_time_ms, self._log_start_offset
+        )
+
+    def _policy(self) -> TimestampPolicy:
+        c = self.config
+        return TimestampPolicy(
+            c.message_timestamp_type,
+            c.message_timestamp_before_max_ms,
+            c.message_timestamp_after_max_ms,
+        )
 
     def _segment_for_append(
         self, size: int, last_offset: int, max_timestamp: int, now_ms: int

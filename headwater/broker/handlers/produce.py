@@ -14,14 +14,16 @@ import time
 from kio.schema.errors import ErrorCode as E
 
 from headwater.broker.connection import RequestContext
-from headwater.broker.handlers.admin import AdminApis
+from headwater.broker.handlers.admin import AdminApis, is_valid_topic_name
 from headwater.broker.metrics import BrokerMetrics
+from headwater.broker.rejection_log import RejectionLog
 from headwater.log.errors import KafkaApiError
 from headwater.log.log_directory import LogDirectory
 from headwater.protocol.produce_codec import (
     ProducePartitionResponse,
     ProduceResponseData,
     ProduceTopicResponse,
+    RecordError,
     decode_produce_request,
     encode_produce_response,
 )
@@ -34,6 +36,7 @@ class ProduceApi:
         self.logs = logs
         self.admin = admin
         self.metrics = metrics
+        self.rejections = RejectionLog(log)
 
     def handle(self, ctx: RequestContext, frame: memoryview, offset: int) -> bytes | None:
         version = ctx.header.api_version
@@ -48,6 +51,8 @@ class ProduceApi:
                 out = ProducePartitionResponse(index=index)
                 if not acks_ok:
                     out.error_code = int(E.invalid_required_acks)
+                elif info is None and not is_valid_topic_name(topic.name):
+                    out.error_code = int(E.invalid_topic_exception)
                 elif info is None or not 0 <= index < info.num_partitions:
                     out.error_code = int(E.unknown_topic_or_partition)
                 elif records is None or len(records) == 0:
@@ -60,7 +65,15 @@ class ProduceApi:
                     except KafkaApiError as exc:
                         out.error_code = int(exc.kafka_error_code)
                         out.error_message = str(exc)
-                        log.info("produce to %s-%d rejected: %s", topic.name, index, exc)
+                        out.record_errors = [
+                            RecordError(*e) for e in getattr(exc, "record_errors", ())
+                        ]
+                        self.rejections.reject(
+                            f"produce to {topic.name}-{index}",
+                            ctx.client_host,
+                            ctx.header.client_id,
+                            f"{type(exc).__name__}: {exc}",
+                        )
                     else:
                         out.base_offset = result.base_offset
                         out.log_append_time_ms = result.log_append_time_ms
