@@ -23,13 +23,16 @@ from typing import Any
 
 from headwater.broker.config import BrokerConfig
 from headwater.broker.connection import CloseConnection, Connection, RequestContext, Response
+from headwater.broker.connection_limits import Admission, ConnectionRegistry
 from headwater.broker.handlers.admin import AdminApis
 from headwater.broker.handlers.fetch import FetchApi
 from headwater.broker.handlers.offsets import OffsetApis
 from headwater.broker.handlers.produce import ProduceApi
+from headwater.broker.memory_pool import MemoryPool
 from headwater.broker.metrics import BrokerMetrics
 from headwater.broker.offsets_log import OFFSETS_TOPIC, PartitionOffsetsLog
 from headwater.broker.producer_ids import ProducerIdAllocator
+from headwater.broker.rejection_log import RejectionLog
 from headwater.fetch.purgatory import FetchPurgatory
 from headwater.fetch.session_cache import FetchSessionCache
 from headwater.group.apis import SUPPORTED_VERSIONS as GROUP_API_VERSIONS
@@ -106,6 +109,10 @@ class Broker:
             retransmit_enabled=config.fetch_session_retransmit,
         )
         self.metrics.bind_session_cache(self.sessions)
+        self.connections = ConnectionRegistry(config.connections)
+        self.request_pool = MemoryPool(config.connections.queued_max_request_bytes)
+        self._connection_refusals = RejectionLog(log)
+        self._slot_freed = asyncio.Event()
         self.handlers: dict[int, ApiEntry] = {}
         self._server_sock: socket.socket | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -241,6 +248,7 @@ class Broker:
             log.info("metrics on http://%s:%d/metrics", self.config.metrics_host, port)
         self._spawn(self._accept_loop(sock), "accept")
         self._spawn(self._housekeeping(), "housekeeping")
+        self._spawn(self._connection_sweep(), "connection-sweep")
         log.info("listening on %s:%d", self.address[0], self.address[1])
         return self.address
 
@@ -252,12 +260,29 @@ class Broker:
 
     async def _accept_loop(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
+        registry = self.connections
         while True:
+            while registry.full:
+                # max.connections: stop accepting; clients wait in the listen backlog.
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+            delay = registry.creation_delay(time.monotonic())
+            if delay > 0:
+                await asyncio.sleep(delay)  # max.connection.creation.rate
             try:
                 client, addr = await loop.sock_accept(sock)
             except OSError as exc:
                 log.warning("accept failed: %s", exc)
                 await asyncio.sleep(0.05)
+                continue
+            if registry.admit(addr[0]) is Admission.TOO_MANY_FROM_IP:
+                self._connection_refusals.reject(
+                    "connection",
+                    f"{addr[0]}:{addr[1]}",
+                    None,
+                    f"max.connections.per.ip ({registry.limits.limit_for(addr[0])}) reached",
+                )
+                client.close()
                 continue
             client.setblocking(False)
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -268,8 +293,35 @@ class Broker:
                 self.dispatch,
                 max_frame_bytes=self.config.socket_request_max_bytes,
                 zero_copy=self.config.zero_copy,
+                pool=self.request_pool,
+                max_queued=registry.limits.max_queued_requests,
             )
-            self._spawn(conn.run(), f"conn-{conn.connection_id}")
+            registry.add(conn)
+            self._spawn(self._serve(conn), f"conn-{conn.connection_id}")
+
+    async def _serve(self, conn: Connection) -> None:
+        try:
+            await conn.run()
+        finally:
+            self.connections.remove(conn)
+            self._slot_freed.set()
+
+    async def _connection_sweep(self) -> None:
+        """Close idle, slowloris and stuck connections (see ``connection_limits``)."""
+        limits = self.config.connections
+        shortest = min(limits.idle_ms, limits.receive_timeout_ms, limits.completion_timeout_ms)
+        interval = min(max(shortest / 4000, 0.05), 1.0)
+        while True:
+            await asyncio.sleep(interval)
+            for conn, reason in self.connections.expired(time.monotonic()):
+                if isinstance(conn, Connection):
+                    # Idle closes are routine (Kafka logs them at debug); the rest are not.
+                    conn.close(
+                        reason,
+                        logging.INFO
+                        if conn.busy_since is None and conn.frame_started is None
+                        else logging.WARNING,
+                    )
 
     async def _housekeeping(self) -> None:
         """Retention and time-based roll every ``log.retention.check.interval.ms``

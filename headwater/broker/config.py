@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headwater.addresses import split_host_port
+from headwater.broker.connection_limits import ConnectionLimits
 from headwater.log.config import LogConfig
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,7 @@ class BrokerConfig:
     housekeeping_interval_ms: int = 1000
     retention_check_interval_ms: int = 300_000
     log: LogConfig = field(default_factory=LogConfig)
+    connections: ConnectionLimits = field(default_factory=ConnectionLimits)
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -125,8 +127,11 @@ class BrokerConfig:
             "headwater.fetch.session.retransmit.enable": "fetch_session_retransmit",
         }
         log_keys: dict[str, str] = {}
+        connection_keys: dict[str, str] = {}
         for key, value in props.items():
-            if key in ints:
+            if key in ConnectionLimits.KEYS:
+                connection_keys[key] = value
+            elif key in ints:
                 kw[ints[key]] = int(value)
             elif key in bools:
                 kw[bools[key]] = _bool(value)
@@ -149,6 +154,9 @@ class BrokerConfig:
             else:
                 extra[key] = value
         kw["log"] = LogConfig.from_properties(log_keys)
+        kw["connections"] = ConnectionLimits.from_properties(
+            connection_keys, int(str(kw.get("socket_request_max_bytes", 104_857_600)))
+        )
         kw["extra"] = extra
         if extra:
             log.debug("config keys not used by Headwater: %s", ", ".join(sorted(extra)))
