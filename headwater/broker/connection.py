@@ -30,8 +30,9 @@ import logging
 import socket
 import struct
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
+from typing import Any
 
 from headwater.broker.memory_pool import MemoryPool
 from headwater.broker.socket_writer import Part, SocketWriter
@@ -51,6 +52,23 @@ MAX_IN_FLIGHT = 16
 #: and returns a buffer of what arrived, so idle connections hold nothing.
 _RECV_SIZE = 256 * 1024
 _UNBOUNDED = MemoryPool(-1)
+
+
+class Ordered(Awaitable[Response]):
+    """A response the connection completes before it reads the next request.
+
+    A Produce that runs in slices (``cooperative``) returns one: the event
+    loop serves other connections meanwhile, but this connection's next
+    Produce cannot overtake it, so idempotent sequences keep their order.
+    """
+
+    __slots__ = ("_awaitable",)
+
+    def __init__(self, awaitable: Awaitable[Response]) -> None:
+        self._awaitable = awaitable
+
+    def __await__(self) -> Generator[Any, None, Response]:
+        return self._awaitable.__await__()
 
 
 class CloseConnection(Exception):
@@ -213,6 +231,8 @@ class Connection:
         ctx = RequestContext(header, self.peer, self.connection_id)
         try:
             result = self._dispatch(ctx, frame, offset)
+            if isinstance(result, Ordered):
+                result = await result
         except CloseConnection:
             raise
         except Exception as exc:

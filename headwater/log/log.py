@@ -474,6 +474,11 @@ class Log:
         self._unflushed_messages = 0
         self._unflushed_since_ms = None
 
+    @property
+    def has_unflushed_data(self) -> bool:
+        """Appended since the last fsync (what a clean stop must flush)."""
+        return self._loaded and self._unflushed_since_ms is not None
+
     def maybe_flush(self, now_ms: int) -> bool:
         """Flush when data has waited ``flush.ms``; returns whether it flushed."""
         interval = self.config.flush_interval_ms

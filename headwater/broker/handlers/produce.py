@@ -1,8 +1,10 @@
 """Produce: append record batches to partition logs.
 
-The handler is synchronous on purpose: the connection applies a Produce
-before it reads the next frame, so an idempotent producer's in-flight
-batches reach the log in the order they were sent. Appends notify the
+The connection applies a Produce before it reads the next frame, so an
+idempotent producer's in-flight batches reach the log in the order they were
+sent. A Produce that touches many partitions (first appends create files)
+runs in time slices, still before the next frame is read, so that it does
+not stall every other client. Appends notify the
 partition's listeners, which wakes parked fetches (the purgatory).
 """
 
@@ -13,7 +15,8 @@ import time
 
 from kio.schema.errors import ErrorCode as E
 
-from headwater.broker.connection import RequestContext
+from headwater.broker.connection import Ordered, RequestContext
+from headwater.broker.cooperative import Steps, run_cooperatively
 from headwater.broker.handlers.admin import AdminApis, is_valid_topic_name
 from headwater.broker.metrics import BrokerMetrics
 from headwater.broker.rejection_log import RejectionLog
@@ -21,6 +24,7 @@ from headwater.log.errors import KafkaApiError
 from headwater.log.log_directory import LogDirectory
 from headwater.protocol.produce_codec import (
     ProducePartitionResponse,
+    ProduceRequestData,
     ProduceResponseData,
     ProduceTopicResponse,
     RecordError,
@@ -38,9 +42,19 @@ class ProduceApi:
         self.metrics = metrics
         self.rejections = RejectionLog(log)
 
-    def handle(self, ctx: RequestContext, frame: memoryview, offset: int) -> bytes | None:
+    def handle(
+        self, ctx: RequestContext, frame: memoryview, offset: int
+    ) -> bytes | Ordered | None:
+        """Answered at once when quick; in slices (in order) when it touches many partitions."""
+        req = decode_produce_request(frame, offset, ctx.header.api_version)
+        result = run_cooperatively(self._append_all(ctx, req))
+        if isinstance(result, bytes) or result is None:
+            return result
+        return Ordered(result)
+
+    def _append_all(self, ctx: RequestContext, req: ProduceRequestData) -> Steps[bytes | None]:
+        """Append every partition's batches, yielding after each (a cooperative checkpoint)."""
         version = ctx.header.api_version
-        req = decode_produce_request(frame, offset, version)
         now_ms = int(time.time() * 1000)
         topics: list[ProduceTopicResponse] = []
         acks_ok = req.acks in (-1, 0, 1)
@@ -80,6 +94,7 @@ class ProduceApi:
                         out.log_start_offset = result.log_start_offset
                         if not result.duplicate:
                             self.metrics.bytes_in.inc(len(records))
+                    yield  # a first append may create files: let others in between
                 parts.append(out)
             topics.append(ProduceTopicResponse(name=topic.name, partitions=parts))
         if req.acks == 0:
