@@ -118,13 +118,13 @@ def main() -> None:
         wide, fresh = "wide", "fresh"
         rows.append(
             measure(parent, f"CreateTopics {args.partitions:,} partitions",
-                    lambda: client.create_topic(wide, args.partitions))  # fmt: skip
+                    lambda: client.create_topic(wide, args.partitions))
         )
         client.create_topic(fresh, args.fresh)
         batch = build_batch([(int(time.time() * 1000), None, b"x" * 100)])
         rows.append(
             measure(parent, f"Produce to {args.fresh:,} fresh partitions",
-                    lambda: client.produce(fresh, range(args.fresh), batch))  # fmt: skip
+                    lambda: client.produce(fresh, range(args.fresh), batch))
         )
 
         def metadata() -> None:
