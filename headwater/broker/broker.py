@@ -26,6 +26,7 @@ from headwater.broker.connection import CloseConnection, Connection, RequestCont
 from headwater.broker.connection_limits import Admission, ConnectionRegistry
 from headwater.broker.handlers.admin import AdminApis
 from headwater.broker.handlers.fetch import FetchApi
+from headwater.broker.handlers.log_dirs import LogDirsApi
 from headwater.broker.handlers.offsets import OffsetApis
 from headwater.broker.handlers.produce import ProduceApi
 from headwater.broker.memory_pool import MemoryPool
@@ -150,6 +151,7 @@ class Broker:
         # v7 adds MAX_TIMESTAMP (-3), which needs a max-timestamp index: not yet.
         self.register_kio(ApiKey.LIST_OFFSETS, self.offsets.list_offsets, (1, 6))
         self.register_kio(ApiKey.OFFSET_FOR_LEADER_EPOCH, self.offsets.offset_for_leader_epoch)
+        self.register_kio(ApiKey.DESCRIBE_LOG_DIRS, LogDirsApi(self.logs).describe_log_dirs)
         self._build_group_apis()
 
     def _build_group_apis(self) -> None:
