@@ -148,8 +148,7 @@ class Broker:
         self.register_kio(ApiKey.CREATE_PARTITIONS, self.admin.create_partitions)
         self.register_kio(ApiKey.DESCRIBE_CONFIGS, self.admin.describe_configs)
         self.register_kio(ApiKey.INIT_PRODUCER_ID, self.admin.init_producer_id)
-        # v7 adds MAX_TIMESTAMP (-3), which needs a max-timestamp index: not yet.
-        self.register_kio(ApiKey.LIST_OFFSETS, self.offsets.list_offsets, (1, 6))
+        self.register_kio(ApiKey.LIST_OFFSETS, self.offsets.list_offsets)
         self.register_kio(ApiKey.OFFSET_FOR_LEADER_EPOCH, self.offsets.offset_for_leader_epoch)
         self.register_kio(ApiKey.DESCRIBE_LOG_DIRS, LogDirsApi(self.logs).describe_log_dirs)
         self._build_group_apis()

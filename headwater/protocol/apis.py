@@ -74,7 +74,7 @@ API_FLEXIBLE_FROM: Final[dict[int, int]] = {
 SUPPORTED: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.PRODUCE: (3, 10),
     ApiKey.FETCH: (4, 16),
-    ApiKey.LIST_OFFSETS: (1, 7),
+    ApiKey.LIST_OFFSETS: (1, 8),
     ApiKey.METADATA: (0, 13),
     ApiKey.OFFSET_COMMIT: (2, 9),
     ApiKey.OFFSET_FETCH: (1, 9),
