@@ -25,6 +25,7 @@ from headwater.broker.config import BrokerConfig
 from headwater.broker.connection import CloseConnection, Connection, RequestContext, Response
 from headwater.broker.connection_limits import Admission, ConnectionRegistry
 from headwater.broker.handlers.admin import AdminApis
+from headwater.broker.handlers.configs import ConfigsApi
 from headwater.broker.handlers.fetch import FetchApi
 from headwater.broker.handlers.log_dirs import LogDirsApi
 from headwater.broker.handlers.offsets import OffsetApis
@@ -146,7 +147,11 @@ class Broker:
         self.register_kio(ApiKey.CREATE_TOPICS, self.admin.create_topics)
         self.register_kio(ApiKey.DELETE_TOPICS, self.admin.delete_topics)
         self.register_kio(ApiKey.CREATE_PARTITIONS, self.admin.create_partitions)
-        self.register_kio(ApiKey.DESCRIBE_CONFIGS, self.admin.describe_configs)
+        self.configs = ConfigsApi(self.config, self.logs, self.connections)
+        self.register_kio(ApiKey.DESCRIBE_CONFIGS, self.configs.describe_configs)
+        self.register_kio(
+            ApiKey.INCREMENTAL_ALTER_CONFIGS, self.configs.incremental_alter_configs
+        )
         self.register_kio(ApiKey.INIT_PRODUCER_ID, self.admin.init_producer_id)
         self.register_kio(ApiKey.LIST_OFFSETS, self.offsets.list_offsets)
         self.register_kio(ApiKey.OFFSET_FOR_LEADER_EPOCH, self.offsets.offset_for_leader_epoch)

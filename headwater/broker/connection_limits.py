@@ -17,6 +17,7 @@ accept loop and a periodic sweep act on its answers.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Iterable, Mapping
@@ -57,6 +58,12 @@ class ConnectionLimits:
     def from_properties(
         cls, props: Mapping[str, str], socket_request_max_bytes: int
     ) -> ConnectionLimits:
+        return cls().with_properties(props, socket_request_max_bytes)
+
+    def with_properties(
+        self, props: Mapping[str, str], socket_request_max_bytes: int
+    ) -> ConnectionLimits:
+        """These limits with Kafka-named ``props`` applied (start-up and dynamic updates)."""
         kw: dict[str, object] = {}
         ints = {
             "max.connections": "max_connections",
@@ -74,7 +81,7 @@ class ConnectionLimits:
                 kw["max_connection_creation_rate"] = float(value)
             elif key == "max.connections.per.ip.overrides":
                 kw["per_ip_overrides"] = parse_overrides(value)
-        limits = cls(**kw)  # type: ignore[arg-type]
+        limits = dataclasses.replace(self, **kw)  # type: ignore[arg-type]
         pool = limits.queued_max_request_bytes
         if 0 <= pool < socket_request_max_bytes:
             raise ValueError(

@@ -198,6 +198,36 @@ class LogDirectory:
         self._write_registry()
         return updated
 
+    def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicInfo:
+        """Replace a topic's overrides, persist them, and apply them to its open logs now.
+
+        Logs read ``config`` on every append, roll and retention pass, so the
+        new values take effect at once, as Kafka applies topic configs live.
+        """
+        info = self._require_topic(name)
+        topic_config = self.config.with_topic_overrides(configs)  # raises on a bad value
+        updated = TopicInfo(name, info.topic_id, info.num_partitions, dict(configs))
+        self._topics[name] = updated
+        self._topic_ids[info.topic_id] = updated
+        self._topic_configs[name] = topic_config
+        self._write_registry()
+        self._apply_configs(name)
+        return updated
+
+    def alter_base_config(self, config: LogConfig) -> None:
+        """New broker-wide log defaults (dynamic ``log.*`` configs), applied to every topic now."""
+        self.config = config
+        for name, info in self._topics.items():
+            self._topic_configs[name] = config.with_topic_overrides(info.configs)
+        for (topic, _partition), log in self._logs.items():
+            log.config = self._topic_configs[topic]
+
+    def _apply_configs(self, name: str) -> None:
+        topic_config = self._topic_configs[name]
+        for (topic, _partition), log in self._logs.items():
+            if topic == name:
+                log.config = topic_config
+
     def _remove_leftovers(self, topic: str, partitions: range) -> None:
         """Remove partition directories of ``topic`` in ``partitions`` that already exist.
 

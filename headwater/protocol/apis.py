@@ -36,6 +36,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_LOG_DIRS = 35
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
 
 
@@ -66,6 +67,7 @@ API_FLEXIBLE_FROM: Final[dict[int, int]] = {
     ApiKey.DESCRIBE_LOG_DIRS: 2,
     ApiKey.CREATE_PARTITIONS: 2,
     ApiKey.DELETE_GROUPS: 2,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
     ApiKey.OFFSET_DELETE: NEVER_FLEXIBLE,
 }
 
@@ -94,6 +96,7 @@ SUPPORTED: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.OFFSET_DELETE: (0, 0),
 }
 
