@@ -198,6 +198,10 @@ class Connection:
             except Exception as exc:  # FrameTooLargeError, InvalidFrameError
                 raise CloseConnection(f"bad frame: {exc}") from exc
             completed = len(frames)
+            if completed:
+                # The request arrived whole: however long handling takes (a
+                # Produce in slices), it is no longer the peer's slowness.
+                self.frame_started = None
             for frame in frames:
                 await self._handle_frame(frame)
             del frames, data

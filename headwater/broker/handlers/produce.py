@@ -10,6 +10,7 @@ partition's listeners, which wakes parked fetches (the purgatory).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -21,7 +22,8 @@ from headwater.broker.handlers.admin import AdminApis, is_valid_topic_name
 from headwater.broker.metrics import BrokerMetrics
 from headwater.broker.rejection_log import RejectionLog
 from headwater.log.errors import KafkaApiError
-from headwater.log.log_directory import LogDirectory
+from headwater.log.log_directory import LogDirectory, TopicInfo
+from headwater.log.segment_files import precreate_segment_files
 from headwater.protocol.produce_codec import (
     ProducePartitionResponse,
     ProduceRequestData,
@@ -33,6 +35,9 @@ from headwater.protocol.produce_codec import (
 )
 
 log = logging.getLogger(__name__)
+
+#: Fresh partitions in one request from which their files are made off the loop.
+PRECREATE_AT_LEAST = 8
 
 
 class ProduceApi:
@@ -58,8 +63,13 @@ class ProduceApi:
         now_ms = int(time.time() * 1000)
         topics: list[ProduceTopicResponse] = []
         acks_ok = req.acks in (-1, 0, 1)
-        for topic in req.topics:
-            info = self.admin.ensure_topic(topic.name) if acks_ok else None
+        infos = [self.admin.ensure_topic(t.name) if acks_ok else None for t in req.topics]
+        fresh = yield from self._fresh_partitions(req, infos)
+        if fresh:
+            # Their first segment files are created on a worker thread, not on the loop.
+            loop = asyncio.get_running_loop()
+            yield loop.run_in_executor(None, precreate_segment_files, fresh)
+        for topic, info in zip(req.topics, infos, strict=True):
             parts: list[ProducePartitionResponse] = []
             for index, records in topic.partitions:
                 out = ProducePartitionResponse(index=index)
@@ -94,9 +104,30 @@ class ProduceApi:
                         out.log_start_offset = result.log_start_offset
                         if not result.duplicate:
                             self.metrics.bytes_in.inc(len(records))
-                    yield  # a first append may create files: let others in between
+                    yield None  # a checkpoint: others may be served between partitions
                 parts.append(out)
             topics.append(ProduceTopicResponse(name=topic.name, partitions=parts))
         if req.acks == 0:
             return None
         return encode_produce_response(ProduceResponseData(topics=topics), version)
+
+    def _fresh_partitions(
+        self, req: ProduceRequestData, infos: list[TopicInfo | None]
+    ) -> Steps[list[tuple[str, int]]]:
+        """(directory, base offset) of partitions this request writes first, when many.
+
+        A handful are created inline as before; only a request that touches
+        many new partitions pays for a trip to the worker thread.
+        """
+        fresh: list[tuple[str, int]] = []
+        for topic, info in zip(req.topics, infos, strict=True):
+            if info is None:
+                continue
+            for index, records in topic.partitions:
+                if records is None or not 0 <= index < info.num_partitions:
+                    continue
+                plog = self.logs.log(topic.name, index)
+                if not plog.segments:  # a first look lists the directory: a checkpoint
+                    fresh.append((str(plog.directory), plog.log_end_offset))
+                yield None
+        return fresh if len(fresh) >= PRECREATE_AT_LEAST else []
