@@ -109,6 +109,7 @@ class Broker:
             min_session_size=config.min_incremental_fetch_session_size,
             consumer_slots=config.incremental_fetch_session_consumer_cache_slots,
             retransmit_enabled=config.fetch_session_retransmit,
+            max_slots_per_client=config.fetch_session_slots_per_client,
         )
         self.metrics.bind_session_cache(self.sessions)
         self.connections = ConnectionRegistry(config.connections)

@@ -72,6 +72,7 @@ class BrokerConfig:
     min_incremental_fetch_session_size: int = 0
     incremental_fetch_session_consumer_cache_slots: int | None = None
     fetch_session_retransmit: bool = True
+    fetch_session_slots_per_client: int | None = None
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
@@ -120,6 +121,7 @@ class BrokerConfig:
             "offset.metadata.max.bytes": "offset_metadata_max_bytes",
             "headwater.housekeeping.interval.ms": "housekeeping_interval_ms",
             "log.retention.check.interval.ms": "retention_check_interval_ms",
+            "headwater.fetch.session.slots.per.client": "fetch_session_slots_per_client",
         }
         bools = {
             "auto.create.topics.enable": "auto_create_topics",
