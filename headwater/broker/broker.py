@@ -23,14 +23,19 @@ from typing import Any
 
 from headwater.broker.config import BrokerConfig
 from headwater.broker.connection import CloseConnection, Connection, RequestContext, Response
+from headwater.broker.connection_limits import Admission, ConnectionRegistry
 from headwater.broker.handlers.admin import AdminApis
 from headwater.broker.handlers.cluster_admin import ClusterAdminApis
+from headwater.broker.handlers.configs import ConfigsApi
 from headwater.broker.handlers.fetch import FetchApi
+from headwater.broker.handlers.log_dirs import LogDirsApi
 from headwater.broker.handlers.offsets import OffsetApis
 from headwater.broker.handlers.produce import ProduceApi
+from headwater.broker.memory_pool import MemoryPool
 from headwater.broker.metrics import BrokerMetrics
 from headwater.broker.offsets_log import OFFSETS_TOPIC, PartitionOffsetsLog
 from headwater.broker.producer_ids import ProducerIdAllocator
+from headwater.broker.rejection_log import RejectionLog
 from headwater.cluster.controller import assign_replicas
 from headwater.cluster.node import ClusterNode, ControllerConfig
 from headwater.cluster.replica_fetcher import FetcherConfig
@@ -44,6 +49,7 @@ from headwater.log.log_directory import LogDirectory
 from headwater.protocol.apis import SUPPORTED, ApiKey
 from headwater.protocol.header import api_versions_error_body
 from headwater.protocol.messages import build_response, decode_request, encode_response
+from headwater.records.validation import prepare as prepare_record_validation
 
 log = logging.getLogger(__name__)
 
@@ -133,8 +139,13 @@ class Broker:
             min_session_size=config.min_incremental_fetch_session_size,
             consumer_slots=config.incremental_fetch_session_consumer_cache_slots,
             retransmit_enabled=config.fetch_session_retransmit,
+            max_slots_per_client=config.fetch_session_slots_per_client,
         )
         self.metrics.bind_session_cache(self.sessions)
+        self.connections = ConnectionRegistry(config.connections)
+        self.request_pool = MemoryPool(config.connections.queued_max_request_bytes)
+        self._connection_refusals = RejectionLog(log)
+        self._slot_freed = asyncio.Event()
         self.handlers: dict[int, ApiEntry] = {}
         #: Cluster mode (``zookeeper.connect``); None: a single broker, as always.
         self.cluster: ClusterNode | None = None
@@ -204,11 +215,15 @@ class Broker:
             self.register_kio(ApiKey.DELETE_TOPICS, self.admin.delete_topics)
             self.register_kio(ApiKey.DESCRIBE_CLUSTER, self.admin.describe_cluster)
         self.register_kio(ApiKey.CREATE_PARTITIONS, self.admin.create_partitions)
-        self.register_kio(ApiKey.DESCRIBE_CONFIGS, self.admin.describe_configs)
+        self.configs = ConfigsApi(self.config, self.logs, self.connections)
+        self.register_kio(ApiKey.DESCRIBE_CONFIGS, self.configs.describe_configs)
+        self.register_kio(
+            ApiKey.INCREMENTAL_ALTER_CONFIGS, self.configs.incremental_alter_configs
+        )
         self.register_kio(ApiKey.INIT_PRODUCER_ID, self.admin.init_producer_id)
-        # v7 adds MAX_TIMESTAMP (-3), which needs a max-timestamp index: not yet.
-        self.register_kio(ApiKey.LIST_OFFSETS, self.offsets.list_offsets, (1, 6))
+        self.register_kio(ApiKey.LIST_OFFSETS, self.offsets.list_offsets)
         self.register_kio(ApiKey.OFFSET_FOR_LEADER_EPOCH, self.offsets.offset_for_leader_epoch)
+        self.register_kio(ApiKey.DESCRIBE_LOG_DIRS, LogDirsApi(self.logs).describe_log_dirs)
         if cluster is None:
             self._build_group_apis()
         # In a cluster the group APIs are built once the cluster view is loaded
@@ -360,6 +375,7 @@ class Broker:
 
     async def start(self) -> tuple[str, int]:
         _raise_open_file_limit()
+        prepare_record_validation()  # compile before serving, not on the first Produce
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.logs.open()
         self._build_handlers()
@@ -388,6 +404,7 @@ class Broker:
             log.info("metrics on http://%s:%d/metrics", self.config.metrics_host, port)
         self._spawn(self._accept_loop(sock), "accept")
         self._spawn(self._housekeeping(), "housekeeping")
+        self._spawn(self._connection_sweep(), "connection-sweep")
         log.info("listening on %s:%d", self.address[0], self.address[1])
         return self.address
 
@@ -399,12 +416,29 @@ class Broker:
 
     async def _accept_loop(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
+        registry = self.connections
         while True:
+            while registry.full:
+                # max.connections: stop accepting; clients wait in the listen backlog.
+                self._slot_freed.clear()
+                await self._slot_freed.wait()
+            delay = registry.creation_delay(time.monotonic())
+            if delay > 0:
+                await asyncio.sleep(delay)  # max.connection.creation.rate
             try:
                 client, addr = await loop.sock_accept(sock)
             except OSError as exc:
                 log.warning("accept failed: %s", exc)
                 await asyncio.sleep(0.05)
+                continue
+            if registry.admit(addr[0]) is Admission.TOO_MANY_FROM_IP:
+                self._connection_refusals.reject(
+                    "connection",
+                    f"{addr[0]}:{addr[1]}",
+                    None,
+                    f"max.connections.per.ip ({registry.limits.limit_for(addr[0])}) reached",
+                )
+                client.close()
                 continue
             client.setblocking(False)
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -415,8 +449,35 @@ class Broker:
                 self.dispatch,
                 max_frame_bytes=self.config.socket_request_max_bytes,
                 zero_copy=self.config.zero_copy,
+                pool=self.request_pool,
+                max_queued=registry.limits.max_queued_requests,
             )
-            self._spawn(conn.run(), f"conn-{conn.connection_id}")
+            registry.add(conn)
+            self._spawn(self._serve(conn), f"conn-{conn.connection_id}")
+
+    async def _serve(self, conn: Connection) -> None:
+        try:
+            await conn.run()
+        finally:
+            self.connections.remove(conn)
+            self._slot_freed.set()
+
+    async def _connection_sweep(self) -> None:
+        """Close idle, slowloris and stuck connections (see ``connection_limits``)."""
+        limits = self.config.connections
+        shortest = min(limits.idle_ms, limits.receive_timeout_ms, limits.completion_timeout_ms)
+        interval = min(max(shortest / 4000, 0.05), 1.0)
+        while True:
+            await asyncio.sleep(interval)
+            for conn, reason in self.connections.expired(time.monotonic()):
+                if isinstance(conn, Connection):
+                    # Idle closes are routine (Kafka logs them at debug); the rest are not.
+                    conn.close(
+                        reason,
+                        logging.INFO
+                        if conn.busy_since is None and conn.frame_started is None
+                        else logging.WARNING,
+                    )
 
     async def _housekeeping(self) -> None:
         """Retention and time-based roll every ``log.retention.check.interval.ms``

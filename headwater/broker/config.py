@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headwater.addresses import split_host_port
+from headwater.broker.connection_limits import ConnectionLimits
 from headwater.log.config import LogConfig
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ class BrokerConfig:
     min_incremental_fetch_session_size: int = 0
     incremental_fetch_session_consumer_cache_slots: int | None = None
     fetch_session_retransmit: bool = True
+    fetch_session_slots_per_client: int | None = None
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
@@ -105,6 +107,7 @@ class BrokerConfig:
     request_timeout_ms: int = 30_000
     offsets_commit_timeout_ms: int = 5000
     log: LogConfig = field(default_factory=LogConfig)
+    connections: ConnectionLimits = field(default_factory=ConnectionLimits)
     extra: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -167,6 +170,7 @@ class BrokerConfig:
             ),
             "request.timeout.ms": "request_timeout_ms",
             "offsets.commit.timeout.ms": "offsets_commit_timeout_ms",
+            "headwater.fetch.session.slots.per.client": "fetch_session_slots_per_client",
         }
         bools = {
             "auto.create.topics.enable": "auto_create_topics",
@@ -177,8 +181,11 @@ class BrokerConfig:
             "headwater.replica.fetch.sessions.enable": "replica_fetch_sessions_enable",
         }
         log_keys: dict[str, str] = {}
+        connection_keys: dict[str, str] = {}
         for key, value in props.items():
-            if key in ints:
+            if key in ConnectionLimits.KEYS:
+                connection_keys[key] = value
+            elif key in ints:
                 kw[ints[key]] = int(value)
             elif key in bools:
                 kw[bools[key]] = _bool(value)
@@ -203,6 +210,9 @@ class BrokerConfig:
             else:
                 extra[key] = value
         kw["log"] = LogConfig.from_properties(log_keys)
+        kw["connections"] = ConnectionLimits.from_properties(
+            connection_keys, int(str(kw.get("socket_request_max_bytes", 104_857_600)))
+        )
         kw["extra"] = extra
         if extra:
             log.debug("config keys not used by Headwater: %s", ", ".join(sorted(extra)))

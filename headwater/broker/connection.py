@@ -10,6 +10,15 @@ task awaits them in arrival order.
 
 A malformed frame, an unknown API or a handler failure closes only this
 connection, with a log line; the broker keeps serving everyone else.
+
+What a connection may hold is bounded: at most ``max_queued`` requests wait
+for their responses (then reading pauses, as Kafka mutes a channel), a
+partial request reserves its declared size from the broker-wide
+:class:`MemoryPool` (reading pauses when it is spent) while its buffer grows
+only as bytes arrive, and an idle connection holds no receive buffer. When
+either side of the connection ends (the peer closes, a write fails, the
+broker's sweep closes it), everything queued is dropped, pending handlers
+are cancelled, the pool reservation is returned and the socket is closed.
 """
 
 from __future__ import annotations
@@ -20,9 +29,12 @@ import inspect
 import logging
 import socket
 import struct
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
+from typing import Any
 
+from headwater.broker.memory_pool import MemoryPool
 from headwater.broker.socket_writer import Part, SocketWriter
 from headwater.protocol.fetch_codec import EncodedBody
 from headwater.protocol.frame import FrameDecoder
@@ -35,8 +47,28 @@ Response = EncodedBody | bytes | None
 
 #: Requests a client may have outstanding on one connection before we stop
 #: reading from it (back-pressure instead of unbounded memory).
-MAX_IN_FLIGHT = 256
+MAX_IN_FLIGHT = 16
+#: The most one recv takes. ``sock_recv`` allocates only when data is ready
+#: and returns a buffer of what arrived, so idle connections hold nothing.
 _RECV_SIZE = 256 * 1024
+_UNBOUNDED = MemoryPool(-1)
+
+
+class Ordered(Awaitable[Response]):
+    """A response the connection completes before it reads the next request.
+
+    A Produce that runs in slices (``cooperative``) returns one: the event
+    loop serves other connections meanwhile, but this connection's next
+    Produce cannot overtake it, so idempotent sequences keep their order.
+    """
+
+    __slots__ = ("_awaitable",)
+
+    def __init__(self, awaitable: Awaitable[Response]) -> None:
+        self._awaitable = awaitable
+
+    def __await__(self) -> Generator[Any, None, Response]:
+        return self._awaitable.__await__()
 
 
 class CloseConnection(Exception):
@@ -71,50 +103,129 @@ class Connection:
         *,
         max_frame_bytes: int,
         zero_copy: bool,
+        pool: MemoryPool = _UNBOUNDED,
+        max_queued: int = MAX_IN_FLIGHT,
     ) -> None:
         self._sock = sock
         self.peer = peer
+        self.peer_ip = peer.rsplit(":", 1)[0]
         self.connection_id = connection_id
         self._dispatch = dispatch
         self._decoder = FrameDecoder(max_frame_bytes)
         self._writer = SocketWriter(sock, zero_copy=zero_copy)
-        self._queue: asyncio.Queue[_Queued | None] = asyncio.Queue(MAX_IN_FLIGHT)
+        self._queue: asyncio.Queue[_Queued | None] = asyncio.Queue(max_queued)
         self._tasks: set[asyncio.Future[Response]] = set()
-        self._closed = False
+        self._pool = pool
+        self._reserved = 0  # bytes of the pool this connection holds
+        self._run_task: asyncio.Task[None] | None = None
+        self._close_reason: str | None = None
+        self._close_level = logging.WARNING
+        self.last_active = time.monotonic()
+        self.frame_started: float | None = None
+        self.busy_since: float | None = None
+
+    def close(self, reason: str, level: int = logging.WARNING) -> None:
+        """Close from outside (timeouts, shutdown): the run task tears everything down."""
+        if self._close_reason is None:
+            self._close_reason = reason
+            self._close_level = level
+        if self._run_task is not None:
+            self._run_task.cancel()
 
     async def run(self) -> None:
-        writer = asyncio.create_task(self._write_loop(), name=f"writer-{self.connection_id}")
+        self._run_task = asyncio.current_task()
+        name = self.connection_id
+        reader = asyncio.create_task(self._read_loop(), name=f"reader-{name}")
+        writer = asyncio.create_task(self._write_loop(), name=f"writer-{name}")
         try:
-            await self._read_loop()
-        except (ConnectionError, OSError) as exc:
-            log.debug("connection %s from %s: %s", self.connection_id, self.peer, exc)
-        except CloseConnection as exc:
-            log.warning("closing connection from %s: %s", self.peer, exc)
-        except Exception:
-            log.exception("closing connection from %s after an internal error", self.peer)
+            # Whichever side ends first ends the connection: a peer that went
+            # away must not leave the reader parked on a full queue for good.
+            done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                self._log_end(task)
+        except asyncio.CancelledError:
+            if self._close_reason is None:
+                raise
+            log.log(
+                self._close_level, "closing connection from %s: %s", self.peer, self._close_reason
+            )
         finally:
-            self._closed = True
-            for task in self._tasks:
-                task.cancel()
-            writer.cancel()
+            await self._release(reader, writer)
+
+    def _log_end(self, task: asyncio.Task[None]) -> None:
+        exc = task.exception()
+        if exc is None:
+            return
+        if isinstance(exc, CloseConnection):
+            log.warning("closing connection from %s: %s", self.peer, exc)
+        elif isinstance(exc, (ConnectionError, OSError)):
+            log.debug("connection %s from %s: %s", self.connection_id, self.peer, exc)
+        else:
+            log.error(
+                "closing connection from %s after an internal error",
+                self.peer,
+                exc_info=exc,
+            )
+
+    async def _release(self, *loops: asyncio.Task[None]) -> None:
+        """Let go of everything this connection holds."""
+        for task in loops:
+            task.cancel()
+        for pending in self._tasks:
+            pending.cancel()
+        for task in loops:
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await writer
-            self._sock.close()
+                await task
+        self._tasks.clear()
+        while not self._queue.empty():
+            self._queue.get_nowait()
+        self._pool.release(self._reserved)
+        self._reserved = 0
+        self._decoder = FrameDecoder(0)
+        self.frame_started = self.busy_since = None
+        self._sock.close()
 
     async def _read_loop(self) -> None:
         loop = asyncio.get_running_loop()
-        buf = bytearray(_RECV_SIZE)
-        view = memoryview(buf)
-        while not self._closed:
-            n = await loop.sock_recv_into(self._sock, buf)
-            if n == 0:
+        while True:
+            data = await loop.sock_recv(self._sock, _RECV_SIZE)
+            if not data:
                 return
+            now = time.monotonic()
+            self.last_active = now
             try:
-                frames = self._decoder.feed(bytes(view[:n]))
+                frames = self._decoder.feed(data)
             except Exception as exc:  # FrameTooLargeError, InvalidFrameError
                 raise CloseConnection(f"bad frame: {exc}") from exc
+            completed = len(frames)
+            if completed:
+                # The request arrived whole: however long handling takes (a
+                # Produce in slices), it is no longer the peer's slowness.
+                self.frame_started = None
             for frame in frames:
                 await self._handle_frame(frame)
+            del frames, data
+            await self._account(completed > 0)
+
+    async def _account(self, completed: bool) -> None:
+        """Hold pool bytes for the request being assembled, and only for it.
+
+        Called after the chunk's complete requests were handled, so their
+        reservation is returned here; a request that cannot reserve its
+        size waits, and with it the reading from this socket.
+        """
+        pending = self._decoder.pending_length or 0
+        if pending < self._reserved:
+            self._pool.release(self._reserved - pending)
+            self._reserved = pending
+        elif pending > self._reserved:
+            self.frame_started = None  # waiting for the pool is not the peer's slowness
+            await self._pool.reserve(pending - self._reserved)
+            self._reserved = pending
+        if not pending:
+            self.frame_started = None
+        elif completed or self.frame_started is None:
+            self.frame_started = time.monotonic()
 
     async def _handle_frame(self, frame: memoryview) -> None:
         try:
@@ -124,6 +235,8 @@ class Connection:
         ctx = RequestContext(header, self.peer, self.connection_id)
         try:
             result = self._dispatch(ctx, frame, offset)
+            if isinstance(result, Ordered):
+                result = await result
         except CloseConnection:
             raise
         except Exception as exc:
@@ -142,8 +255,12 @@ class Connection:
     async def _write_loop(self) -> None:
         while True:
             item = await self._queue.get()
+            self.busy_since = time.monotonic()
             if item is None or not await self._send(item):
                 return
+            del item  # a finished future keeps its response alive while we wait
+            self.busy_since = None
+            self.last_active = time.monotonic()
 
     async def _send(self, item: _Queued) -> bool:
         """Write one response; False when the connection must close.

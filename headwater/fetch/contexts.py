@@ -157,11 +157,13 @@ class FullFetchContext(FetchContext):
         request: FetchRequestData,
         partitions: list[PartitionFetch],
         watcher: PartitionWatcher,
+        client: str = "",
     ) -> None:
         super().__init__(request)
         self._cache = cache
         self._partitions = partitions
         self._watcher = watcher
+        self._client = client
         self._created: FetchSession | None = None
         self._answered = False
 
@@ -185,6 +187,7 @@ class FullFetchContext(FetchContext):
                 uses_topic_ids=self.request.uses_topic_ids,
                 watcher=self._watcher,
                 populate=lambda session: self._populate(session, results),
+                client=self._client,
             )
         session_id = INVALID_SESSION_ID if self._created is None else self._created.id
         return FetchResponseData(session_id=session_id, partitions=list(results))
@@ -268,6 +271,7 @@ def new_fetch_context(
     request: FetchRequestData,
     now_ms: int,
     watcher: PartitionWatcher,
+    client: str = "",
 ) -> FetchContext:
     """Pick the context for ``request`` (the table in this module's docstring)."""
     session_id, epoch = request.session_id, request.session_epoch
@@ -278,7 +282,7 @@ def new_fetch_context(
         partitions = unique_partitions(request.partitions, request.uses_topic_ids)
         if epoch == FINAL_EPOCH:
             return SessionlessFetchContext(request, partitions)
-        return FullFetchContext(cache, request, partitions, watcher)
+        return FullFetchContext(cache, request, partitions, watcher, client)
 
     session = cache.get(session_id)
     if session is None:

@@ -108,6 +108,7 @@ class FetchSessionCache:
         consumer_slots: int | None = None,
         retransmit_enabled: bool = True,
         new_session_id: Callable[[], int] = random_session_id,
+        max_slots_per_client: int | None = None,
     ) -> None:
         """Settings map to broker config keys.
 
@@ -116,7 +117,9 @@ class FetchSessionCache:
         ``min_session_size``: min.incremental.fetch.session.size (0 = any);
         ``consumer_slots``: incremental.fetch.session.consumer.cache.slots
         (None = all slots); ``retransmit_enabled``:
-        headwater.fetch.session.retransmit.enable.
+        headwater.fetch.session.retransmit.enable; ``max_slots_per_client``:
+        headwater.fetch.session.slots.per.client (None = no limit), so one
+        client address cannot take every consumer slot.
         """
         self.max_slots = max_slots
         self.eviction_ms = eviction_ms
@@ -124,6 +127,9 @@ class FetchSessionCache:
         self.consumer_slots = max_slots if consumer_slots is None else consumer_slots
         self.retransmit_enabled = retransmit_enabled
         self._new_session_id = new_session_id
+        self.max_slots_per_client = max_slots_per_client
+        self._owners: dict[int, str] = {}  # session id -> client address
+        self._per_client: dict[str, int] = {}
 
         self._slots: dict[int, _Slot] = {}
         self._lru: OrderedDict[int, _Slot] = OrderedDict()
@@ -144,14 +150,23 @@ class FetchSessionCache:
         """Fetches refused with a top-level session error (70, 71, 106)."""
         self.incremental_partitions_read_total = 0
         """Partitions handed to the planner by incremental fetches: O(changed)."""
+        self.client_limit_declines_total = 0
+        """New sessions declined because their client address held its limit."""
 
     # -- the entry point --------------------------------------------------
 
     def new_context(
-        self, request: FetchRequestData, now_ms: int, watcher: PartitionWatcher
+        self,
+        request: FetchRequestData,
+        now_ms: int,
+        watcher: PartitionWatcher,
+        client: str = "",
     ) -> FetchContext:
-        """The context that serves ``request``: one class per case of the KIP-227 table."""
-        return new_fetch_context(self, request, now_ms, watcher)
+        """The context that serves ``request``: one class per case of the KIP-227 table.
+
+        ``client`` is the requester's address, for the per-client slot limit.
+        """
+        return new_fetch_context(self, request, now_ms, watcher, client)
 
     # -- lookup and metrics -----------------------------------------------
 
@@ -186,13 +201,22 @@ class FetchSessionCache:
         uses_topic_ids: bool,
         watcher: PartitionWatcher,
         populate: Callable[[FetchSession], None],
+        client: str = "",
     ) -> FetchSession | None:
         """Admit a new session of ``size`` partitions if there is or can be made room.
 
         ``populate`` fills the session (and starts watching its partitions)
         only once it is admitted, so a declined fetch costs nothing extra.
         """
-        if size < self.min_session_size or not self._make_room(privileged, size, now_ms):
+        if size < self.min_session_size:
+            return None
+        limit = self.max_slots_per_client
+        if not privileged and limit is not None and self._per_client.get(client, 0) >= limit:
+            # Declined, not evicting the client's own sessions: its extra
+            # consumers keep working with sessionless fetches.
+            self.client_limit_declines_total += 1
+            return None
+        if not self._make_room(privileged, size, now_ms):
             return None
         session = FetchSession(
             self._unused_session_id(),
@@ -202,6 +226,8 @@ class FetchSessionCache:
             watcher=watcher,
         )
         populate(session)
+        self._owners[session.id] = client
+        self._per_client[client] = self._per_client.get(client, 0) + 1
         slot = _Slot(session)
         self._slots[session.id] = slot
         self._lru[session.id] = slot
@@ -302,6 +328,13 @@ class FetchSessionCache:
         del pool.lru[session.id]
         pool.unindex(slot)
         slot.removed = True
+        owner = self._owners.pop(session.id, None)
+        if owner is not None:
+            left = self._per_client[owner] - 1
+            if left:
+                self._per_client[owner] = left
+            else:
+                del self._per_client[owner]
         self.num_incremental_fetch_partitions_cached -= slot.size
         session.close()
 

@@ -32,6 +32,9 @@ class LogConfig:
     max_message_bytes: int = 1_048_588  # message.max.bytes: the largest batch accepted
     file_handle_cache_size: int = 1024  # headwater.log.open.files.max
     producer_id_expiration_ms: int = _DAY_MS  # producer.id.expiration.ms
+    message_timestamp_type: int = 0  # message.timestamp.type: 0 CreateTime, 1 LogAppendTime
+    message_timestamp_before_max_ms: int = LONG_MAX  # message.timestamp.before.max.ms
+    message_timestamp_after_max_ms: int = LONG_MAX  # message.timestamp.after.max.ms
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str], base: LogConfig | None = None) -> LogConfig:
@@ -45,13 +48,19 @@ class LogConfig:
         # Coarse units first so that a finer key given alongside overrides them.
         for key in sorted(props, key=lambda k: _PRECEDENCE.get(k, 0)):
             spec = _KEYS.get(key)
-            if spec is None:
+            fields: tuple[str, ...]
+            if spec is not None:
+                fields, parse = (spec[0],), spec[1]
+            elif key in _BOTH_SIDES:
+                fields, parse = _BOTH_SIDES[key], _integer(0)
+            else:
                 continue
-            field_name, parse = spec
             try:
-                changes[field_name] = parse(props[key])
+                value = parse(props[key])
             except ValueError as exc:
                 raise InvalidConfigError(f"invalid value {props[key]!r} for {key}: {exc}") from exc
+            for field_name in fields:
+                changes[field_name] = value
         return dataclasses.replace(base or cls(), **changes)  # type: ignore[arg-type]
 
     def with_topic_overrides(self, topic_configs: Mapping[str, str]) -> LogConfig:
@@ -68,6 +77,15 @@ def _integer(minimum: int, scale: int = 1, maximum: int = LONG_MAX) -> Callable[
         return min(value * scale, LONG_MAX) if value > 0 else value
 
     return parse
+
+
+def _timestamp_type(text: str) -> int:
+    value = text.strip()
+    if value == "CreateTime":
+        return 0
+    if value == "LogAppendTime":
+        return 1
+    raise ValueError("must be CreateTime or LogAppendTime")
 
 
 def _optional_ms(text: str) -> int | None:
@@ -92,6 +110,9 @@ _KEYS: dict[str, tuple[str, Callable[[str], int | None]]] = {
     "message.max.bytes": ("max_message_bytes", _integer(0)),
     "headwater.log.open.files.max": ("file_handle_cache_size", _integer(1)),
     "producer.id.expiration.ms": ("producer_id_expiration_ms", _integer(1)),
+    "log.message.timestamp.type": ("message_timestamp_type", _timestamp_type),
+    "log.message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", _integer(0)),
+    "log.message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", _integer(0)),
     # topic keys
     "segment.bytes": ("segment_bytes", _integer(14, maximum=INT_MAX)),
     "segment.ms": ("segment_ms", _integer(1)),
@@ -101,10 +122,22 @@ _KEYS: dict[str, tuple[str, Callable[[str], int | None]]] = {
     "flush.messages": ("flush_interval_messages", _integer(1)),
     "flush.ms": ("flush_interval_ms", _optional_ms),
     "max.message.bytes": ("max_message_bytes", _integer(0)),
+    "message.timestamp.type": ("message_timestamp_type", _timestamp_type),
+    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", _integer(0)),
+    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", _integer(0)),
+}
+# Deprecated since Kafka 3.6 (KIP-937): one bound for both sides of the window,
+# overridden by the before/after keys when those are given too (see _PRECEDENCE).
+_WINDOW_FIELDS = ("message_timestamp_before_max_ms", "message_timestamp_after_max_ms")
+_BOTH_SIDES = {
+    "log.message.timestamp.difference.max.ms": _WINDOW_FIELDS,
+    "message.timestamp.difference.max.ms": _WINDOW_FIELDS,
 }
 
 # Higher applies later: the finer unit of the same setting wins.
 _PRECEDENCE = {
+    "log.message.timestamp.difference.max.ms": -1,
+    "message.timestamp.difference.max.ms": -1,
     "log.roll.hours": -2,
     "log.retention.hours": -2,
     "log.retention.minutes": -1,

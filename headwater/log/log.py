@@ -45,6 +45,7 @@ from headwater.records.batch import (
     patch_partition_leader_epoch,
     validate_batches,
 )
+from headwater.records.validation import TimestampPolicy, validate_append
 
 LOG_START_OFFSET_FILE = "log-start-offset"
 # Producer state is rebuilt from the headers of at most this many trailing
@@ -443,7 +444,8 @@ class Log:
 
     def append(self, payload: bytes | bytearray | memoryview, now_ms: int) -> AppendResult:
         """Validate, assign offsets and write a producer's batches; all or nothing."""
-        headers = validate_batches(payload, self.config.max_message_bytes)
+        checked = validate_append(payload, self.config.max_message_bytes, self._policy(), now_ms)
+        headers, payload = checked.headers, checked.payload
         if len(payload) > self.config.segment_bytes:
             raise RecordBatchTooLargeError(
                 f"{len(payload)} bytes do not fit a segment of {self.config.segment_bytes}"
@@ -473,7 +475,9 @@ class Log:
             # Assigned after the write: a failed write leaves no epoch without data.
             cache.assign(epoch, assigned[0].base_offset)
         self._after_append(assigned, producers, now_ms)
-        return AppendResult(assigned[0].base_offset, offset - 1, -1, self._log_start_offset)
+        return AppendResult(
+            assigned[0].base_offset, offset - 1, checked.log_append_time_ms, self._log_start_offset
+        )
 
     def append_as_follower(
         self, payload: bytes | bytearray | memoryview, now_ms: int
@@ -545,6 +549,14 @@ class Log:
         if self._unflushed_messages >= self.config.flush_interval_messages:
             self.flush()
         self._notify()
+
+    def _policy(self) -> TimestampPolicy:
+        c = self.config
+        return TimestampPolicy(
+            c.message_timestamp_type,
+            c.message_timestamp_before_max_ms,
+            c.message_timestamp_after_max_ms,
+        )
 
     def _segment_for_append(
         self, size: int, last_offset: int, max_timestamp: int, now_ms: int
@@ -780,6 +792,11 @@ class Log:
             self._segments[-1].flush()
         self._unflushed_messages = 0
         self._unflushed_since_ms = None
+
+    @property
+    def has_unflushed_data(self) -> bool:
+        """Appended since the last fsync (what a clean stop must flush)."""
+        return self._loaded and self._unflushed_since_ms is not None
 
     def maybe_flush(self, now_ms: int) -> bool:
         """Flush when data has waited ``flush.ms``; returns whether it flushed."""

@@ -18,6 +18,7 @@ import re
 import shutil
 import uuid
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -35,6 +36,7 @@ from headwater.log.log import Log
 REGISTRY_FILE = "topics.json"
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 REGISTRY_VERSION = 1
+CLOSE_FLUSH_THREADS = 16  # concurrent fsyncs at a clean stop
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
@@ -118,7 +120,15 @@ class LogDirectory:
         self._opened = True
 
     def close(self) -> None:
-        """Flush and release every loaded log, then mark the shutdown as clean."""
+        """Flush and release every loaded log, then mark the shutdown as clean.
+
+        The fsyncs run on a thread pool: thousands of freshly written logs
+        took seconds each way one after the other, and fsync releases the GIL.
+        """
+        written = [log for log in self._logs.values() if log.has_unflushed_data]
+        if len(written) > 1:
+            with ThreadPoolExecutor(max_workers=CLOSE_FLUSH_THREADS) as pool:
+                list(pool.map(Log.flush, written))
         for log in self._logs.values():
             log.close()
         self.handles.clear()
@@ -156,9 +166,8 @@ class LogDirectory:
             )
         configs = dict(configs or {})
         topic_config = self.config.with_topic_overrides(configs)  # raises on a bad value
-        for partition in range(num_partitions):
-            # Left behind by a delete that crashed before removing the data.
-            shutil.rmtree(self._partition_path(name, partition), ignore_errors=True)
+        # Left behind by a delete that crashed before removing the data.
+        self._remove_leftovers(name, range(num_partitions))
         info = TopicInfo(name, topic_id or uuid.uuid4(), num_partitions, configs)
         self._topics[name] = info
         self._topic_ids[info.topic_id] = info
@@ -188,13 +197,61 @@ class LogDirectory:
             raise InvalidPartitionsError(
                 f"topic {name!r} has {info.num_partitions} partitions; {new_total} is not more"
             )
-        for partition in range(info.num_partitions, new_total):
-            shutil.rmtree(self._partition_path(name, partition), ignore_errors=True)
+        self._remove_leftovers(name, range(info.num_partitions, new_total))
         updated = TopicInfo(name, info.topic_id, new_total, info.configs)
         self._topics[name] = updated
         self._topic_ids[info.topic_id] = updated
         self._write_registry()
         return updated
+
+    def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> TopicInfo:
+        """Replace a topic's overrides, persist them, and apply them to its open logs now.
+
+        Logs read ``config`` on every append, roll and retention pass, so the
+        new values take effect at once, as Kafka applies topic configs live.
+        """
+        info = self._require_topic(name)
+        topic_config = self.config.with_topic_overrides(configs)  # raises on a bad value
+        updated = TopicInfo(name, info.topic_id, info.num_partitions, dict(configs))
+        self._topics[name] = updated
+        self._topic_ids[info.topic_id] = updated
+        self._topic_configs[name] = topic_config
+        self._write_registry()
+        self._apply_configs(name)
+        return updated
+
+    def alter_base_config(self, config: LogConfig) -> None:
+        """New broker-wide log defaults (dynamic ``log.*`` configs), applied to every topic now."""
+        self.config = config
+        for name, info in self._topics.items():
+            self._topic_configs[name] = config.with_topic_overrides(info.configs)
+        for (topic, _partition), log in self._logs.items():
+            log.config = self._topic_configs[topic]
+
+    def _apply_configs(self, name: str) -> None:
+        topic_config = self._topic_configs[name]
+        for (topic, _partition), log in self._logs.items():
+            if topic == name:
+                log.config = topic_config
+
+    def _remove_leftovers(self, topic: str, partitions: range) -> None:
+        """Remove partition directories of ``topic`` in ``partitions`` that already exist.
+
+        One directory listing instead of one ``rmtree`` per partition: at
+        100,000 partitions the per-partition probes took seconds.
+        """
+        prefix = topic + "-"
+        with os.scandir(self.path) as entries:
+            doomed = [
+                entry.path
+                for entry in entries
+                if entry.name.startswith(prefix)
+                and entry.name[len(prefix) :].isdigit()
+                and int(entry.name[len(prefix) :]) in partitions
+                and entry.is_dir()
+            ]
+        for path in doomed:
+            shutil.rmtree(path, ignore_errors=True)
 
     def _require_topic(self, name: str) -> TopicInfo:
         info = self._topics.get(name)

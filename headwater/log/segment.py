@@ -11,6 +11,7 @@ after it, so opening a segment costs a ``stat`` and nothing more.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import struct
 from collections.abc import Iterator, Sequence
@@ -29,6 +30,8 @@ from headwater.records.batch import (
 )
 from headwater.records.errors import CorruptRecordError
 from headwater.records.record import decode_batches
+
+log = logging.getLogger(__name__)
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -72,6 +75,7 @@ class Segment:
         "base_offset",
         "log_path",
         "offset_index",
+        "recovery_reason",
         "size",
         "time_index",
     )
@@ -98,6 +102,7 @@ class Segment:
             handles,
         )
         self.size = size  # bytes of whole batches: the only bytes readers may see
+        self.recovery_reason: str | None = None  # why the last rebuild cut the file
         self._handles = handles
         self._index_interval_bytes = index_interval_bytes
         self._created_ms = created_ms
@@ -423,7 +428,18 @@ class Segment:
         """
         file_size = os.fstat(self._handles.get(self.log_path).fileno()).st_size
         self.size = file_size
-        return self._rebuild(validate=True)
+        truncated = self._rebuild(validate=True)
+        if truncated:
+            # Acknowledged bytes may be among them: an operator must be able to see it.
+            log.warning(
+                "recovery of %s truncated %d bytes at position %d (offset %d): %s",
+                self.log_path,
+                truncated,
+                self.size,
+                self._next_offset,
+                self.recovery_reason,
+            )
+        return truncated
 
     def rebuild_indexes(self) -> int:
         """Rebuild both indexes from the batch headers; returns bytes of torn tail dropped."""
@@ -440,30 +456,41 @@ class Segment:
         self._bytes_since_index_entry = 0
         self._first_timestamp = None
         end = 0
+        self.recovery_reason = "an incomplete batch at the end (a torn write)"
         try:
             for header, batch in self._scan(0, self.size, SCAN_WINDOW, with_bytes=validate):
-                if validate and not self._batch_is_sound(header, batch):
+                reason = self._unsound(header, batch) if validate else None
+                if reason is not None:
+                    self.recovery_reason = f"batch at offset {header.base_offset} {reason}"
                     break
                 self._track(header, header.position)
                 self._next_offset = header.next_offset
                 end = header.position + header.size
-        except CorruptRecordError:
-            pass
+        except CorruptRecordError as exc:
+            self.recovery_reason = str(exc)
         truncated = self.size - end
         if truncated:
             self._truncate_file(end)
         return truncated
 
-    def _batch_is_sound(self, header: BatchHeader, batch: memoryview | None) -> bool:
-        return (
-            batch is not None
-            and header.magic == MAGIC_V2
-            and header.record_count >= 1
-            and header.last_offset_delta == header.record_count - 1
-            and header.base_offset >= self._next_offset
-            and self.can_hold_offset(header.last_offset)
-            and batch_crc_is_valid(batch, header._replace(position=0))
-        )
+    def _unsound(self, header: BatchHeader, batch: memoryview | None) -> str | None:
+        """Why recovery must cut at this batch, or None when it is sound."""
+        if batch is None:
+            return "is incomplete"
+        if header.magic != MAGIC_V2:
+            return f"has magic {header.magic}"
+        if header.record_count < 1 or header.last_offset_delta != header.record_count - 1:
+            return (
+                f"has record count {header.record_count} "
+                f"and last offset delta {header.last_offset_delta}"
+            )
+        if header.base_offset < self._next_offset:
+            return f"goes back from offset {self._next_offset}"
+        if not self.can_hold_offset(header.last_offset):
+            return "has offsets this segment cannot index"
+        if not batch_crc_is_valid(batch, header._replace(position=0)):
+            return "fails its CRC-32C check"
+        return None
 
     def truncate_to(self, offset: int) -> int:
         """Drop the batch holding ``offset`` and everything after; returns bytes removed."""

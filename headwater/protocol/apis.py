@@ -33,8 +33,10 @@ class ApiKey(enum.IntEnum):
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
+    DESCRIBE_LOG_DIRS = 35
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
 
@@ -63,8 +65,10 @@ API_FLEXIBLE_FROM: Final[dict[int, int]] = {
     ApiKey.INIT_PRODUCER_ID: 2,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: 4,
     ApiKey.DESCRIBE_CONFIGS: 4,
+    ApiKey.DESCRIBE_LOG_DIRS: 2,
     ApiKey.CREATE_PARTITIONS: 2,
     ApiKey.DELETE_GROUPS: 2,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
     ApiKey.OFFSET_DELETE: NEVER_FLEXIBLE,
     ApiKey.DESCRIBE_CLUSTER: 0,
 }
@@ -74,7 +78,7 @@ API_FLEXIBLE_FROM: Final[dict[int, int]] = {
 SUPPORTED: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.PRODUCE: (3, 10),
     ApiKey.FETCH: (4, 16),
-    ApiKey.LIST_OFFSETS: (1, 7),
+    ApiKey.LIST_OFFSETS: (1, 8),
     ApiKey.METADATA: (0, 13),
     ApiKey.OFFSET_COMMIT: (2, 9),
     ApiKey.OFFSET_FETCH: (1, 9),
@@ -91,8 +95,10 @@ SUPPORTED: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.INIT_PRODUCER_ID: (0, 4),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
 }

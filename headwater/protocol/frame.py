@@ -3,8 +3,10 @@
 Sans-I/O: the connection feeds whatever ``recv`` returned and gets back the
 frames completed so far. Frames that arrive whole inside one chunk are
 returned as views of that chunk (no copy); a frame that spans chunks is
-assembled into one buffer of its declared size, so a 100 MB produce that
-arrives in 64 KB pieces is copied once, not once per piece.
+assembled into one buffer that grows as its bytes arrive (amortised, so a
+100 MB produce arriving in 64 KB pieces is not copied once per piece). The
+buffer is never sized from the declared length: a peer that declares
+100 MiB and sends 14 bytes costs 14 bytes, not 100 MiB.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ class FrameDecoder:
     After an exception the stream cannot be resynchronised: close it.
     """
 
-    __slots__ = ("_body", "_filled", "_length_bytes", "max_frame_bytes", "min_frame_bytes")
+    __slots__ = ("_body", "_expected", "_length_bytes", "max_frame_bytes", "min_frame_bytes")
 
     def __init__(
         self, max_frame_bytes: int, min_frame_bytes: int = MIN_REQUEST_FRAME_BYTES
@@ -34,12 +36,17 @@ class FrameDecoder:
         self.min_frame_bytes = min_frame_bytes
         self._length_bytes = bytearray()  # a length prefix split across chunks
         self._body: bytearray | None = None  # the frame being assembled
-        self._filled = 0
+        self._expected = 0  # its declared length
 
     @property
     def buffered(self) -> int:
         """Bytes received that belong to a frame not yet complete."""
-        return len(self._length_bytes) + (self._filled if self._body is not None else 0)
+        return len(self._length_bytes) + (len(self._body) if self._body is not None else 0)
+
+    @property
+    def pending_length(self) -> int | None:
+        """The declared length of the frame being assembled; None between frames."""
+        return self._expected if self._body is not None else None
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
         """Take the next chunk of the stream; return the frames it completes."""
@@ -54,11 +61,10 @@ class FrameDecoder:
         while pos < end:
             body = self._body
             if body is not None:
-                take = min(len(body) - self._filled, end - pos)
-                body[self._filled : self._filled + take] = view[pos : pos + take]
-                self._filled += take
+                take = min(self._expected - len(body), end - pos)
+                body += view[pos : pos + take]
                 pos += take
-                if self._filled == len(body):
+                if len(body) == self._expected:
                     frames.append(memoryview(body).toreadonly())
                     self._body = None
                 continue
@@ -78,8 +84,8 @@ class FrameDecoder:
                 frames.append(view[pos : pos + length])
                 pos += length
             else:
-                self._body = bytearray(length)
-                self._filled = 0
+                self._body = bytearray()
+                self._expected = length
         return frames
 
     def _check(self, length: int) -> None:

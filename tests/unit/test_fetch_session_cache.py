@@ -181,3 +181,21 @@ def test_metrics_follow_creation_use_and_closing() -> None:
     assert cache.num_incremental_fetch_partitions_cached == 5
     assert cache.evictions_total == 0
     assert (cache.full_fetches_total, cache.incremental_fetches_total) == (3, 1)
+
+
+def _open_from(cache: FetchSessionCache, client: str, now_ms: int = 0) -> FetchSession | None:
+    req = request(0, 0, [fetch("t", p) for p in range(3)])
+    ctx = cache.new_context(req, now_ms, WORLD, client)
+    results = WORLD.read(ctx.partitions_to_read(), max_bytes=req.max_bytes, read_committed=False)
+    return cache.get(ctx.update_and_generate_response(results, now_ms).session_id)
+
+
+def test_one_client_address_cannot_take_every_slot() -> None:
+    cache = make_cache(10, max_slots_per_client=2)
+    mine = [_open_from(cache, "10.0.0.1") for _ in range(3)]
+    assert mine[0] is not None and mine[1] is not None
+    assert mine[2] is None  # declined: its fetches stay sessionless
+    assert cache.client_limit_declines_total == 1
+    assert _open_from(cache, "10.0.0.2") is not None  # others still get slots
+    cache.remove(mine[0].id)
+    assert _open_from(cache, "10.0.0.1") is not None  # a freed slot is the client's again

@@ -612,3 +612,31 @@ def test_a_torn_tail_is_dropped_even_without_recovery(tmp_path: Path) -> None:
     assert again.log_end_offset == 3
     assert again.append(batch(1), NOW).base_offset == 3
     assert [offsets_in(again, o, 1) for o in range(4)] == [[0], [1], [2], [3]]
+
+
+def test_recovery_logs_what_it_truncated_and_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log = make_log(tmp_path)
+    for _ in range(3):
+        log.append(batch(1), NOW)
+    log.close()
+    one = len(batch(1))
+    path = tmp_path / "topic-0" / "00000000000000000000.log"
+    data = bytearray(path.read_bytes())
+    data[one + 70] ^= 0xFF
+    path.write_bytes(data)
+    with caplog.at_level("WARNING", logger="headwater.log.segment"):
+        recovered = Log(tmp_path / "topic-0", LogConfig(), FileHandleCache(8), recover=True)
+        assert recovered.log_end_offset == 1
+    [message] = [r.getMessage() for r in caplog.records]
+    assert f"truncated {2 * one} bytes at position {one} (offset 1)" in message
+    assert "batch at offset 1 fails its CRC-32C check" in message
+
+
+def test_recovery_names_a_torn_write(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    _two_segments_then_cut(tmp_path, cut=40)
+    with caplog.at_level("WARNING", logger="headwater.log.segment"):
+        recovered = Log(tmp_path / "topic-0", LogConfig(), FileHandleCache(8), recover=True)
+        assert recovered.log_end_offset == 18
+    assert any("incomplete" in r.getMessage() for r in caplog.records)

@@ -96,7 +96,7 @@ class FetchApi:
         req = decode_fetch_request(frame, offset, ctx.header.api_version)
         self.metrics.fetch_request_bytes.inc(len(frame) + 4)
         self._resolve_names(req)
-        return self._fetch(req)
+        return self._fetch(req, ctx.client_host.rsplit(":", 1)[0])
 
     def _read(self, req: FetchRequestData, partitions: list[PartitionFetch]) -> FetchResult:
         max_bytes = req.max_bytes if req.max_bytes > 0 else self.config.fetch_max_bytes
@@ -120,9 +120,9 @@ class FetchApi:
         self.metrics.fetch_partitions_read.inc(len(partitions))
         return result
 
-    async def _fetch(self, req: FetchRequestData) -> EncodedBody:
+    async def _fetch(self, req: FetchRequestData, client: str = "") -> EncodedBody:
         now = _now_ms()
-        ctx: FetchContext = self.sessions.new_context(req, now, self.watcher)
+        ctx: FetchContext = self.sessions.new_context(req, now, self.watcher, client)
         if ctx.error_code:
             return self._encode(
                 FetchResponseData(error_code=ctx.error_code, session_id=0), req.version

@@ -21,6 +21,8 @@ from headwater.log.log_directory import LogDirectory
 
 LATEST = -1
 EARLIEST = -2
+MAX_TIMESTAMP = -3  # v7, KIP-734: the record with the largest timestamp
+EARLIEST_LOCAL = -4  # v8, KIP-405: no tiered storage here, so the log start
 
 
 class OffsetApis:
@@ -66,8 +68,13 @@ class OffsetApis:
                 ts = p.timestamp
                 if ts == LATEST:
                     out["offset"] = log.last_stable_offset if read_committed else log.high_watermark
-                elif ts == EARLIEST:
+                elif ts in (EARLIEST, EARLIEST_LOCAL):
                     out["offset"] = log.log_start_offset
+                elif ts == MAX_TIMESTAMP:
+                    newest = max((s.max_timestamp for s in log.segments), default=-1)
+                    found = log.offset_for_timestamp(newest) if newest >= 0 else None
+                    if found is not None:
+                        out["offset"], out["timestamp"] = found
                 elif ts >= 0:
                     found = log.offset_for_timestamp(ts)
                     if found is not None:

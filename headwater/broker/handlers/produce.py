@@ -1,13 +1,15 @@
 """Produce: append record batches to partition logs.
 
-The appends are synchronous on purpose: the connection applies a Produce
-before it reads the next frame, so an idempotent producer's in-flight
-batches reach the log in the order they were sent. Appends notify the
+The connection applies a Produce before it reads the next frame, so an
+idempotent producer's in-flight batches reach the log in the order they were
+sent. A Produce that touches many partitions (first appends create files)
+runs in time slices, still before the next frame is read, so that it does
+not stall every other client. Appends notify the
 partition's listeners, which wakes parked fetches (the purgatory).
 
 In a cluster only the leader appends, and ``acks=all`` is answered once the
-ISR has the batch: the handler then returns an awaitable that waits in the
-produce purgatory (the append itself has already happened, in order).
+ISR has the batch: the appends happen first (in order), then the response
+waits in the produce purgatory while the connection reads on.
 """
 
 from __future__ import annotations
@@ -16,25 +18,52 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable
+from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode as E
 
-from headwater.broker.connection import RequestContext
-from headwater.broker.handlers.admin import AdminApis
+from headwater.broker.connection import Ordered, RequestContext
+from headwater.broker.cooperative import Steps, run_cooperatively
+from headwater.broker.handlers.admin import AdminApis, is_valid_topic_name
 from headwater.broker.metrics import BrokerMetrics
+from headwater.broker.rejection_log import RejectionLog
 from headwater.cluster.produce_purgatory import await_acks
 from headwater.cluster.replica_manager import ReplicaManager
 from headwater.log.errors import KafkaApiError
-from headwater.log.log_directory import LogDirectory
+from headwater.log.log_directory import LogDirectory, TopicInfo
+from headwater.log.segment_files import precreate_segment_files
 from headwater.protocol.produce_codec import (
     ProducePartitionResponse,
+    ProduceRequestData,
     ProduceResponseData,
     ProduceTopicResponse,
+    RecordError,
     decode_produce_request,
     encode_produce_response,
 )
 
 log = logging.getLogger(__name__)
+
+
+async def _after_appends(rest: Awaitable[bytes | AwaitingAcks | None]) -> bytes | None:
+    """The sliced path: the appends, then (``acks=all``) the ISR, before the next request."""
+    result = await rest
+    if isinstance(result, AwaitingAcks):
+        return await result.response
+    return result
+
+#: Fresh partitions in one request from which their files are made off the loop.
+PRECREATE_AT_LEAST = 8
+
+
+_Waits = dict[tuple[str, int], tuple[ProducePartitionResponse, "asyncio.Future[int]"]]
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitingAcks:
+    """Appended; the response waits for the ISR (``acks=all`` in a cluster)."""
+
+    response: Awaitable[bytes]
 
 
 class ProduceApi:
@@ -49,85 +78,131 @@ class ProduceApi:
         self.admin = admin
         self.metrics = metrics
         self.replication = replication
+        self.rejections = RejectionLog(log)
 
     def handle(
         self, ctx: RequestContext, frame: memoryview, offset: int
-    ) -> bytes | Awaitable[bytes | None] | None:
+    ) -> bytes | Ordered | Awaitable[bytes] | None:
+        """Answered at once when quick; in slices (in order) when it touches many partitions.
+
+        Once appended, an ``acks=all`` request in a cluster waits for its ISR
+        without holding the connection: the next request is read meanwhile
+        (its appends still come after this one's), and responses leave in order.
+        """
+        req = decode_produce_request(frame, offset, ctx.header.api_version)
+        result = run_cooperatively(self._append_all(ctx, req))
+        if isinstance(result, bytes) or result is None:
+            return result
+        if isinstance(result, AwaitingAcks):
+            return result.response
+        return Ordered(_after_appends(result))
+
+    def _append_all(
+        self, ctx: RequestContext, req: ProduceRequestData
+    ) -> Steps[bytes | AwaitingAcks | None]:
+        """Append every partition's batches, yielding after each (a cooperative checkpoint)."""
         version = ctx.header.api_version
-        req = decode_produce_request(frame, offset, version)
         now_ms = int(time.time() * 1000)
         topics: list[ProduceTopicResponse] = []
         acks_ok = req.acks in (-1, 0, 1)
         replication = self.replication
-        waits: dict[tuple[str, int], tuple[ProducePartitionResponse, asyncio.Future[int]]] = {}
-        for topic in req.topics:
-            info = self.admin.ensure_topic(topic.name) if acks_ok else None
+        waits: _Waits = {}
+        infos = [self.admin.ensure_topic(t.name) if acks_ok else None for t in req.topics]
+        fresh = yield from self._fresh_partitions(req, infos)
+        if fresh:
+            # Their first segment files are created on a worker thread, not on the loop.
+            loop = asyncio.get_running_loop()
+            yield loop.run_in_executor(None, precreate_segment_files, fresh)
+        for topic, info in zip(req.topics, infos, strict=True):
             parts: list[ProducePartitionResponse] = []
             for index, records in topic.partitions:
                 out = ProducePartitionResponse(index=index)
-                parts.append(out)
                 if not acks_ok:
                     out.error_code = int(E.invalid_required_acks)
-                    continue
-                if info is None or not 0 <= index < info.num_partitions:
+                elif info is None and not is_valid_topic_name(topic.name):
+                    out.error_code = int(E.invalid_topic_exception)
+                elif info is None or not 0 <= index < info.num_partitions:
                     out.error_code = int(E.unknown_topic_or_partition)
-                    continue
-                if records is None or len(records) == 0:
+                elif records is None or len(records) == 0:
                     out.error_code = int(E.invalid_record)
                     out.error_message = "produce request carried no records"
-                    continue
-                replica = None
-                if replication is not None:
-                    error = replication.serving_error(topic.name, index)
-                    replica = replication.replica(topic.name, index)
-                    if error or replica is None:
-                        out.error_code = error or int(E.not_leader_or_follower)
-                        continue
-                    if req.acks == -1 and not replication.enough_isr(replica):
-                        # Kafka refuses before appending: the write could not be as
-                        # safe as the producer asked.
-                        out.error_code = int(E.not_enough_replicas)
-                        out.error_message = (
-                            f"ISR {list(replica.isr)} is smaller than min.insync.replicas="
-                            f"{replication.min_insync_replicas(topic.name)}"
-                        )
-                        continue
-                plog = self.logs.log(topic.name, index)
-                try:
-                    result = plog.append(records, now_ms)
-                except KafkaApiError as exc:
-                    out.error_code = int(exc.kafka_error_code)
-                    out.error_message = str(exc)
-                    log.info("produce to %s-%d rejected: %s", topic.name, index, exc)
-                    continue
-                out.base_offset = result.base_offset
-                out.log_append_time_ms = result.log_append_time_ms
-                out.log_start_offset = result.log_start_offset
-                if not result.duplicate:
-                    self.metrics.bytes_in.inc(len(records))
-                # The replica manager saw the append through the log's listener;
-                # acks=all waits until the ISR has it.
-                if (
-                    replication is not None
-                    and req.acks == -1
-                    and plog.high_watermark <= result.last_offset
+                elif replication is not None and self._refused(
+                    replication, req, topic.name, index, out
                 ):
-                    key = (topic.name, index)
-                    future = replication.purgatory.wait(key, result.last_offset + 1)
-                    waits[key] = (out, future)
+                    pass  # not the leader here, or too few replicas in sync
+                else:
+                    plog = self.logs.log(topic.name, index)
+                    try:
+                        result = plog.append(records, now_ms)
+                    except KafkaApiError as exc:
+                        out.error_code = int(exc.kafka_error_code)
+                        out.error_message = str(exc)
+                        out.record_errors = [
+                            RecordError(*e) for e in getattr(exc, "record_errors", ())
+                        ]
+                        self.rejections.reject(
+                            f"produce to {topic.name}-{index}",
+                            ctx.client_host,
+                            ctx.header.client_id,
+                            f"{type(exc).__name__}: {exc}",
+                        )
+                    else:
+                        out.base_offset = result.base_offset
+                        out.log_append_time_ms = result.log_append_time_ms
+                        out.log_start_offset = result.log_start_offset
+                        if not result.duplicate:
+                            self.metrics.bytes_in.inc(len(records))
+                        # The replica manager saw the append through the log's
+                        # listener; acks=all waits until the ISR has it.
+                        if (
+                            replication is not None
+                            and req.acks == -1
+                            and plog.high_watermark <= result.last_offset
+                        ):
+                            key = (topic.name, index)
+                            waiting = replication.purgatory.wait(key, result.last_offset + 1)
+                            waits[key] = (out, waiting)
+                    yield None  # a checkpoint: others may be served between partitions
+                parts.append(out)
             topics.append(ProduceTopicResponse(name=topic.name, partitions=parts))
         if req.acks == 0:
             return None
         response = ProduceResponseData(topics=topics)
         if not waits or replication is None:
             return encode_produce_response(response, version)
-        return self._acknowledge(replication, response, waits, req.timeout_ms, version)
+        return AwaitingAcks(
+            self._acknowledge(replication, response, waits, req.timeout_ms, version)
+        )
+
+    @staticmethod
+    def _refused(
+        replication: ReplicaManager,
+        req: ProduceRequestData,
+        topic: str,
+        index: int,
+        out: ProducePartitionResponse,
+    ) -> bool:
+        """Whether a cluster refuses this partition here (not the leader, too small an ISR)."""
+        error = replication.serving_error(topic, index)
+        replica = replication.replica(topic, index)
+        if error or replica is None:
+            out.error_code = error or int(E.not_leader_or_follower)
+            return True
+        if req.acks == -1 and not replication.enough_isr(replica):
+            # Kafka refuses before appending: the write could not be as safe as asked.
+            out.error_code = int(E.not_enough_replicas)
+            out.error_message = (
+                f"ISR {list(replica.isr)} is smaller than min.insync.replicas="
+                f"{replication.min_insync_replicas(topic)}"
+            )
+            return True
+        return False
 
     async def _acknowledge(
         self,
         replication: ReplicaManager,
         response: ProduceResponseData,
-        waits: dict[tuple[str, int], tuple[ProducePartitionResponse, asyncio.Future[int]]],
+        waits: _Waits,
         timeout_ms: int,
         version: int,
     ) -> bytes:
@@ -141,3 +216,24 @@ class ProduceApi:
                 out.error_code = code
                 out.error_message = None
         return encode_produce_response(response, version)
+
+    def _fresh_partitions(
+        self, req: ProduceRequestData, infos: list[TopicInfo | None]
+    ) -> Steps[list[tuple[str, int]]]:
+        """(directory, base offset) of partitions this request writes first, when many.
+
+        A handful are created inline as before; only a request that touches
+        many new partitions pays for a trip to the worker thread.
+        """
+        fresh: list[tuple[str, int]] = []
+        for topic, info in zip(req.topics, infos, strict=True):
+            if info is None:
+                continue
+            for index, records in topic.partitions:
+                if records is None or not 0 <= index < info.num_partitions:
+                    continue
+                plog = self.logs.log(topic.name, index)
+                if not plog.segments:  # a first look lists the directory: a checkpoint
+                    fresh.append((str(plog.directory), plog.log_end_offset))
+                yield None
+        return fresh if len(fresh) >= PRECREATE_AT_LEAST else []

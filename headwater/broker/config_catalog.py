@@ -1,0 +1,137 @@
+"""The configs Headwater describes and lets clients alter, with Kafka's types and sources.
+
+Admin tools read more than a value from DescribeConfigs: the type (to parse
+it), the source (why it has this value: a topic override, a dynamic broker
+setting, the static server.properties, or the default), the synonyms in
+precedence order, and whether it is sensitive. This module is the one table
+of those facts; the handler only looks things up in it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from headwater.log.config import LONG_MAX, LogConfig
+
+
+class ConfigType(enum.IntEnum):
+    """DescribeConfigs v3+ ``config_type``."""
+
+    UNKNOWN = 0
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+    CLASS = 8
+    PASSWORD = 9
+
+
+class ConfigSource(enum.IntEnum):
+    """DescribeConfigs v1+ ``config_source``."""
+
+    UNKNOWN = 0
+    TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+def _ms(value: int | None) -> str:
+    return str(LONG_MAX if value is None else value)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfigDef:
+    """A topic config, the broker config it defaults to, and how to read that from LogConfig."""
+
+    name: str
+    broker_name: str
+    type: ConfigType
+    default: str
+    from_log_config: Callable[[LogConfig], str] | None = None
+
+
+TOPIC_CONFIGS: tuple[TopicConfigDef, ...] = (
+    TopicConfigDef("cleanup.policy", "log.cleanup.policy", ConfigType.LIST, "delete"),
+    TopicConfigDef("compression.type", "compression.type", ConfigType.STRING, "producer"),
+    TopicConfigDef(
+        "flush.messages", "log.flush.interval.messages", ConfigType.LONG, str(LONG_MAX),
+        lambda c: str(c.flush_interval_messages),
+    ),
+    TopicConfigDef(
+        "flush.ms", "log.flush.interval.ms", ConfigType.LONG, str(LONG_MAX),
+        lambda c: _ms(c.flush_interval_ms),
+    ),
+    TopicConfigDef(
+        "index.interval.bytes", "log.index.interval.bytes", ConfigType.INT, "4096",
+        lambda c: str(c.index_interval_bytes),
+    ),
+    TopicConfigDef(
+        "max.message.bytes", "message.max.bytes", ConfigType.INT, "1048588",
+        lambda c: str(c.max_message_bytes),
+    ),
+    TopicConfigDef(
+        "message.timestamp.after.max.ms", "log.message.timestamp.after.max.ms",
+        ConfigType.LONG, str(LONG_MAX), lambda c: str(c.message_timestamp_after_max_ms),
+    ),
+    TopicConfigDef(
+        "message.timestamp.before.max.ms", "log.message.timestamp.before.max.ms",
+        ConfigType.LONG, str(LONG_MAX), lambda c: str(c.message_timestamp_before_max_ms),
+    ),
+    TopicConfigDef(
+        "message.timestamp.type", "log.message.timestamp.type", ConfigType.STRING, "CreateTime",
+        lambda c: ("CreateTime", "LogAppendTime")[c.message_timestamp_type],
+    ),
+    TopicConfigDef("min.insync.replicas", "min.insync.replicas", ConfigType.INT, "1"),
+    TopicConfigDef(
+        "retention.bytes", "log.retention.bytes", ConfigType.LONG, "-1",
+        lambda c: str(c.retention_bytes),
+    ),
+    TopicConfigDef(
+        "retention.ms", "log.retention.ms", ConfigType.LONG, "604800000",
+        lambda c: str(c.retention_ms),
+    ),
+    TopicConfigDef(
+        "segment.bytes", "log.segment.bytes", ConfigType.INT, "1073741824",
+        lambda c: str(c.segment_bytes),
+    ),
+    TopicConfigDef(
+        "segment.ms", "log.roll.ms", ConfigType.LONG, "604800000", lambda c: str(c.segment_ms)
+    ),
+)  # fmt: skip
+TOPIC_CONFIG_BY_NAME = {d.name: d for d in TOPIC_CONFIGS}
+
+#: Broker configs Kafka updates without a restart that Headwater applies live
+#: too: the log defaults every topic inherits, and the connection limits.
+DYNAMIC_BROKER_CONFIGS: dict[str, ConfigType] = {
+    **{d.broker_name: d.type for d in TOPIC_CONFIGS if d.from_log_config is not None},
+    "max.connections": ConfigType.INT,
+    "max.connections.per.ip": ConfigType.INT,
+    "max.connections.per.ip.overrides": ConfigType.STRING,
+    "max.connection.creation.rate": ConfigType.INT,
+}
+
+#: Read-only broker configs DescribeConfigs also reports, with their types.
+STATIC_BROKER_CONFIGS: dict[str, ConfigType] = {
+    "auto.create.topics.enable": ConfigType.BOOLEAN,
+    "connections.max.idle.ms": ConfigType.LONG,
+    "fetch.max.bytes": ConfigType.INT,
+    "log.dirs": ConfigType.STRING,
+    "node.id": ConfigType.INT,
+    "num.partitions": ConfigType.INT,
+    "queued.max.request.bytes": ConfigType.LONG,
+    "socket.request.max.bytes": ConfigType.INT,
+}
+
+#: Names whose values are secrets: described with a null value and is_sensitive.
+SENSITIVE_MARKERS = ("password", "secret", "sasl.jaas.config", "ssl.key")
+
+
+def is_sensitive(name: str) -> bool:
+    return any(marker in name for marker in SENSITIVE_MARKERS)

@@ -1,0 +1,344 @@
+"""DescribeConfigs and IncrementalAlterConfigs for topics and the broker.
+
+Describe answers as Kafka does: each value with its type, its source and,
+when asked, its synonyms in precedence order (topic override, dynamic broker
+config, static broker config, default). Alter changes topic overrides and
+the dynamic broker configs, applied live where Kafka applies them live: the
+``log.*`` defaults every topic inherits and the connection limits. Dynamic
+broker configs are kept in ``dynamic-broker-configs.json`` in the data
+directory (Kafka keeps them in its metadata) and reapplied at start.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from kio.schema.errors import ErrorCode as E
+
+from headwater.broker.config import BrokerConfig
+from headwater.broker.config_catalog import (
+    DYNAMIC_BROKER_CONFIGS,
+    STATIC_BROKER_CONFIGS,
+    TOPIC_CONFIG_BY_NAME,
+    TOPIC_CONFIGS,
+    ConfigSource,
+    ConfigType,
+    is_sensitive,
+)
+from headwater.broker.connection import RequestContext
+from headwater.broker.connection_limits import ConnectionRegistry
+from headwater.log.config import LogConfig
+from headwater.log.errors import KafkaApiError
+from headwater.log.log_directory import LogDirectory, TopicInfo
+
+log = logging.getLogger(__name__)
+
+TOPIC = 2
+BROKER = 4
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+DYNAMIC_CONFIG_FILE = "dynamic-broker-configs.json"
+
+
+class ConfigError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ConfigsApi:
+    def __init__(
+        self, config: BrokerConfig, logs: LogDirectory, connections: ConnectionRegistry
+    ) -> None:
+        self.static = config
+        self.logs = logs
+        self.connections = connections
+        self._path = Path(config.data_dir) / DYNAMIC_CONFIG_FILE
+        self.dynamic: dict[str, str] = self._load()
+        if self.dynamic:
+            self._apply_dynamic(self.dynamic)
+            log.info("dynamic broker configs: %s", self.dynamic)
+
+    # -- describe ---------------------------------------------------------------------
+
+    def describe_configs(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
+        synonyms = bool(getattr(req, "include_synonyms", False))
+        results = []
+        for res in req.resources:
+            keys = set(res.configuration_keys) if res.configuration_keys is not None else None
+            entry: dict[str, Any] = {
+                "resource_type": res.resource_type,
+                "resource_name": res.resource_name,
+                "error_code": 0,
+                "error_message": None,
+                "configs": [],
+            }
+            try:
+                configs = self._describe(res.resource_type, res.resource_name, synonyms)
+            except ConfigError as exc:
+                entry["error_code"], entry["error_message"] = exc.code, str(exc)
+            else:
+                entry["configs"] = [c for c in configs if keys is None or c["name"] in keys]
+            results.append(entry)
+        return {"throttle_time": 0, "results": results}
+
+    def _describe(self, kind: int, name: str, synonyms: bool) -> list[dict[str, Any]]:
+        if kind == TOPIC:
+            info = self.logs.topics().get(name)
+            if info is None:
+                raise ConfigError(int(E.unknown_topic_or_partition), f"unknown topic {name!r}")
+            return self._describe_topic(info, synonyms)
+        if kind == BROKER:
+            self._check_broker(name)
+            return self._describe_broker(synonyms)
+        raise ConfigError(int(E.invalid_request), f"unsupported resource type {kind}")
+
+    def _broker_layers(
+        self, broker_name: str, static_value: str | None, default: str
+    ) -> list[tuple[str, str, ConfigSource]]:
+        """(name, value, source) of a broker config, most specific first."""
+        layers = []
+        if broker_name in self.dynamic:
+            layers.append(
+                (broker_name, self.dynamic[broker_name], ConfigSource.DYNAMIC_BROKER_CONFIG)
+            )
+        if static_value is not None and static_value != default:
+            layers.append((broker_name, static_value, ConfigSource.STATIC_BROKER_CONFIG))
+        layers.append((broker_name, default, ConfigSource.DEFAULT_CONFIG))
+        return layers
+
+    def _describe_topic(self, info: TopicInfo, synonyms: bool) -> list[dict[str, Any]]:
+        out = []
+        for d in TOPIC_CONFIGS:
+            static = d.from_log_config(self.static.log) if d.from_log_config else None
+            layers = self._broker_layers(d.broker_name, static, d.default)
+            if d.name in info.configs:
+                layers.insert(0, (d.name, info.configs[d.name], ConfigSource.TOPIC_CONFIG))
+            out.append(_entry(d.name, d.type, layers, synonyms, read_only=False))
+        for name, value in sorted(info.configs.items()):
+            if name not in TOPIC_CONFIG_BY_NAME:  # kept from CreateTopics, not acted on
+                layers = [(name, value, ConfigSource.TOPIC_CONFIG)]
+                out.append(_entry(name, ConfigType.STRING, layers, synonyms, read_only=False))
+        return out
+
+    def _describe_broker(self, synonyms: bool) -> list[dict[str, Any]]:
+        static = self._static_broker_values()
+        out = []
+        for name, kind in sorted({**DYNAMIC_BROKER_CONFIGS, **STATIC_BROKER_CONFIGS}.items()):
+            default = _DEFAULTS.get(name, static.get(name, ""))
+            layers = self._broker_layers(name, static.get(name), default)
+            read_only = name not in DYNAMIC_BROKER_CONFIGS
+            out.append(_entry(name, kind, layers, synonyms, read_only=read_only))
+        for name, value in sorted(self.static.extra.items()):
+            layers = [(name, value, ConfigSource.STATIC_BROKER_CONFIG)]
+            out.append(_entry(name, ConfigType.UNKNOWN, layers, synonyms, read_only=True))
+        return out
+
+    def _static_broker_values(self) -> dict[str, str]:
+        c = self.static
+        values = {
+            d.broker_name: d.from_log_config(c.log) for d in TOPIC_CONFIGS if d.from_log_config
+        }
+        limits = c.connections
+        values.update(
+            {
+                "max.connections": str(limits.max_connections),
+                "max.connections.per.ip": str(limits.max_connections_per_ip),
+                "max.connections.per.ip.overrides": ",".join(
+                    f"{h}:{n}" for h, n in sorted(limits.per_ip_overrides.items())
+                ),
+                "max.connection.creation.rate": str(
+                    _int_or_max(limits.max_connection_creation_rate)
+                ),
+                "auto.create.topics.enable": str(c.auto_create_topics).lower(),
+                "connections.max.idle.ms": str(limits.idle_ms),
+                "fetch.max.bytes": str(c.fetch_max_bytes),
+                "log.dirs": str(c.data_dir),
+                "node.id": str(c.node_id),
+                "num.partitions": str(c.num_partitions),
+                "queued.max.request.bytes": str(limits.queued_max_request_bytes),
+                "socket.request.max.bytes": str(c.socket_request_max_bytes),
+            }
+        )
+        return values
+
+    # -- alter ------------------------------------------------------------------------
+
+    def incremental_alter_configs(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
+        responses = []
+        for res in req.resources:
+            entry: dict[str, Any] = {
+                "resource_type": res.resource_type,
+                "resource_name": res.resource_name,
+                "error_code": 0,
+                "error_message": None,
+            }
+            try:
+                if res.resource_type == TOPIC:
+                    self._alter_topic(res.resource_name, res.configs, req.validate_only)
+                elif res.resource_type == BROKER:
+                    self._check_broker(res.resource_name)
+                    self._alter_broker(res.configs, req.validate_only)
+                else:
+                    raise ConfigError(
+                        int(E.invalid_request), f"unsupported resource type {res.resource_type}"
+                    )
+            except ConfigError as exc:
+                entry["error_code"], entry["error_message"] = exc.code, str(exc)
+            except KafkaApiError as exc:
+                entry["error_code"], entry["error_message"] = exc.kafka_error_code, str(exc)
+            except ValueError as exc:
+                entry["error_code"], entry["error_message"] = int(E.invalid_config), str(exc)
+            responses.append(entry)
+        return {"throttle_time": 0, "responses": responses}
+
+    def _alter_topic(self, name: str, ops: Any, validate_only: bool) -> None:
+        info = self.logs.topics().get(name)
+        if info is None:
+            raise ConfigError(int(E.unknown_topic_or_partition), f"unknown topic {name!r}")
+        configs = _apply_ops(
+            dict(info.configs), ops, lambda key: _topic_type(key), default=_topic_default
+        )
+        self.static.log.with_topic_overrides(configs)  # raises InvalidConfigError
+        if not validate_only:
+            self.logs.alter_topic_configs(name, configs)
+            log.info("topic %s configs are now %s", name, configs)
+
+    def _alter_broker(self, ops: Any, validate_only: bool) -> None:
+        dynamic = _apply_ops(dict(self.dynamic), ops, _broker_type, default=None)
+        log_config, limits = self._resolve(dynamic)  # raises on a bad value
+        del log_config, limits
+        if not validate_only:
+            self._apply_dynamic(dynamic)
+            self.dynamic = dynamic
+            self._save()
+            log.info("dynamic broker configs are now %s", dynamic)
+
+    def _resolve(self, dynamic: Mapping[str, str]) -> tuple[LogConfig, Any]:
+        log_keys = {k: v for k, v in dynamic.items() if k not in _CONNECTION_KEYS}
+        conn_keys = {k: v for k, v in dynamic.items() if k in _CONNECTION_KEYS}
+        log_config = LogConfig.from_properties(log_keys, base=self.static.log)
+        limits = self.static.connections.with_properties(
+            conn_keys, self.static.socket_request_max_bytes
+        )
+        return log_config, limits
+
+    def _apply_dynamic(self, dynamic: Mapping[str, str]) -> None:
+        log_config, limits = self._resolve(dynamic)
+        self.logs.alter_base_config(log_config)
+        self.connections.limits = limits
+
+    def _check_broker(self, name: str) -> None:
+        if name not in ("", str(self.static.node_id)):
+            raise ConfigError(int(E.invalid_request), f"this is broker {self.static.node_id}")
+
+    def _load(self) -> dict[str, str]:
+        try:
+            return dict(json.loads(self._path.read_text()))
+        except FileNotFoundError:
+            return {}
+
+    def _save(self) -> None:
+        tmp = self._path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump(self.dynamic, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self._path)
+
+
+_CONNECTION_KEYS = {k for k in DYNAMIC_BROKER_CONFIGS if "connection" in k}
+_DEFAULTS = {
+    "max.connections": str(2**31 - 1),
+    "max.connections.per.ip": str(2**31 - 1),
+    "max.connections.per.ip.overrides": "",
+    "max.connection.creation.rate": str(2**31 - 1),
+    **{d.broker_name: d.default for d in TOPIC_CONFIGS},
+}
+
+
+def _int_or_max(value: float) -> int:
+    return 2**31 - 1 if value == float("inf") else int(value)
+
+
+def _topic_type(key: str) -> ConfigType:
+    d = TOPIC_CONFIG_BY_NAME.get(key)
+    if d is None:
+        raise ConfigError(int(E.invalid_config), f"unknown topic config {key!r}")
+    return d.type
+
+
+def _topic_default(key: str) -> str:
+    return TOPIC_CONFIG_BY_NAME[key].default
+
+
+def _broker_type(key: str) -> ConfigType:
+    kind = DYNAMIC_BROKER_CONFIGS.get(key)
+    if kind is None:
+        raise ConfigError(
+            int(E.invalid_config), f"{key!r} cannot be updated dynamically on this broker"
+        )
+    return kind
+
+
+def _apply_ops(
+    configs: dict[str, str],
+    ops: Any,
+    type_of: Callable[[str], ConfigType],
+    default: Callable[[str], str] | None,
+) -> dict[str, str]:
+    """KIP-339 operations: SET, DELETE, and APPEND/SUBTRACT on list configs."""
+    for op in ops:
+        key, operation, value = op.name, op.config_operation, op.value
+        kind = type_of(key)
+        if operation == SET:
+            if value is None:
+                raise ConfigError(int(E.invalid_request), f"SET {key} needs a value")
+            configs[key] = value
+        elif operation == DELETE:
+            configs.pop(key, None)
+        elif operation in (APPEND, SUBTRACT):
+            if kind is not ConfigType.LIST:
+                raise ConfigError(int(E.invalid_config), f"{key} is not a list config")
+            base = configs.get(key, default(key) if default else "")
+            items = [i for i in base.split(",") if i]
+            for item in (value or "").split(","):
+                if operation == APPEND and item and item not in items:
+                    items.append(item)
+                elif operation == SUBTRACT and item in items:
+                    items.remove(item)
+            configs[key] = ",".join(items)
+        else:
+            raise ConfigError(int(E.invalid_request), f"unknown config operation {operation}")
+    return configs
+
+
+def _entry(
+    name: str,
+    kind: ConfigType,
+    layers: list[tuple[str, str, ConfigSource]],
+    synonyms: bool,
+    *,
+    read_only: bool,
+) -> dict[str, Any]:
+    _, value, source = layers[0]
+    sensitive = is_sensitive(name)
+    return {
+        "name": name,
+        "value": None if sensitive else value,
+        "read_only": read_only,
+        "is_default": source is ConfigSource.DEFAULT_CONFIG,
+        "config_source": int(source),
+        "is_sensitive": sensitive,
+        "synonyms": [
+            {"name": n, "value": None if sensitive else v, "source": int(s)} for n, v, s in layers
+        ]
+        if synonyms
+        else [],
+        "config_type": int(kind),
+        "documentation": None,
+    }
