@@ -311,7 +311,11 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     only = set(args.only or ["rf", "idle", "failover"])
-    result: dict[str, Any] = {"machine": machine_info()}
+    result: dict[str, Any] = {}
+    if args.only and args.out.exists():
+        # A partial run updates its parts of an earlier run's results.
+        result = json.loads(args.out.read_text())
+    result["machine"] = machine_info()
     if "rf" in only:
         print("== produce throughput and acks=all latency, RF 1 vs RF 3", flush=True)
         result["replication_factor"] = rf = bench_rf(args)
