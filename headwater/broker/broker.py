@@ -198,12 +198,14 @@ class Broker:
             self.register_kio(ApiKey.CREATE_TOPICS, self.cluster_admin.create_topics)
             self.register_kio(ApiKey.DELETE_TOPICS, self.cluster_admin.delete_topics)
             self.register_kio(ApiKey.DESCRIBE_CLUSTER, self.cluster_admin.describe_cluster)
+            self.register_kio(ApiKey.CREATE_PARTITIONS, self.cluster_admin.create_partitions)
         else:
             self.register(ApiKey.METADATA, _kio_request(ApiKey.METADATA, self.admin.metadata))
             self.register_kio(ApiKey.CREATE_TOPICS, self.admin.create_topics)
             self.register_kio(ApiKey.DELETE_TOPICS, self.admin.delete_topics)
             self.register_kio(ApiKey.DESCRIBE_CLUSTER, self.admin.describe_cluster)
-        self.register_kio(ApiKey.CREATE_PARTITIONS, self.admin.create_partitions)
+        if cluster is None:
+            self.register_kio(ApiKey.CREATE_PARTITIONS, self.admin.create_partitions)
         self.register_kio(ApiKey.DESCRIBE_CONFIGS, self.admin.describe_configs)
         self.register_kio(ApiKey.INIT_PRODUCER_ID, self.admin.init_producer_id)
         # v7 adds MAX_TIMESTAMP (-3), which needs a max-timestamp index: not yet.
