@@ -234,7 +234,16 @@ def bench_idle(args: argparse.Namespace, sessions: bool) -> dict[str, Any]:
         started = time.monotonic()
         cluster.create_topic("idle", args.idle_partitions, 3)
         settle = time.monotonic() - started
-        time.sleep(3)  # let followers reach the log end and sessions settle
+        # Elected in ZooKeeper is not yet settled: each broker takes its 10,000
+        # roles in slices and its fetchers build their sessions. Wait for every
+        # replica to be in place and a quiet spell before measuring.
+        deadline = time.monotonic() + 300
+        expected = 3 * args.idle_partitions
+        while cluster.metric("kafka_server_replicamanager_partitioncount") < expected:
+            if time.monotonic() > deadline:
+                raise RuntimeError("replicas never all in place")
+            time.sleep(1)
+        time.sleep(5)
         bytes_before = cluster.metric("headwater_fetch_request_bytes_total") + cluster.metric(
             "headwater_fetch_response_bytes_total"
         )
