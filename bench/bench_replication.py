@@ -46,7 +46,10 @@ MB = 1e6
 class LocalCluster:
     """A ZooKeeper server and N Headwater brokers, each with a metrics endpoint."""
 
-    def __init__(self, root: Path, size: int, overrides: list[str]) -> None:
+    def __init__(
+        self, root: Path, size: int, overrides: list[str], session_timeout_ms: int = 3000
+    ) -> None:
+        self.session_timeout_ms = session_timeout_ms
         self.zookeeper = ZooKeeperServer(root / "zookeeper", tick_time_ms=500)
         self.root = root
         self.size = size
@@ -65,7 +68,7 @@ class LocalCluster:
                     f"broker.id={i}",
                     f"zookeeper.connect={connect}",
                     f"headwater.metrics.listen=127.0.0.1:{port}",
-                    "zookeeper.session.timeout.ms=3000",
+                    f"zookeeper.session.timeout.ms={self.session_timeout_ms}",
                     "offsets.topic.num.partitions=4",
                     *self.overrides,
                 ],
@@ -222,11 +225,25 @@ def bench_rf(args: argparse.Namespace) -> dict[str, Any]:
 
 def bench_idle(args: argparse.Namespace, sessions: bool) -> dict[str, Any]:
     overrides = [f"headwater.replica.fetch.sessions.enable={str(sessions).lower()}"]
-    with ScratchDir("hw-bench-idle-") as root, LocalCluster(root, 3, overrides) as cluster:
+    # A longer ZooKeeper session: creating 10,000 partitions on a loaded 2-core
+    # box must not read as a dead broker.
+    with (
+        ScratchDir("hw-bench-idle-") as root,
+        LocalCluster(root, 3, overrides, session_timeout_ms=10_000) as cluster,
+    ):
         started = time.monotonic()
         cluster.create_topic("idle", args.idle_partitions, 3)
         settle = time.monotonic() - started
-        time.sleep(3)  # let followers reach the log end and sessions settle
+        # Elected in ZooKeeper is not yet settled: each broker takes its 10,000
+        # roles in slices and its fetchers build their sessions. Wait for every
+        # replica to be in place and a quiet spell before measuring.
+        deadline = time.monotonic() + 300
+        expected = 3 * args.idle_partitions
+        while cluster.metric("kafka_server_replicamanager_partitioncount") < expected:
+            if time.monotonic() > deadline:
+                raise RuntimeError("replicas never all in place")
+            time.sleep(1)
+        time.sleep(5)
         bytes_before = cluster.metric("headwater_fetch_request_bytes_total") + cluster.metric(
             "headwater_fetch_response_bytes_total"
         )
@@ -311,7 +328,11 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     only = set(args.only or ["rf", "idle", "failover"])
-    result: dict[str, Any] = {"machine": machine_info()}
+    result: dict[str, Any] = {}
+    if args.only and args.out.exists():
+        # A partial run updates its parts of an earlier run's results.
+        result = json.loads(args.out.read_text())
+    result["machine"] = machine_info()
     if "rf" in only:
         print("== produce throughput and acks=all latency, RF 1 vs RF 3", flush=True)
         result["replication_factor"] = rf = bench_rf(args)

@@ -209,12 +209,14 @@ class Broker:
             self.register_kio(ApiKey.CREATE_TOPICS, self.cluster_admin.create_topics)
             self.register_kio(ApiKey.DELETE_TOPICS, self.cluster_admin.delete_topics)
             self.register_kio(ApiKey.DESCRIBE_CLUSTER, self.cluster_admin.describe_cluster)
+            self.register_kio(ApiKey.CREATE_PARTITIONS, self.cluster_admin.create_partitions)
         else:
             self.register(ApiKey.METADATA, _kio_request(ApiKey.METADATA, self.admin.metadata))
             self.register_kio(ApiKey.CREATE_TOPICS, self.admin.create_topics)
             self.register_kio(ApiKey.DELETE_TOPICS, self.admin.delete_topics)
             self.register_kio(ApiKey.DESCRIBE_CLUSTER, self.admin.describe_cluster)
-        self.register_kio(ApiKey.CREATE_PARTITIONS, self.admin.create_partitions)
+        if cluster is None:
+            self.register_kio(ApiKey.CREATE_PARTITIONS, self.admin.create_partitions)
         self.configs = ConfigsApi(self.config, self.logs, self.connections)
         self.register_kio(ApiKey.DESCRIBE_CONFIGS, self.configs.describe_configs)
         self.register_kio(

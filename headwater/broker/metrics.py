@@ -124,11 +124,14 @@ class _ReplicaManagerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         r = self._replicas
-        leaders = [p for p in r.replicas.values() if p.is_leader]
+        # Scraped on the HTTP server's thread while the event loop changes the
+        # map: copy it in one step (atomic under the GIL) before walking it.
+        replicas = tuple(r.replicas.values())
+        leaders = [p for p in replicas if p.is_leader]
         prefix = "kafka_server_replicamanager_"
         yield GaugeMetricFamily(prefix + "leadercount", "LeaderCount", value=len(leaders))
         yield GaugeMetricFamily(
-            prefix + "partitioncount", "PartitionCount (replicas here)", value=len(r.replicas)
+            prefix + "partitioncount", "PartitionCount (replicas here)", value=len(replicas)
         )
         yield GaugeMetricFamily(
             prefix + "underreplicatedpartitions",

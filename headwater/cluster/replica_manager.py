@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,8 @@ LeadershipListener = Callable[[str, int, bool], None]
 """Called with (topic, partition, is_leader) when this broker gains or loses a leadership."""
 
 HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
+#: Longest run of partition-state applications between two turns of the event loop.
+APPLY_SLICE_S = 0.010
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +101,10 @@ class ReplicaManager:
         self._tasks: list[asyncio.Task[None]] = []
         self._isr_writes: set[asyncio.Future[Any]] = set()
         self._stopping: set[asyncio.Future[None]] = set()
+        #: Partitions whose state is still to be applied, in arrival order, once each.
+        self._queue: deque[PartitionKey] = deque()
+        self._queued: set[PartitionKey] = set()
+        self._applier: asyncio.Task[None] | None = None
         self._append_listeners: dict[PartitionKey, Callable[[Log], None]] = {}
         self.isr_shrinks = 0
         self.isr_expands = 0
@@ -109,6 +116,7 @@ class ReplicaManager:
         self.view.on_change(self._on_change)
         self.view.on_session(self._on_session)
         self._apply_all()
+        await self.settled()
         interval = max(self.config.replica_lag_time_max_ms / 2, 100) / 1000
         self._tasks.append(asyncio.create_task(self._every(interval, self._check_isr), name="isr"))
         self._tasks.append(
@@ -122,6 +130,10 @@ class ReplicaManager:
         )
 
     async def stop(self) -> None:
+        if self._applier is not None:
+            self._applier.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._applier
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -223,12 +235,41 @@ class ReplicaManager:
             log.info("deleted local replicas of topic %s", name)
 
     def _apply_partitions(self, keys: Iterable[PartitionKey]) -> None:
-        now = _now_ms()
+        """Queue partitions whose state changed; roles are taken in time slices.
+
+        A topic of 10,000 partitions changes 10,000 states at once. Applying
+        them in one go would hold the event loop (and the GIL: kazoo's
+        heartbeat thread with it, so the ZooKeeper session could expire) for
+        seconds; slices of ``APPLY_SLICE_S`` leave room between them. The
+        latest state is read when a partition's turn comes, so a partition
+        queued twice is applied once, as it is now.
+        """
         for key in keys:
-            try:
-                self._apply_partition(key, now)
-            except Exception:
-                log.exception("cannot apply the state of %s-%d", key[0], key[1])
+            if key not in self._queued:
+                self._queued.add(key)
+                self._queue.append(key)
+        if self._queued and (self._applier is None or self._applier.done()):
+            self._applier = asyncio.get_running_loop().create_task(
+                self._drain(), name="apply-partition-states"
+            )
+
+    async def _drain(self) -> None:
+        while self._queued:
+            deadline = time.monotonic() + APPLY_SLICE_S
+            now = _now_ms()
+            while self._queued and time.monotonic() < deadline:
+                key = self._queue.popleft()
+                self._queued.discard(key)
+                try:
+                    self._apply_partition(key, now)
+                except Exception:
+                    log.exception("cannot apply the state of %s-%d", key[0], key[1])
+            await asyncio.sleep(0)
+
+    async def settled(self) -> None:
+        """Wait until every queued partition state has been applied."""
+        while self._applier is not None and not self._applier.done():
+            await asyncio.shield(self._applier)
 
     def _apply_partition(self, key: PartitionKey, now_ms: int) -> None:
         topic, partition = key

@@ -439,3 +439,19 @@ def test_a_flood_of_consumer_sessions_evicts_no_follower_session(
         for consumer in consumers:
             consumer.close()
         c.stop()
+
+
+def test_partitions_added_from_any_broker_get_leaders_and_take_writes(cluster: Cluster) -> None:
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    cluster.create_topic("grows", partitions=2, replication=2)
+    admin = AdminClient({"bootstrap.servers": cluster.brokers[2].bootstrap})
+    admin.create_partitions([NewPartitions("grows", 5)], request_timeout=30)["grows"].result(30)
+    wait_for(lambda: cluster.all_have_leaders("grows", 5), what="leaders of new partitions")
+    for p in cluster.partitions("grows").values():
+        assert len(p.replicas) == 2
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+    for partition in range(5):
+        producer.produce("grows", value=f"p{partition}".encode(), partition=partition)
+    assert producer.flush(20) == 0
+    assert sorted(read_all(cluster.bootstrap, "grows", 5)) == [f"p{i}".encode() for i in range(5)]

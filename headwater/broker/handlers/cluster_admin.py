@@ -328,6 +328,61 @@ class ClusterAdminApis:
             return int(E.unknown_server_error)
         return 0
 
+    async def create_partitions(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
+        """Grow topics in ZooKeeper (Kafka's AdminZkClient.addPartitions), from any broker."""
+        from headwater.cluster.controller import add_partitions
+
+        loop = asyncio.get_running_loop()
+        timeout_ms = getattr(req, "timeout_ms", 30_000)
+        results = []
+        for t in req.topics:
+            entry: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
+            assignment = self.view.topics.get(t.name)
+            if assignment is None:
+                entry["error_code"] = int(E.unknown_topic_or_partition)
+            elif t.count <= len(assignment.replicas):
+                entry["error_code"] = int(E.invalid_partitions)
+                entry["error_message"] = (
+                    f"topic has {len(assignment.replicas)} partitions; "
+                    f"new count {t.count} must be larger"
+                )
+            elif not req.validate_only:
+                explicit = None
+                if t.assignments:
+                    first_new = len(assignment.replicas)
+                    explicit = {
+                        first_new + i: list(a.broker_ids) for i, a in enumerate(t.assignments)
+                    }
+                try:
+                    await loop.run_in_executor(
+                        None,
+                        functools.partial(
+                            add_partitions,
+                            self.store,
+                            t.name,
+                            t.count,
+                            replica_assignment=explicit,
+                        ),
+                    )
+                except Exception as exc:
+                    entry["error_code"] = int(getattr(exc, "kafka_error_code", -1))
+                    entry["error_message"] = str(exc)
+                else:
+                    if not await self._wait_until(
+                        functools.partial(self._has_count, t.name, t.count), timeout_ms
+                    ):
+                        entry["error_code"] = int(E.request_timed_out)
+            results.append(entry)
+        return {"results": results}
+
+    def _has_count(self, name: str, count: int) -> bool:
+        assignment = self.view.topics.get(name)
+        return (
+            assignment is not None
+            and len(assignment.replicas) >= count
+            and self._has_leaders(name)
+        )
+
     async def delete_topics(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
         names: list[tuple[str | None, uuid.UUID | None]] = []
         if getattr(req, "topics", None):
