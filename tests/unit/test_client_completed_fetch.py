@@ -162,3 +162,35 @@ def test_every_record_at_or_after_the_position_is_returned_once(
     while chunk := offsets(fetch, got[-1] + 1 if got else position, limit):
         got.extend(chunk)
     assert got == list(range(position, base))
+
+
+def test_columns_hold_the_same_records_as_take() -> None:
+    data = (
+        batch(0, 3, producer_id=1, transactional=True, codec=Compression.LZ4)  # aborted
+        + batch(3, 4, producer_id=2, transactional=True, codec=Compression.ZSTD)
+        + marker(7, 1, commit=False)
+        + batch(8, 2, key=b"k", timestamp_type=LOG_APPEND_TIME)
+    )
+    aborted = [AbortedTransaction(producer_id=1, first_offset=0)]
+    rows = CompletedFetch(TP, data, 0, isolation_level=1, aborted_transactions=aborted)
+    cols = CompletedFetch(TP, data, 0, isolation_level=1, aborted_transactions=aborted)
+    records = rows.take(4)
+    first = cols.take_columns(4, 3)
+    rest = cols.take_columns(7, include_headers=True)
+    assert first.num_rows == 3
+    assert "headers" not in first.schema.names
+    as_rows = [
+        (o, t, y, k, v)
+        for part in (first, rest)
+        for o, t, y, k, v in zip(
+            *(part.column(n).to_pylist() for n in ("offset", "timestamp", "timestampType")),
+            part.column("key").to_pylist(),
+            part.column("value").to_pylist(),
+            strict=True,
+        )
+    ]
+    assert as_rows == [(r.offset, r.timestamp, r.timestamp_type, r.key, r.value) for r in records]
+    assert [[(h["key"], h["value"]) for h in hs] for hs in rest.column("headers").to_pylist()] == [
+        r.headers for r in records[3:]
+    ]
+    assert cols.take_columns(10).num_rows == 0
