@@ -110,41 +110,52 @@ def main() -> None:
     rows = []
     with ScratchDir("stalls") as data:
         broker = Headwater(data, ["num.partitions=1"]).start(timeout=60)
-        parent, child = mp.Pipe()
-        ping = mp.Process(target=pinger, args=(broker.port, child), daemon=True)
-        ping.start()
-        time.sleep(0.5)
-        client = WireClient(broker.bootstrap)
-        wide, fresh = "wide", "fresh"
-        rows.append(
-            measure(parent, f"CreateTopics {args.partitions:,} partitions",
-                    lambda: client.create_topic(wide, args.partitions))
-        )
-        client.create_topic(fresh, args.fresh)
-        batch = build_batch([(int(time.time() * 1000), None, b"x" * 100)])
-        rows.append(
-            measure(parent, f"Produce to {args.fresh:,} fresh partitions",
-                    lambda: client.produce(fresh, range(args.fresh), batch))
-        )
+        try:
+            parent, child = mp.Pipe()
+            ping = mp.Process(target=pinger, args=(broker.port, child), daemon=True)
+            ping.start()
+            time.sleep(0.5)
+            client = WireClient(broker.bootstrap)
+            wide, fresh = "wide", "fresh"
+            rows.append(
+                measure(
+                    parent,
+                    f"CreateTopics {args.partitions:,} partitions",
+                    lambda: client.create_topic(wide, args.partitions),
+                )
+            )
+            client.create_topic(fresh, args.fresh)
+            batch = build_batch([(int(time.time() * 1000), None, b"x" * 100)])
+            rows.append(
+                measure(
+                    parent,
+                    f"Produce to {args.fresh:,} fresh partitions",
+                    lambda: client.produce(fresh, range(args.fresh), batch),
+                )
+            )
 
-        def metadata() -> None:
-            name = wide.encode()
-            body = struct.pack(">ih", 1, len(name)) + name
-            client.call(ApiKey.METADATA, 1, body)
+            def metadata() -> None:
+                name = wide.encode()
+                body = struct.pack(">ih", 1, len(name)) + name
+                client.call(ApiKey.METADATA, 1, body)
 
-        rows.append(measure(parent, f"Metadata of {args.partitions:,} partitions", metadata))
-        fetcher = TopicFetcher(wide, args.partitions, use_session=True)
+            rows.append(measure(parent, f"Metadata of {args.partitions:,} partitions", metadata))
+            fetcher = TopicFetcher(wide, args.partitions, use_session=True)
 
-        def session() -> None:
-            request = fetcher.next_request()
-            response, _ = client.fetch(request)
-            fetcher.handle_response(request, response)
+            def session() -> None:
+                request = fetcher.next_request()
+                response, _ = client.fetch(request)
+                fetcher.handle_response(request, response)
 
-        rows.append(measure(parent, f"Fetch session of {args.partitions:,} partitions", session))
-        client.close()
-        rows.append(measure(parent, "Clean stop (SIGTERM)", broker.stop))
-        parent.send("stop")
-        ping.join(5)
+            rows.append(
+                measure(parent, f"Fetch session of {args.partitions:,} partitions", session)
+            )
+            client.close()
+            rows.append(measure(parent, "Clean stop (SIGTERM)", broker.stop))
+            parent.send("stop")
+            ping.join(5)
+        finally:
+            broker.stop()  # also when an operation failed: never leave a broker behind
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(
         json.dumps(

@@ -377,7 +377,7 @@ class Broker:
 
     async def start(self) -> tuple[str, int]:
         _raise_open_file_limit()
-        prepare_record_validation()  # compile before serving, not on the first Produce
+        prepare_record_validation(background=True)  # numba loads on a thread
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.logs.open()
         self._build_handlers()

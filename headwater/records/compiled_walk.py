@@ -4,8 +4,9 @@ Why compiled: the pure-Python walk costs 2-3 us per record, which cut
 produce throughput by about 90% (bench/bench_validation.py). numba ships
 wheels, so no compiler is needed on a user's machine, and ``cache=True``
 keeps the machine code on disk so a restarted broker does not compile
-again. The broker compiles it once at start (:func:`prepare`), never on the
-first Produce, so the event loop never waits for the JIT.
+again. The broker loads it on a thread at start (:func:`load_in_background`)
+and validates in pure Python until it is ready, so neither start-up nor the
+event loop waits for the JIT.
 
 The compiled walk only answers "good, with this timestamp range" or "look
 closer"; then the pure walk runs again and decides, naming the record and
@@ -17,6 +18,7 @@ walk is used as is.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +31,8 @@ CompiledWalk = Callable[[Buffer, int], "tuple[bool, int, int]"]
 
 _compiled: CompiledWalk | None = None
 _tried = False
+_lock = threading.Lock()
+_loader: threading.Thread | None = None
 
 
 def _build() -> CompiledWalk:
@@ -113,17 +117,39 @@ def _build() -> CompiledWalk:
     return call
 
 
-def compiled_walk() -> CompiledWalk | None:
-    """The compiled walk, compiling (or loading from cache) on first call; None without numba."""
+def compiled_walk(*, wait: bool = True) -> CompiledWalk | None:
+    """The compiled walk; None without numba, or while it still loads when ``wait`` is False.
+
+    Loading (compiling, or reading numba's cache) takes one to three seconds;
+    the first caller that waits pays it.
+    """
     global _compiled, _tried
-    if not _tried:
-        _tried = True
-        try:
-            candidate = _build()
-            # Compile now: one tiny well-formed record (length 6, all-zero fields).
-            candidate(b"\x0c\x00\x00\x00\x00\x00\x00", 1)
-        except Exception as exc:  # ImportError, or numba failing on this platform
-            log.warning("record validation runs in pure Python (no numba: %s)", exc)
-        else:
-            _compiled = candidate
+    if _tried:
+        return _compiled
+    if not wait and _loader is not None:
+        return None
+    with _lock:
+        if not _tried:
+            try:
+                candidate = _build()
+                # Compile now: one tiny well-formed record (length 6, all-zero fields).
+                candidate(b"\x0c\x00\x00\x00\x00\x00\x00", 1)
+            except Exception as exc:  # ImportError, or numba failing on this platform
+                log.warning("record validation runs in pure Python (no numba: %s)", exc)
+            else:
+                _compiled = candidate
+            _tried = True
     return _compiled
+
+
+def load_in_background() -> None:
+    """Start loading on a thread; until it is ready, validation walks in pure Python.
+
+    The broker calls this at start so that neither its start-up nor a first
+    Produce waits for the JIT.
+    """
+    global _loader
+    if _tried or _loader is not None:
+        return
+    _loader = threading.Thread(target=compiled_walk, name="numba-record-walk", daemon=True)
+    _loader.start()

@@ -39,7 +39,7 @@ from headwater.records.batch import (
     compute_batch_crc,
     validate_batches,
 )
-from headwater.records.compiled_walk import compiled_walk
+from headwater.records.compiled_walk import compiled_walk, load_in_background
 from headwater.records.compression import decompress
 from headwater.records.errors import CorruptRecordError, KafkaApiError
 
@@ -317,7 +317,7 @@ def _record_timestamps(data: Buffer, header: BatchHeader) -> list[int]:
 
 def fast_walk(data: Buffer, count: int) -> RecordWalk:
     """:func:`walk_records`, compiled when numba is available."""
-    compiled = compiled_walk()
+    compiled = compiled_walk(wait=False)
     if compiled is None:
         return walk_records(data, count)
     ok, lo, hi = compiled(data, count)
@@ -326,8 +326,14 @@ def fast_walk(data: Buffer, count: int) -> RecordWalk:
     return walk_records(data, count)  # decides, and names the bad record
 
 
-def prepare() -> bool:
-    """Compile (or load) the fast walk now, off the produce path; True when compiled."""
+def prepare(*, background: bool = False) -> bool:
+    """Compile (or load) the fast walk off the produce path; True when compiled now.
+
+    ``background`` starts it on a thread and returns at once (False).
+    """
+    if background:
+        load_in_background()
+        return False
     return compiled_walk() is not None
 
 

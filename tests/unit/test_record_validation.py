@@ -40,7 +40,7 @@ MAX = 1 << 20
 def walk_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every rule holds for the numba walk and for the pure-Python reference walk."""
     if request.param == "pure":
-        monkeypatch.setattr(validation, "compiled_walk", lambda: None)
+        monkeypatch.setattr(validation, "compiled_walk", lambda **_: None)
     else:
         assert compiled_walk() is not None, "numba is a dependency: the compiled walk must load"
     return str(request.param)
