@@ -154,7 +154,7 @@ class FetchSessionHandler:
             new = wanted.get(key)
             if new is None:
                 forgotten.append(TopicIdPartition(old.topic_id, old.topic, old.partition))
-            elif _state(new) != _state(old):
+            elif new is not old and _state(new) != _state(old):
                 if uses_ids and new.topic_id != old.topic_id:
                     # The topic was re-created: the old id is a different partition.
                     forgotten.append(TopicIdPartition(old.topic_id, old.topic, old.partition))

@@ -28,6 +28,7 @@ from headwater.client.session_handler import FetchSessionHandler
 from headwater.cluster.partition import PartitionReplica
 from headwater.fetch.types import ZERO_UUID, PartitionData, PartitionFetch
 from headwater.log.errors import KafkaApiError
+from headwater.log.log import Log
 from headwater.records.batch import LOG_OVERHEAD
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,11 @@ class ReplicaFetcher:
         self.name = name or f"replica-fetcher-{leader_id}"
         self.partitions: dict[PartitionKey, PartitionReplica] = {}
         self._delayed: dict[PartitionKey, float] = {}
+        #: The last PartitionFetch built per partition, dropped when its log changes:
+        #: an idle partition costs no rebuilding, and the session handler sees
+        #: the same object (nothing to resend) without comparing fields.
+        self._requests: dict[PartitionKey, PartitionFetch] = {}
+        self._listeners: dict[PartitionKey, Callable[[Log], None]] = {}
         self._session = FetchSessionHandler(leader_id, enabled=config.sessions)
         self._conn: BrokerConnection | None = None
         self._task: asyncio.Task[None] | None = None
@@ -100,13 +106,25 @@ class ReplicaFetcher:
     # -- membership --------------------------------------------------------------
 
     def add(self, replica: PartitionReplica) -> None:
-        self.partitions[replica.key] = replica
-        self._delayed.pop(replica.key, None)
+        key = replica.key
+        self.remove(key)
+        self.partitions[key] = replica
         self._changed.set()
 
+        def changed(_log: Log) -> None:
+            self._requests.pop(key, None)
+
+        self._listeners[key] = changed
+        replica.log.add_listener(changed)
+
     def remove(self, key: PartitionKey) -> None:
-        self.partitions.pop(key, None)
+        replica = self.partitions.pop(key, None)
         self._delayed.pop(key, None)
+        self._requests.pop(key, None)
+        listener = self._listeners.pop(key, None)
+        if replica is not None and listener is not None:
+            with contextlib.suppress(ValueError):
+                replica.log.remove_listener(listener)
         self._changed.set()
 
     def __len__(self) -> int:
@@ -163,15 +181,18 @@ class ReplicaFetcher:
     def _wanted(self, now: float) -> list[PartitionFetch]:
         wanted: list[PartitionFetch] = []
         delayed = self._delayed
+        requests = self._requests
         for key, replica in self.partitions.items():
-            until = delayed.get(key)
-            if until is not None:
-                if until > now:
-                    continue
-                del delayed[key]
-            plog = replica.log
-            wanted.append(
-                PartitionFetch(
+            if delayed:
+                until = delayed.get(key)
+                if until is not None:
+                    if until > now:
+                        continue
+                    del delayed[key]
+            request = requests.get(key)
+            if request is None or request.current_leader_epoch != replica.leader_epoch:
+                plog = replica.log
+                request = requests[key] = PartitionFetch(
                     topic_id=ZERO_UUID,
                     topic=replica.topic,
                     partition=replica.partition,
@@ -181,7 +202,7 @@ class ReplicaFetcher:
                     current_leader_epoch=replica.leader_epoch,
                     last_fetched_epoch=plog.latest_epoch,
                 )
-            )
+            wanted.append(request)
         return wanted
 
     async def _fetch_once(self) -> None:
