@@ -715,9 +715,17 @@ class Log:
         return self._log_start_offset
 
     def truncate_to(self, offset: int) -> None:
-        """Remove everything at and after ``offset`` (the whole batch holding it)."""
+        """Remove everything at and after ``offset`` (the whole batch holding it).
+
+        At the log end no record goes, but leader-epoch entries starting there
+        do: a replica that led an epoch without writing in it must not keep
+        claiming that epoch once it follows, or the leader's next batch of an
+        older epoch would wipe the entries before it.
+        """
         self._load()
         if offset >= self._log_end_offset:
+            if offset == self._log_end_offset and self._epoch_cache is not None:
+                self._epoch_cache.truncate_from_end(offset)
             return
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
