@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from headwater.log.config import LogConfig
 from headwater.log.errors import (
     CorruptRecordError,
+    OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     UnexpectedAppendOffsetError,
 )
@@ -253,6 +254,25 @@ def test_divergent_follower_truncates_and_takes_the_new_leaders_epoch(tmp_path: 
     assert epochs_of(follower) == [(0, 0), (2, 2)]
 
 
+def test_diverging_epoch_tells_a_follower_where_to_truncate(tmp_path: Path) -> None:
+    leader = make_log(tmp_path, "leader")
+    write_with_epochs(leader, [(0, 2), (2, 3)])
+    # A prefix of the leader's log: fetch on.
+    assert leader.diverging_epoch(2, 0) is None
+    assert leader.diverging_epoch(4, 2) is None
+    assert leader.diverging_epoch(5, 2) is None
+    assert leader.diverging_epoch(3, -1) is None  # no epoch sent: not checked
+    # Epoch 0 ended at 2 here, the follower has epoch-0 records up to 4.
+    assert leader.diverging_epoch(4, 0) == (0, 2)
+    # The follower led epoch 1, which the leader never saw: back to epoch 0's end.
+    assert leader.diverging_epoch(3, 1) == (0, 2)
+    with pytest.raises(OffsetOutOfRangeError):
+        leader.diverging_epoch(3, 7)  # an epoch from the future
+    leader.delete_records(1)
+    with pytest.raises(OffsetOutOfRangeError):
+        leader.diverging_epoch(0, 0)
+
+
 def test_truncating_to_the_log_end_drops_epochs_without_records(tmp_path: Path) -> None:
     log = make_log(tmp_path)
     write_with_epochs(log, [(0, 2)])
@@ -374,6 +394,23 @@ def test_a_new_leader_records_its_epoch_at_the_log_end_before_any_append(tmp_pat
 # -- replicas converge through the epoch history --------------------------------------------------
 
 
+def reconcile_by_fetch(follower: Log, leader: Log) -> None:
+    """The same through Fetch v12+: the leader answers a diverging epoch, or nothing."""
+    for _ in range(20):
+        if follower.log_end_offset == 0:
+            follower.truncate_to(0)
+            return
+        diverging = leader.diverging_epoch(follower.log_end_offset, follower.latest_epoch)
+        if diverging is None:
+            follower.truncate_to(follower.log_end_offset)  # epochs without records go
+            if leader.diverging_epoch(follower.log_end_offset, follower.latest_epoch) is None:
+                return
+            continue
+        epoch, end = diverging
+        follower.truncate_to(min(end, follower.end_offset_for_epoch(epoch)[1]))
+    raise AssertionError("no convergence")
+
+
 def reconcile(follower: Log, leader: Log) -> None:
     """The follower side of KIP-279, as a replica fetcher would run it before fetching.
 
@@ -412,11 +449,13 @@ steps = st.lists(
 )
 
 
-@settings(max_examples=100, deadline=None)
-@given(steps)
+@settings(max_examples=60, deadline=None)
+@given(plan=steps, by_fetch=st.booleans())
 def test_two_replicas_converge_to_the_leaders_log_after_any_failovers(
-    tmp_path_factory: pytest.TempPathFactory, plan: list[tuple[str, int]]
+    tmp_path_factory: pytest.TempPathFactory, plan: list[tuple[str, int]], by_fetch: bool
 ) -> None:
+    """With OffsetsForLeaderEpoch or with Fetch's diverging epoch alike."""
+    sync = reconcile_by_fetch if by_fetch else reconcile
     root = tmp_path_factory.mktemp("replicas")
     leader, follower = (
         make_log(root, "a", segment_bytes=700),
@@ -429,7 +468,7 @@ def test_two_replicas_converge_to_the_leaders_log_after_any_failovers(
             for _ in range(n):
                 leader.append(batch(), NOW)
         elif step == "replicate":  # the follower fetches up to n batches, then stops
-            reconcile(follower, leader)  # (as the fetcher would, before fetching on)
+            sync(follower, leader)  # (as the fetcher would, before fetching on)
             data = leader_bytes(leader, follower.log_end_offset)
             headers = list(iter_batch_headers(data))[:n]
             if headers:
@@ -438,7 +477,7 @@ def test_two_replicas_converge_to_the_leaders_log_after_any_failovers(
             epoch += 1
             leader, follower = follower, leader
             leader.assign_leader_epoch(epoch)
-    reconcile(follower, leader)
+    sync(follower, leader)
     if follower.log_end_offset < leader.log_end_offset:
         follower.append_as_follower(leader_bytes(leader, follower.log_end_offset), NOW)
     assert leader_bytes(follower) == leader_bytes(leader)
