@@ -653,14 +653,23 @@ class Log:
         hw = self._high_watermark if self._replicated else leo
         return ReadResult(records, hw, hw, self._log_start_offset, leo)
 
-    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record stamped at or after ``timestamp``."""
+    def offset_for_timestamp(
+        self, timestamp: int, isolation: Isolation = Isolation.HIGH_WATERMARK
+    ) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record stamped at or after ``timestamp``.
+
+        ListOffsets comes from consumers, hence the default: on a replicated
+        log a record at or past the high watermark is not answered (None), as
+        in Kafka, since the consumer could not read it yet. LOG_END looks at
+        the whole log.
+        """
         self._load()
         for segment in self._segments:
             if segment.max_timestamp >= timestamp:
                 found = segment.find_offset_for_timestamp(timestamp, self._log_start_offset)
                 if found is not None:
-                    return found
+                    capped = self._replicated and isolation is not Isolation.LOG_END
+                    return None if capped and found[0] >= self._high_watermark else found
         return None
 
     # -- retention and truncation ---------------------------------------------------------
