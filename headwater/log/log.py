@@ -516,7 +516,10 @@ class Log:
         dedupe a producer's retry the day it becomes leader. A payload larger
         than a segment is spread over as many segments as it needs.
         """
-        headers = validate_batches(payload, self.config.max_message_bytes, allow_control=True)
+        # No size limit: the leader accepted these batches, and a follower that
+        # refused one (its max.message.bytes lower for a moment) would stall
+        # replication for good; Kafka ignores the record size here too.
+        headers = validate_batches(payload, len(payload), allow_control=True)
         self._load()
         expected = self._log_end_offset
         for i, header in enumerate(headers):

@@ -200,6 +200,14 @@ def test_follower_append_refuses_offsets_going_back_inside_one_payload(tmp_path:
     assert follower.log_end_offset == 0
 
 
+def test_follower_append_ignores_max_message_bytes(tmp_path: Path) -> None:
+    leader = make_log(tmp_path, "leader")
+    leader.append(batch(20), NOW)
+    follower = make_log(tmp_path, "follower", max_message_bytes=100)
+    follower.append_as_follower(leader_bytes(leader), NOW)
+    assert follower.log_end_offset == 20
+
+
 def test_follower_append_checks_crcs(tmp_path: Path) -> None:
     leader = make_log(tmp_path, "leader")
     write_with_epochs(leader, [(0, 1)])
