@@ -41,6 +41,7 @@ from headwater.log.segment import LOG_SUFFIX, Segment
 from headwater.log.slice import FileSlice
 from headwater.records.batch import (
     BatchHeader,
+    iter_batch_headers,
     patch_base_offset,
     patch_partition_leader_epoch,
     validate_batches,
@@ -514,12 +515,19 @@ class Log:
         structure) because a fetch response crosses the network; producer
         sequences are not checked, only recorded, so that this replica can
         dedupe a producer's retry the day it becomes leader. A payload larger
-        than a segment is spread over as many segments as it needs.
+        than a segment is spread over as many segments as it needs. A partial
+        batch at the end (the leader cuts a fetch response at its byte limit)
+        is left out, as every reader of fetched data does; the result's
+        ``last_offset`` says how far the append got.
         """
+        view = memoryview(payload)
+        whole = 0
+        for header in iter_batch_headers(view):
+            whole = header.position + header.size
         # No size limit: the leader accepted these batches, and a follower that
         # refused one (its max.message.bytes lower for a moment) would stall
         # replication for good; Kafka ignores the record size here too.
-        headers = validate_batches(payload, len(payload), allow_control=True)
+        headers = validate_batches(view[:whole], whole, allow_control=True)
         self._load()
         expected = self._log_end_offset
         for i, header in enumerate(headers):
@@ -533,7 +541,6 @@ class Log:
             expected = header.next_offset
         producers = self._producer_state()
         cache = self.leader_epoch_cache
-        view = memoryview(payload)
         start = 0
         while start < len(headers):
             first = headers[start]

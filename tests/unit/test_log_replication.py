@@ -208,6 +208,20 @@ def test_follower_append_ignores_max_message_bytes(tmp_path: Path) -> None:
     assert follower.log_end_offset == 20
 
 
+def test_follower_append_leaves_out_a_partial_last_batch(tmp_path: Path) -> None:
+    leader = make_log(tmp_path, "leader")
+    write_with_epochs(leader, [(0, 3)])
+    data = leader_bytes(leader)
+    follower = make_log(tmp_path, "follower")
+    result = follower.append_as_follower(data[:-10], NOW)  # a fetch cut inside batch 2
+    assert (result.base_offset, result.last_offset) == (0, 1)
+    assert follower.log_end_offset == 2
+    with pytest.raises(CorruptRecordError):
+        follower.append_as_follower(data[-30:], NOW)  # no whole batch at all
+    follower.append_as_follower(data[list(iter_batch_headers(data))[2].position :], NOW)
+    assert leader_bytes(follower) == data
+
+
 def test_follower_append_checks_crcs(tmp_path: Path) -> None:
     leader = make_log(tmp_path, "leader")
     write_with_epochs(leader, [(0, 1)])
