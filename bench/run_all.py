@@ -22,6 +22,9 @@ SCRIPTS = [
     "bench_fetch_sessions.py",
     "bench_spark.py",
     "bench_cluster_zk.py",
+    "bench_log_replication.py",
+    "bench_group_load.py",
+    "bench_replication.py",
 ]
 
 

@@ -41,6 +41,7 @@ from headwater.log.segment import LOG_SUFFIX, Segment
 from headwater.log.slice import FileSlice
 from headwater.records.batch import (
     BatchHeader,
+    iter_batch_headers,
     patch_base_offset,
     patch_partition_leader_epoch,
     validate_batches,
@@ -301,6 +302,34 @@ class Log:
         cache = self.leader_epoch_cache
         return cache.end_offset_for(epoch, self._log_end_offset)
 
+    def diverging_epoch(self, fetch_offset: int, last_fetched_epoch: int) -> tuple[int, int] | None:
+        """Where a follower's log left this (leader's) log, from its Fetch v12+ request.
+
+        ``last_fetched_epoch`` is the epoch of the follower's last record, its
+        log end is ``fetch_offset``. Returns None when the follower's log is a
+        prefix of this one (fetch on), else (epoch, end offset) of the last
+        epoch both logs share, which the Fetch response carries as
+        ``diverging_epoch`` so the follower truncates there (Kafka's
+        ``Partition.readRecords``). A request without an epoch (< 0) is not
+        checked. Raises OffsetOutOfRangeError when the epoch history cannot
+        answer or ``fetch_offset`` is below the log start, as Kafka does.
+        """
+        if last_fetched_epoch < 0:
+            return None
+        epoch, end = self.end_offset_for_epoch(last_fetched_epoch)
+        if epoch < 0 or end < 0:
+            raise OffsetOutOfRangeError(
+                f"{self._path}: no end offset for the last fetched epoch {last_fetched_epoch}"
+            )
+        if fetch_offset < self._log_start_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {fetch_offset} is below the log start {self._log_start_offset} "
+                f"of {self._path}"
+            )
+        if epoch < last_fetched_epoch or end < fetch_offset:
+            return epoch, end
+        return None
+
     @property
     def is_loaded(self) -> bool:
         return self._loaded
@@ -490,9 +519,19 @@ class Log:
         structure) because a fetch response crosses the network; producer
         sequences are not checked, only recorded, so that this replica can
         dedupe a producer's retry the day it becomes leader. A payload larger
-        than a segment is spread over as many segments as it needs.
+        than a segment is spread over as many segments as it needs. A partial
+        batch at the end (the leader cuts a fetch response at its byte limit)
+        is left out, as every reader of fetched data does; the result's
+        ``last_offset`` says how far the append got.
         """
-        headers = validate_batches(payload, self.config.max_message_bytes, allow_control=True)
+        view = memoryview(payload)
+        whole = 0
+        for header in iter_batch_headers(view):
+            whole = header.position + header.size
+        # No size limit: the leader accepted these batches, and a follower that
+        # refused one (its max.message.bytes lower for a moment) would stall
+        # replication for good; Kafka ignores the record size here too.
+        headers = validate_batches(view[:whole], whole, allow_control=True)
         self._load()
         expected = self._log_end_offset
         for i, header in enumerate(headers):
@@ -506,7 +545,6 @@ class Log:
             expected = header.next_offset
         producers = self._producer_state()
         cache = self.leader_epoch_cache
-        view = memoryview(payload)
         start = 0
         while start < len(headers):
             first = headers[start]
@@ -637,14 +675,23 @@ class Log:
         hw = self._high_watermark if self._replicated else leo
         return ReadResult(records, hw, hw, self._log_start_offset, leo)
 
-    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record stamped at or after ``timestamp``."""
+    def offset_for_timestamp(
+        self, timestamp: int, isolation: Isolation = Isolation.HIGH_WATERMARK
+    ) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record stamped at or after ``timestamp``.
+
+        ListOffsets comes from consumers, hence the default: on a replicated
+        log a record at or past the high watermark is not answered (None), as
+        in Kafka, since the consumer could not read it yet. LOG_END looks at
+        the whole log.
+        """
         self._load()
         for segment in self._segments:
             if segment.max_timestamp >= timestamp:
                 found = segment.find_offset_for_timestamp(timestamp, self._log_start_offset)
                 if found is not None:
-                    return found
+                    capped = self._replicated and isolation is not Isolation.LOG_END
+                    return None if capped and found[0] >= self._high_watermark else found
         return None
 
     # -- retention and truncation ---------------------------------------------------------
@@ -727,9 +774,17 @@ class Log:
         return self._log_start_offset
 
     def truncate_to(self, offset: int) -> None:
-        """Remove everything at and after ``offset`` (the whole batch holding it)."""
+        """Remove everything at and after ``offset`` (the whole batch holding it).
+
+        At the log end no record goes, but leader-epoch entries starting there
+        do: a replica that led an epoch without writing in it must not keep
+        claiming that epoch once it follows, or the leader's next batch of an
+        older epoch would wipe the entries before it.
+        """
         self._load()
         if offset >= self._log_end_offset:
+            if offset == self._log_end_offset and self._epoch_cache is not None:
+                self._epoch_cache.truncate_from_end(offset)
             return
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")

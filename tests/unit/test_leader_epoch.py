@@ -227,7 +227,7 @@ operations = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(operations, st.integers(-1, 14))
 def test_cache_matches_the_reference_model(
     tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, int, int]], query: int

@@ -135,6 +135,21 @@ def test_the_cap_holds_across_segments(tmp_path: Path) -> None:
         assert offsets_read(log, hw, HW) == []
 
 
+def test_timestamp_lookups_for_consumers_stop_at_the_high_watermark(tmp_path: Path) -> None:
+    log = log_with_batches(tmp_path, [2])  # offsets 0, 1 stamped NOW, NOW+1
+    late = RecordBatchBuilder()
+    late.append(NOW + 50, b"k", b"v")
+    log.append(late.build(), NOW)  # offset 2 stamped NOW+50
+    log.enable_replication(2)
+    assert log.offset_for_timestamp(NOW + 1, HW) == (1, NOW + 1)
+    assert log.offset_for_timestamp(NOW + 50, HW) is None
+    assert log.offset_for_timestamp(NOW + 50, COMMITTED) is None
+    assert log.offset_for_timestamp(NOW + 50, LOG_END) == (2, NOW + 50)
+    assert log.offset_for_timestamp(NOW + 50) is None  # default: a consumer's view
+    assert log.update_high_watermark(3)
+    assert log.offset_for_timestamp(NOW + 50, HW) == (2, NOW + 50)
+
+
 # -- moving the high watermark ------------------------------------------------------------
 
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from headwater.log.config import LogConfig
 from headwater.log.errors import (
     CorruptRecordError,
+    OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     UnexpectedAppendOffsetError,
 )
@@ -197,6 +200,28 @@ def test_follower_append_refuses_offsets_going_back_inside_one_payload(tmp_path:
     assert follower.log_end_offset == 0
 
 
+def test_follower_append_ignores_max_message_bytes(tmp_path: Path) -> None:
+    leader = make_log(tmp_path, "leader")
+    leader.append(batch(20), NOW)
+    follower = make_log(tmp_path, "follower", max_message_bytes=100)
+    follower.append_as_follower(leader_bytes(leader), NOW)
+    assert follower.log_end_offset == 20
+
+
+def test_follower_append_leaves_out_a_partial_last_batch(tmp_path: Path) -> None:
+    leader = make_log(tmp_path, "leader")
+    write_with_epochs(leader, [(0, 3)])
+    data = leader_bytes(leader)
+    follower = make_log(tmp_path, "follower")
+    result = follower.append_as_follower(data[:-10], NOW)  # a fetch cut inside batch 2
+    assert (result.base_offset, result.last_offset) == (0, 1)
+    assert follower.log_end_offset == 2
+    with pytest.raises(CorruptRecordError):
+        follower.append_as_follower(data[-30:], NOW)  # no whole batch at all
+    follower.append_as_follower(data[list(iter_batch_headers(data))[2].position :], NOW)
+    assert leader_bytes(follower) == data
+
+
 def test_follower_append_checks_crcs(tmp_path: Path) -> None:
     leader = make_log(tmp_path, "leader")
     write_with_epochs(leader, [(0, 1)])
@@ -249,6 +274,39 @@ def test_divergent_follower_truncates_and_takes_the_new_leaders_epoch(tmp_path: 
     follower.append_as_follower(leader_bytes(leader, end), NOW)
     assert leader_bytes(follower) == leader_bytes(leader)
     assert epochs_of(follower) == [(0, 0), (2, 2)]
+
+
+def test_diverging_epoch_tells_a_follower_where_to_truncate(tmp_path: Path) -> None:
+    leader = make_log(tmp_path, "leader")
+    write_with_epochs(leader, [(0, 2), (2, 3)])
+    # A prefix of the leader's log: fetch on.
+    assert leader.diverging_epoch(2, 0) is None
+    assert leader.diverging_epoch(4, 2) is None
+    assert leader.diverging_epoch(5, 2) is None
+    assert leader.diverging_epoch(3, -1) is None  # no epoch sent: not checked
+    # Epoch 0 ended at 2 here, the follower has epoch-0 records up to 4.
+    assert leader.diverging_epoch(4, 0) == (0, 2)
+    # The follower led epoch 1, which the leader never saw: back to epoch 0's end.
+    assert leader.diverging_epoch(3, 1) == (0, 2)
+    with pytest.raises(OffsetOutOfRangeError):
+        leader.diverging_epoch(3, 7)  # an epoch from the future
+    leader.delete_records(1)
+    with pytest.raises(OffsetOutOfRangeError):
+        leader.diverging_epoch(0, 0)
+
+
+def test_truncating_to_the_log_end_drops_epochs_without_records(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    write_with_epochs(log, [(0, 2)])
+    log.assign_leader_epoch(1)  # led epoch 1 but wrote nothing
+    assert epochs_of(log) == [(0, 0), (1, 2)]
+    log.truncate_to(2)
+    assert log.log_end_offset == 2
+    assert epochs_of(log) == [(0, 0)]
+    leader = make_log(tmp_path, "leader")
+    write_with_epochs(leader, [(0, 4)])
+    log.append_as_follower(leader_bytes(leader, 2), NOW)
+    assert epochs_of(log) == [(0, 0)]
 
 
 def test_truncate_fully_and_start_at_empties_the_log_and_the_cache(tmp_path: Path) -> None:
@@ -353,3 +411,98 @@ def test_a_new_leader_records_its_epoch_at_the_log_end_before_any_append(tmp_pat
     assert epochs_of(log) == [(0, 0), (2, 3)]
     data = leader_bytes(log, 3)
     assert [h.partition_leader_epoch for h in iter_batch_headers(data)] == [2]
+
+
+# -- replicas converge through the epoch history --------------------------------------------------
+
+
+def reconcile_by_fetch(follower: Log, leader: Log) -> None:
+    """The same through Fetch v12+: the leader answers a diverging epoch, or nothing."""
+    for _ in range(20):
+        if follower.log_end_offset == 0:
+            follower.truncate_to(0)
+            return
+        diverging = leader.diverging_epoch(follower.log_end_offset, follower.latest_epoch)
+        if diverging is None:
+            follower.truncate_to(follower.log_end_offset)  # epochs without records go
+            if leader.diverging_epoch(follower.log_end_offset, follower.latest_epoch) is None:
+                return
+            continue
+        epoch, end = diverging
+        follower.truncate_to(min(end, follower.end_offset_for_epoch(epoch)[1]))
+    raise AssertionError("no convergence")
+
+
+def reconcile(follower: Log, leader: Log) -> None:
+    """The follower side of KIP-279, as a replica fetcher would run it before fetching.
+
+    Repeated until a round changes nothing: truncating at the log end can drop
+    an epoch the follower led without writing, and its older epoch must then
+    be checked against the leader too.
+    """
+    for _ in range(20):
+        before = (follower.log_end_offset, follower.latest_epoch)
+        if before == (0, -1):
+            break
+        if follower.log_end_offset == 0:
+            follower.truncate_to(0)  # nothing to compare; drop epochs without records
+            continue
+        mine = follower.latest_epoch
+        epoch, end = leader.end_offset_for_epoch(mine)
+        if epoch == -1:  # the leader knows no epoch this old: start over
+            follower.truncate_to(0)
+            continue
+        if epoch != mine:  # the leader never had our epoch: stop where its older one ended
+            end = min(end, follower.end_offset_for_epoch(epoch)[1])
+        follower.truncate_to(end)  # also at the log end: drops epochs without records
+        if (follower.log_end_offset, follower.latest_epoch) == before:
+            break
+    else:
+        raise AssertionError("no convergence")
+
+
+steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("produce"), st.integers(1, 3)),
+        st.tuples(st.just("replicate"), st.integers(0, 3)),
+        st.tuples(st.just("failover"), st.just(0)),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(plan=steps, by_fetch=st.booleans())
+def test_two_replicas_converge_to_the_leaders_log_after_any_failovers(
+    tmp_path_factory: pytest.TempPathFactory, plan: list[tuple[str, int]], by_fetch: bool
+) -> None:
+    """With OffsetsForLeaderEpoch or with Fetch's diverging epoch alike."""
+    sync = reconcile_by_fetch if by_fetch else reconcile
+    root = tmp_path_factory.mktemp("replicas")
+    leader, follower = (
+        make_log(root, "a", segment_bytes=700),
+        make_log(root, "b", segment_bytes=700),
+    )
+    epoch = 0
+    leader.assign_leader_epoch(epoch)
+    for step, n in plan:
+        if step == "produce":
+            for _ in range(n):
+                leader.append(batch(), NOW)
+        elif step == "replicate":  # the follower fetches up to n batches, then stops
+            sync(follower, leader)  # (as the fetcher would, before fetching on)
+            data = leader_bytes(leader, follower.log_end_offset)
+            headers = list(iter_batch_headers(data))[:n]
+            if headers:
+                follower.append_as_follower(data[: headers[-1].position + headers[-1].size], NOW)
+        else:  # the follower becomes leader, possibly missing records (unclean)
+            epoch += 1
+            leader, follower = follower, leader
+            leader.assign_leader_epoch(epoch)
+    sync(follower, leader)
+    if follower.log_end_offset < leader.log_end_offset:
+        follower.append_as_follower(leader_bytes(leader, follower.log_end_offset), NOW)
+    assert leader_bytes(follower) == leader_bytes(leader)
+    # The follower's epoch history is exactly what its batches say.
+    entries = follower.leader_epoch_cache.entries
+    assert entries == follower._epoch_entries_from_batches()
