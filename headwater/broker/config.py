@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from headwater.addresses import split_host_port
+from headwater.broker.listeners import Listener, SecurityProtocol, parse_listeners
 from headwater.log.config import LogConfig
+from headwater.security.config import SecurityConfig
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,19 @@ def parse_host_port(text: str, default_port: int = DEFAULT_PORT) -> tuple[str, i
     """The first listener of ``text``; an empty host means every interface."""
     host, port = split_host_port(text.split(",")[0], default_port)
     return host or "0.0.0.0", port
+
+
+_SECURITY_PREFIXES = ("ssl.", "sasl.")
+_SECURITY_KEYS = frozenset(
+    {
+        "listener.security.protocol.map",
+        "connections.max.reauth.ms",
+        "connection.failed.authentication.delay.ms",
+        "authorizer.class.name",
+        "super.users",
+        "allow.everyone.if.no.acl.found",
+    }
+)
 
 
 def _bool(value: str) -> bool:
@@ -81,7 +96,25 @@ class BrokerConfig:
     housekeeping_interval_ms: int = 1000
     retention_check_interval_ms: int = 300_000
     log: LogConfig = field(default_factory=LogConfig)
+    #: Every listener with its security protocol; empty means one PLAINTEXT on host:port.
+    listeners: tuple[Listener, ...] = ()
+    security: SecurityConfig = field(default_factory=SecurityConfig)
     extra: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def all_listeners(self) -> tuple[Listener, ...]:
+        if self.listeners:
+            return self.listeners
+        return (
+            Listener(
+                "PLAINTEXT",
+                SecurityProtocol.PLAINTEXT,
+                self.host,
+                self.port,
+                self.advertised_host,
+                self.advertised_port,
+            ),
+        )
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -125,6 +158,13 @@ class BrokerConfig:
             "headwater.fetch.session.retransmit.enable": "fetch_session_retransmit",
         }
         log_keys: dict[str, str] = {}
+        if "listeners" in props:
+            kw["listeners"] = parse_listeners(
+                props["listeners"],
+                props.get("listener.security.protocol.map"),
+                props.get("advertised.listeners"),
+            )
+        kw["security"] = SecurityConfig.from_properties(props)
         for key, value in props.items():
             if key in ints:
                 kw[ints[key]] = int(value)
@@ -146,6 +186,8 @@ class BrokerConfig:
                 kw["metrics_host"], kw["metrics_port"] = parse_host_port(value, 9308)
             elif key.startswith(("log.", "message.", "headwater.log.")):
                 log_keys[key] = value
+            elif key.startswith(_SECURITY_PREFIXES) or key in _SECURITY_KEYS:
+                pass  # read by SecurityConfig above
             else:
                 extra[key] = value
         kw["log"] = LogConfig.from_properties(log_keys)

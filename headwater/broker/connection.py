@@ -20,13 +20,18 @@ import inspect
 import logging
 import socket
 import struct
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
 
+from headwater.broker.connection_security import ConnectionSecurity
+from headwater.broker.listeners import Listener
 from headwater.broker.socket_writer import Part, SocketWriter
 from headwater.protocol.fetch_codec import EncodedBody
 from headwater.protocol.frame import FrameDecoder
 from headwater.protocol.header import RequestHeader, encode_response_header, parse_request_header
+from headwater.security.acl import AclOperation, ResourceType
+from headwater.security.principal import KafkaPrincipal
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +53,48 @@ class RequestContext:
     header: RequestHeader
     client_host: str
     connection_id: int
+    #: The connection's security state (listener, principal, SASL exchange).
+    security: ConnectionSecurity = field(default_factory=ConnectionSecurity)
+
+    @property
+    def principal(self) -> KafkaPrincipal:
+        return self.security.principal
+
+    @property
+    def listener(self) -> Listener:
+        return self.security.listener
+
+    def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        """The one authorization call handlers make at each of Kafka's check points."""
+        sec = self.security
+        return sec.authorizer.authorize(sec.principal, self.host, operation, resource_type, name)
+
+    @property
+    def host(self) -> str:
+        """The client's address without the port, as ACL host entries name it."""
+        return self.client_host.rsplit(":", 1)[0].strip("[]")
+
+
+class ByteStream(Protocol):
+    """Where a connection reads and writes: the socket itself, or TLS over it."""
+
+    async def recv_into(self, buf: bytearray) -> int: ...
+
+    async def write(self, parts: Sequence[Part]) -> None: ...
+
+
+class PlainStream:
+    """The socket as it is: ``sock_recv_into`` in, ``SocketWriter`` (sendfile) out."""
+
+    def __init__(self, sock: socket.socket, *, zero_copy: bool) -> None:
+        self._sock = sock
+        self._writer = SocketWriter(sock, zero_copy=zero_copy)
+
+    async def recv_into(self, buf: bytearray) -> int:
+        return await asyncio.get_running_loop().sock_recv_into(self._sock, buf)
+
+    async def write(self, parts: Sequence[Part]) -> None:
+        await self._writer.write(parts)
 
 
 Dispatch = Callable[[RequestContext, memoryview, int], "Response | Awaitable[Response]"]
@@ -57,6 +104,7 @@ Dispatch = Callable[[RequestContext, memoryview, int], "Response | Awaitable[Res
 class _Queued:
     header: RequestHeader
     result: Response | asyncio.Future[Response]
+    close_after: bool = False
 
 
 class Connection:
@@ -71,21 +119,30 @@ class Connection:
         *,
         max_frame_bytes: int,
         zero_copy: bool,
+        stream: ByteStream | None = None,
+        security: ConnectionSecurity | None = None,
     ) -> None:
         self._sock = sock
         self.peer = peer
         self.connection_id = connection_id
         self._dispatch = dispatch
         self._decoder = FrameDecoder(max_frame_bytes)
-        self._writer = SocketWriter(sock, zero_copy=zero_copy)
+        self._stream = stream or PlainStream(sock, zero_copy=zero_copy)
+        self.security = security or ConnectionSecurity()
         self._queue: asyncio.Queue[_Queued | None] = asyncio.Queue(MAX_IN_FLIGHT)
         self._tasks: set[asyncio.Future[Response]] = set()
         self._closed = False
+        self._closing = False
 
     async def run(self) -> None:
         writer = asyncio.create_task(self._write_loop(), name=f"writer-{self.connection_id}")
         try:
             await self._read_loop()
+            if self._closing:
+                # The last response (a failed authentication) goes out before the close.
+                await self._queue.put(None)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(writer), 30)
         except (ConnectionError, OSError) as exc:
             log.debug("connection %s from %s: %s", self.connection_id, self.peer, exc)
         except CloseConnection as exc:
@@ -102,11 +159,10 @@ class Connection:
             self._sock.close()
 
     async def _read_loop(self) -> None:
-        loop = asyncio.get_running_loop()
         buf = bytearray(_RECV_SIZE)
         view = memoryview(buf)
         while not self._closed:
-            n = await loop.sock_recv_into(self._sock, buf)
+            n = await self._stream.recv_into(buf)
             if n == 0:
                 return
             try:
@@ -115,13 +171,15 @@ class Connection:
                 raise CloseConnection(f"bad frame: {exc}") from exc
             for frame in frames:
                 await self._handle_frame(frame)
+                if self._closing:
+                    return
 
     async def _handle_frame(self, frame: memoryview) -> None:
         try:
             header, offset = parse_request_header(frame)
         except Exception as exc:
             raise CloseConnection(f"unparseable request header: {exc}") from exc
-        ctx = RequestContext(header, self.peer, self.connection_id)
+        ctx = RequestContext(header, self.peer, self.connection_id, self.security)
         try:
             result = self._dispatch(ctx, frame, offset)
         except CloseConnection:
@@ -131,13 +189,15 @@ class Connection:
                 f"request api_key={header.api_key} v{header.api_version} "
                 f"correlation_id={header.correlation_id} failed: {exc!r}"
             ) from exc
+        close_after = self.security.close_after_response
+        self._closing = close_after
         if inspect.isawaitable(result):
             task: asyncio.Future[Response] = asyncio.ensure_future(result)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-            await self._queue.put(_Queued(header, task))
+            await self._queue.put(_Queued(header, task, close_after))
         else:
-            await self._queue.put(_Queued(header, result))
+            await self._queue.put(_Queued(header, result, close_after))
 
     async def _write_loop(self) -> None:
         while True:
@@ -171,8 +231,8 @@ class Connection:
         else:
             body = result
         if body is not None:
-            await self._writer.write(self._frame(item.header, body))
-        return True
+            await self._stream.write(self._frame(item.header, body))
+        return not item.close_after
 
     @staticmethod
     def _frame(header: RequestHeader, body: EncodedBody | bytes) -> list[Part]:

@@ -118,7 +118,8 @@ class AdminApis:
                     topics.append(MetadataTopic(int(code), name, uuid.UUID(int=0)))
                 else:
                     topics.append(self._topic_entry(info))
-        host, port = self.config.advertised
+        # The address of the listener the request came in on (Kafka's per-listener endpoints).
+        host, port = ctx.listener.advertised if ctx.listener.port else self.config.advertised
         return encode_metadata_response(
             version,
             [MetadataBroker(self.config.node_id, host, port)],
