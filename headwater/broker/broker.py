@@ -27,6 +27,7 @@ from headwater.broker.connection import CloseConnection, Connection, RequestCont
 from headwater.broker.connection_security import ConnectionSecurity
 from headwater.broker.handlers.admin import AdminApis
 from headwater.broker.handlers.fetch import FetchApi
+from headwater.broker.handlers.group_authorization import authorize_group_request
 from headwater.broker.handlers.offsets import OffsetApis
 from headwater.broker.handlers.produce import ProduceApi
 from headwater.broker.handlers.security import SecurityApis
@@ -227,10 +228,15 @@ class Broker:
         groups = self.groups
 
         async def handle(ctx: RequestContext, req: Any) -> dict[str, Any]:
-            response = await groups.handle(
-                req,
-                client_id=ctx.header.client_id or "",
-                client_host="/" + ctx.client_host.rsplit(":", 1)[0],
+            decision = authorize_group_request(ctx, req)
+            if decision.response is not None:
+                return decision.response
+            response = decision.finish(
+                await groups.handle(
+                    decision.request,
+                    client_id=ctx.header.client_id or "",
+                    client_host="/" + ctx.client_host.rsplit(":", 1)[0],
+                )
             )
             if ctx.header.api_key == ApiKey.FIND_COORDINATOR and ctx.listener.port:
                 _advertise_coordinator(response, *ctx.listener.advertised)

@@ -69,10 +69,33 @@ class RequestContext:
         sec = self.security
         return sec.authorizer.authorize(sec.principal, self.host, operation, resource_type, name)
 
+    def authorize_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """Whether ``operation`` is allowed on at least one resource of the type."""
+        sec = self.security
+        return sec.authorizer.authorize_any(sec.principal, self.host, operation, resource_type)
+
+    def topic_check(self, operation: AclOperation) -> Callable[[str], bool]:
+        """``operation`` on topics for this request, each topic decided once."""
+        if not self.security.authorizer.enabled:
+            return _allow
+        decided: dict[str, bool] = {}
+
+        def check(topic: str) -> bool:
+            allowed = decided.get(topic)
+            if allowed is None:
+                allowed = decided[topic] = self.authorize(operation, ResourceType.TOPIC, topic)
+            return allowed
+
+        return check
+
     @property
     def host(self) -> str:
         """The client's address without the port, as ACL host entries name it."""
         return self.client_host.rsplit(":", 1)[0].strip("[]")
+
+
+def _allow(_topic: str) -> bool:
+    return True
 
 
 class ByteStream(Protocol):

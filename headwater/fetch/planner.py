@@ -34,6 +34,7 @@ from headwater.log.log import Log
 NONE = 0
 OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
+TOPIC_AUTHORIZATION_FAILED = 29
 FENCED_LEADER_EPOCH = 74
 UNKNOWN_LEADER_EPOCH = 75
 UNKNOWN_TOPIC_ID = 100
@@ -88,11 +89,14 @@ def read_partitions(
     isolation: Isolation,
     topic_id_of: Callable[[str], uuid.UUID] | None = None,
     aborted_list: bool = False,
+    authorized: Callable[[str], bool] | None = None,
 ) -> FetchResult:
     """Read ``partitions`` in order under the KIP-74 limits.
 
     ``aborted_list`` makes read_committed responses carry an empty
     aborted-transactions list (librdkafka expects one) instead of null.
+    ``authorized(topic)`` False answers TOPIC_AUTHORIZATION_FAILED for the
+    partition without reading it (or saying whether it exists).
     """
     remaining = max(0, max_bytes)
     min_one_batch = True
@@ -100,6 +104,17 @@ def read_partitions(
     total = 0
     has_error = False
     for p in partitions:
+        if authorized is not None and p.topic and not authorized(p.topic):
+            out.append(
+                PartitionData(
+                    topic_id=p.topic_id,
+                    topic=p.topic,
+                    partition=p.partition,
+                    error_code=TOPIC_AUTHORIZATION_FAILED,
+                )
+            )
+            has_error = True
+            continue
         log = lookup(p.topic, p.partition) if p.topic else None
         if log is None:
             out.append(_missing(p))

@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from headwater.security.acl import (
@@ -73,6 +72,16 @@ class Authorizer(Protocol):
         name: str,
     ) -> bool: ...
 
+    def authorize_any(
+        self,
+        principal: KafkaPrincipal,
+        host: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+    ) -> bool:
+        """Kafka's ``authorizeByResourceType``: allowed on some resource of the type."""
+        ...
+
 
 class AllowAllAuthorizer:
     """No ``authorizer.class.name``: everyone may do everything (Kafka's default)."""
@@ -89,10 +98,14 @@ class AllowAllAuthorizer:
     ) -> bool:
         return True
 
-
-@dataclass(frozen=True, slots=True)
-class AclCreateResult:
-    error: str | None = None
+    def authorize_any(
+        self,
+        principal: KafkaPrincipal,
+        host: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+    ) -> bool:
+        return True
 
 
 class AclAuthorizer:
@@ -150,6 +163,51 @@ class AclAuthorizer:
                 allowed = True
         self._log(allowed, who, host, operation, resource_type, name, "ACLs")
         return allowed
+
+    def authorize_any(
+        self,
+        principal: KafkaPrincipal,
+        host: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+    ) -> bool:
+        """Some resource of the type allows it: an ALLOW no DENY pattern covers.
+
+        Used where Kafka asks "may this principal WRITE to any topic?"
+        (idempotent producers, KIP-679). Walks the bindings of the type;
+        this is rare (once per InitProducerId), so no index.
+        """
+        who = str(principal)
+        if who in self.super_users:
+            return True
+        bindings = [b for b in self._bindings if b.pattern.resource_type is resource_type]
+        if not bindings:
+            return self.allow_everyone_if_no_acl_found
+        allow_ops = IMPLIED_BY.get(operation, frozenset((operation,)))
+        denied_literal: set[str] = set()
+        denied_prefixes: list[str] = []
+        allowed: list[tuple[str, PatternType]] = []
+        for b in bindings:
+            e = b.entry
+            if e.principal not in (who, WILDCARD_PRINCIPAL) or e.host not in (host, WILDCARD_HOST):
+                continue
+            if e.permission is AclPermissionType.DENY:
+                if e.operation is operation or e.operation is AclOperation.ALL:
+                    if b.pattern.pattern_type is PatternType.PREFIXED:
+                        denied_prefixes.append(b.pattern.name)
+                    else:
+                        denied_literal.add(b.pattern.name)
+            elif e.operation is AclOperation.ALL or e.operation in allow_ops:
+                allowed.append((b.pattern.name, b.pattern.pattern_type))
+        if WILDCARD_RESOURCE in denied_literal:
+            return False
+        for name, kind in allowed:
+            if any(name.startswith(p) for p in denied_prefixes):
+                continue
+            if kind is PatternType.LITERAL and name in denied_literal:
+                continue
+            return True
+        return False
 
     def matching_entries(self, resource_type: ResourceType, name: str) -> list[AccessControlEntry]:
         out: list[AccessControlEntry] = []

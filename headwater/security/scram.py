@@ -328,7 +328,11 @@ class ScramServer:
         channel = _unb64(found["c"], "channel binding")
         if channel != self._first.gs2_header.encode("utf-8"):
             raise SaslAuthenticationError("invalid SCRAM client-final message: channel binding")
-        if found["r"] != self._first.nonce + self._server_nonce:
+        # RFC 5802 wants the nonce repeated exactly; Kafka's ScramSaslServer only
+        # checks that it ends with the server-first nonce, and librdkafka 2.0
+        # relies on that (it sends the client nonce twice). The proof covers the
+        # whole message either way, so accept what Kafka accepts.
+        if not found["r"].endswith(self._first.nonce + self._server_nonce):
             raise SaslAuthenticationError("invalid SCRAM client-final message: nonce mismatch")
         proof = _unb64(proof_field[2:], "proof")
         m = self.mechanism

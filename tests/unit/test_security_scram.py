@@ -345,3 +345,20 @@ def test_file_store_survives_reopen_and_holds_no_password(tmp_path: Path) -> Non
 def test_iterations_outside_kafkas_bounds_are_refused() -> None:
     with pytest.raises(ValueError, match="iterations"):
         ScramCredential.from_password(SCRAM_SHA_256, "pw", 1000)
+
+
+def test_client_nonce_repeated_before_the_full_nonce_is_accepted_as_kafka_does() -> None:
+    """librdkafka 2.0 sends r=<client nonce><client nonce><server nonce>; Kafka accepts it."""
+    store = store_with("alice", "pw", SCRAM_SHA_256)
+    server = ScramServer(SCRAM_SHA_256, store.get, nonce="SERVER")
+    client = ScramClient(SCRAM_SHA_256, "alice", "pw", nonce="CLIENT")
+    first = server.step(client.first())
+    final = client.final(first)  # proof over the exact message is what matters
+    doubled = final.replace(b"r=CLIENTSERVER", b"r=CLIENTCLIENTSERVER")
+    with pytest.raises(SaslAuthenticationError, match="Invalid user credentials"):
+        # The proof was computed over the other nonce, so it fails, but not on the nonce rule.
+        server.step(doubled)
+    server2 = ScramServer(SCRAM_SHA_256, store.get, nonce="SERVER")
+    server2.step(client.first())
+    with pytest.raises(SaslAuthenticationError, match="nonce mismatch"):
+        server2.step(final.replace(b"r=CLIENTSERVER", b"r=CLIENTSERVEX"))

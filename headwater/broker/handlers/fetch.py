@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 from headwater.broker.config import BrokerConfig
 from headwater.broker.connection import RequestContext
@@ -28,6 +28,7 @@ from headwater.fetch.types import (
 from headwater.log.log_directory import LogDirectory
 from headwater.log.slice import FileSlice
 from headwater.protocol.fetch_codec import EncodedBody, decode_fetch_request, encode_fetch_response
+from headwater.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 #: Each record slice in a response keeps its segment file open until sent. A
 #: response carrying data from tens of thousands of partitions would hold as
@@ -92,9 +93,24 @@ class FetchApi:
         req = decode_fetch_request(frame, offset, ctx.header.api_version)
         self.metrics.fetch_request_bytes.inc(len(frame) + 4)
         self._resolve_names(req)
-        return self._fetch(req)
+        return self._fetch(req, self._authorization(ctx, req))
 
-    def _read(self, req: FetchRequestData, partitions: list[PartitionFetch]) -> FetchResult:
+    @staticmethod
+    def _authorization(ctx: RequestContext, req: FetchRequestData) -> Callable[[str], bool]:
+        """Kafka's check points: followers need CLUSTER_ACTION, consumers READ per topic."""
+        if req.replica_id >= 0:
+            follower = ctx.authorize(
+                AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
+            )
+            return lambda _topic: follower
+        return ctx.topic_check(AclOperation.READ)
+
+    def _read(
+        self,
+        req: FetchRequestData,
+        partitions: list[PartitionFetch],
+        authorized: Callable[[str], bool] | None = None,
+    ) -> FetchResult:
         max_bytes = req.max_bytes if req.max_bytes > 0 else self.config.fetch_max_bytes
         result = read_partitions(
             partitions,
@@ -103,11 +119,14 @@ class FetchApi:
             isolation=isolation_for(req.replica_id, req.isolation_level),
             topic_id_of=self._topic_id_of,
             aborted_list=req.isolation_level == 1,
+            authorized=authorized,
         )
         self.metrics.fetch_partitions_read.inc(len(partitions))
         return result
 
-    async def _fetch(self, req: FetchRequestData) -> EncodedBody:
+    async def _fetch(
+        self, req: FetchRequestData, authorized: Callable[[str], bool] | None = None
+    ) -> EncodedBody:
         now = _now_ms()
         ctx: FetchContext = self.sessions.new_context(req, now, self.watcher)
         if ctx.error_code:
@@ -115,7 +134,7 @@ class FetchApi:
                 FetchResponseData(error_code=ctx.error_code, session_id=0), req.version
             )
         to_read = ctx.partitions_to_read()
-        result = self._read(req, to_read)
+        result = self._read(req, to_read, authorized)
         if not self._ready(req, result, ctx):
             deadline = now + req.max_wait_ms
             async with self.purgatory.watch(ctx, to_read, self.logs.existing_log) as waiter:
@@ -126,7 +145,7 @@ class FetchApi:
                     # Re-read at completion (the chapter's DelayedFetch.onComplete):
                     # more data may have arrived since the wake-up.
                     to_read = ctx.partitions_to_read()
-                    result = self._read(req, to_read)
+                    result = self._read(req, to_read, authorized)
         response = ctx.update_and_generate_response(result.partitions, _now_ms())
         bound_open_files(response, MAX_OPEN_SLICES_PER_RESPONSE)
         self.metrics.bytes_out.inc(sum(p.records_size for p in response.partitions))

@@ -13,6 +13,7 @@ from kio.schema.errors import ErrorCode as E
 from headwater.broker.connection import RequestContext
 from headwater.fetch.planner import LEADER_EPOCH, leader_epoch_error
 from headwater.log.log_directory import LogDirectory
+from headwater.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 LATEST = -1
 EARLIEST = -2
@@ -24,9 +25,11 @@ class OffsetApis:
 
     def list_offsets(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
         read_committed = getattr(req, "isolation_level", 0) == 1
+        may_describe = ctx.topic_check(AclOperation.DESCRIBE)
         topics = []
         for t in req.topics:
             parts = []
+            allowed = may_describe(t.name)
             for p in t.partitions:
                 out: dict[str, Any] = {
                     "partition_index": p.partition_index,
@@ -35,6 +38,10 @@ class OffsetApis:
                     "offset": -1,
                     "leader_epoch": LEADER_EPOCH,
                 }
+                if not allowed:
+                    out["error_code"] = int(E.topic_authorization_failed)
+                    parts.append(out)
+                    continue
                 log = self.logs.existing_log(t.name, p.partition_index)
                 if log is None:
                     out["error_code"] = int(E.unknown_topic_or_partition)
@@ -61,9 +68,16 @@ class OffsetApis:
         return {"topics": topics}
 
     def offset_for_leader_epoch(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
+        # Followers need CLUSTER_ACTION, consumers DESCRIBE on each topic.
+        follower = getattr(req, "replica_id", -1) >= 0
+        may_describe = ctx.topic_check(AclOperation.DESCRIBE)
+        cluster_action = follower and ctx.authorize(
+            AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
+        )
         topics = []
         for t in req.topics:
             parts = []
+            allowed = cluster_action if follower else may_describe(t.topic)
             for p in t.partitions:
                 out: dict[str, Any] = {
                     "error_code": 0,
@@ -72,7 +86,9 @@ class OffsetApis:
                     "end_offset": -1,
                 }
                 log = self.logs.existing_log(t.topic, p.partition)
-                if log is None:
+                if not allowed:
+                    out["error_code"] = int(E.topic_authorization_failed)
+                elif log is None:
                     out["error_code"] = int(E.unknown_topic_or_partition)
                 elif error := leader_epoch_error(getattr(p, "current_leader_epoch", -1)):
                     out["error_code"] = error

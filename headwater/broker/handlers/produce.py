@@ -25,6 +25,7 @@ from headwater.protocol.produce_codec import (
     decode_produce_request,
     encode_produce_response,
 )
+from headwater.security.acl import AclOperation
 
 log = logging.getLogger(__name__)
 
@@ -41,12 +42,18 @@ class ProduceApi:
         now_ms = int(time.time() * 1000)
         topics: list[ProduceTopicResponse] = []
         acks_ok = req.acks in (-1, 0, 1)
+        may_write = ctx.topic_check(AclOperation.WRITE)
         for topic in req.topics:
-            info = self.admin.ensure_topic(topic.name) if acks_ok else None
+            writable = may_write(topic.name)
+            info = None
+            if acks_ok and writable:
+                info = self.admin.ensure_topic(topic.name, self.admin.may_create(ctx, topic.name))
             parts: list[ProducePartitionResponse] = []
             for index, records in topic.partitions:
                 out = ProducePartitionResponse(index=index)
-                if not acks_ok:
+                if not writable:
+                    out.error_code = int(E.topic_authorization_failed)
+                elif not acks_ok:
                     out.error_code = int(E.invalid_required_acks)
                 elif info is None or not 0 <= index < info.num_partitions:
                     out.error_code = int(E.unknown_topic_or_partition)

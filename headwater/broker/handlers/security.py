@@ -97,6 +97,10 @@ class SecurityApis:
         sasl = ctx.security.sasl
         if sasl is None:
             return {"error_code": int(E.illegal_sasl_state), "mechanisms": []}
+        if ctx.header.api_version == 0:
+            # v0 would be followed by unframed tokens (pre-KIP-152 clients).
+            ctx.security.close_after_response = True
+            return {"error_code": int(E.illegal_sasl_state), "mechanisms": []}
         result = sasl.handshake(str(req.mechanism))
         if result.close:
             ctx.security.close_after_response = True
