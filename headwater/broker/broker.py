@@ -135,6 +135,7 @@ class Broker:
             min_session_size=config.min_incremental_fetch_session_size,
             consumer_slots=config.incremental_fetch_session_consumer_cache_slots,
             retransmit_enabled=config.fetch_session_retransmit,
+            slots_per_owner=config.max_incremental_fetch_session_cache_slots_per_principal,
         )
         self.metrics.bind_session_cache(self.sessions)
         self.handlers: dict[int, ApiEntry] = {}

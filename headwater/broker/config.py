@@ -85,6 +85,7 @@ class BrokerConfig:
     min_incremental_fetch_session_eviction_ms: int = 120_000
     min_incremental_fetch_session_size: int = 0
     incremental_fetch_session_consumer_cache_slots: int | None = None
+    max_incremental_fetch_session_cache_slots_per_principal: int | None = None
     fetch_session_retransmit: bool = True
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
@@ -143,6 +144,9 @@ class BrokerConfig:
             "min.incremental.fetch.session.size": "min_incremental_fetch_session_size",
             "incremental.fetch.session.consumer.cache.slots": (
                 "incremental_fetch_session_consumer_cache_slots"
+            ),
+            "max.incremental.fetch.session.cache.slots.per.principal": (
+                "max_incremental_fetch_session_cache_slots_per_principal"
             ),
             "group.initial.rebalance.delay.ms": "group_initial_rebalance_delay_ms",
             "group.min.session.timeout.ms": "group_min_session_timeout_ms",

@@ -108,6 +108,7 @@ class FetchSessionCache:
         consumer_slots: int | None = None,
         retransmit_enabled: bool = True,
         new_session_id: Callable[[], int] = random_session_id,
+        slots_per_owner: int | None = None,
     ) -> None:
         """Settings map to broker config keys.
 
@@ -116,7 +117,9 @@ class FetchSessionCache:
         ``min_session_size``: min.incremental.fetch.session.size (0 = any);
         ``consumer_slots``: incremental.fetch.session.consumer.cache.slots
         (None = all slots); ``retransmit_enabled``:
-        headwater.fetch.session.retransmit.enable.
+        headwater.fetch.session.retransmit.enable; ``slots_per_owner``:
+        max.incremental.fetch.session.cache.slots.per.principal (None = no
+        limit; followers are exempt).
         """
         self.max_slots = max_slots
         self.eviction_ms = eviction_ms
@@ -124,6 +127,8 @@ class FetchSessionCache:
         self.consumer_slots = max_slots if consumer_slots is None else consumer_slots
         self.retransmit_enabled = retransmit_enabled
         self._new_session_id = new_session_id
+        self.slots_per_owner = slots_per_owner
+        self._by_owner: dict[str, OrderedDict[int, _Slot]] = {}
 
         self._slots: dict[int, _Slot] = {}
         self._lru: OrderedDict[int, _Slot] = OrderedDict()
@@ -144,14 +149,19 @@ class FetchSessionCache:
         """Fetches refused with a top-level session error (70, 71, 106)."""
         self.incremental_partitions_read_total = 0
         """Partitions handed to the planner by incremental fetches: O(changed)."""
+        self.foreign_session_attempts_total = 0
+        """Requests naming a live session of another owner (refused with error 70)."""
 
     # -- the entry point --------------------------------------------------
 
     def new_context(
-        self, request: FetchRequestData, now_ms: int, watcher: PartitionWatcher
+        self, request: FetchRequestData, now_ms: int, watcher: PartitionWatcher, owner: str = ""
     ) -> FetchContext:
-        """The context that serves ``request``: one class per case of the KIP-227 table."""
-        return new_fetch_context(self, request, now_ms, watcher)
+        """The context that serves ``request``: one class per case of the KIP-227 table.
+
+        ``owner`` (the principal) binds new sessions to their creator.
+        """
+        return new_fetch_context(self, request, now_ms, watcher, owner)
 
     # -- lookup and metrics -----------------------------------------------
 
@@ -181,13 +191,18 @@ class FetchSessionCache:
         uses_topic_ids: bool,
         watcher: PartitionWatcher,
         populate: Callable[[FetchSession], None],
+        owner: str = "",
     ) -> FetchSession | None:
         """Admit a new session of ``size`` partitions if there is or can be made room.
 
         ``populate`` fills the session (and starts watching its partitions)
         only once it is admitted, so a declined fetch costs nothing extra.
         """
-        if size < self.min_session_size or not self._make_room(privileged, size, now_ms):
+        if size < self.min_session_size:
+            return None
+        if not privileged and not self._room_for_owner(owner, size, now_ms):
+            return None
+        if not self._make_room(privileged, size, now_ms):
             return None
         session = FetchSession(
             self._unused_session_id(),
@@ -195,6 +210,7 @@ class FetchSessionCache:
             uses_topic_ids=uses_topic_ids,
             now_ms=now_ms,
             watcher=watcher,
+            owner=owner,
         )
         populate(session)
         slot = _Slot(session)
@@ -204,8 +220,28 @@ class FetchSessionCache:
         pool.lru[session.id] = slot
         pool.index(slot)
         self._ripening.append(slot)
+        self._by_owner.setdefault(owner, OrderedDict())[session.id] = slot
         self.num_incremental_fetch_partitions_cached += slot.size
         return session
+
+    def sessions_of(self, owner: str) -> int:
+        owned = self._by_owner.get(owner)
+        return len(owned) if owned else 0
+
+    def _room_for_owner(self, owner: str, size: int, now_ms: int) -> bool:
+        """Per-principal limit: a tenant at its limit replaces its own least
+        recently used session, never someone else's, so flooding the cache
+        only churns the flooder's own sessions."""
+        limit = self.slots_per_owner
+        if limit is None:
+            return True
+        if limit <= 0:
+            return False
+        owned = self._by_owner.get(owner)
+        while owned and len(owned) >= limit:
+            self._evict(next(iter(owned.values())))
+            owned = self._by_owner.get(owner)
+        return True
 
     def touch(self, session: FetchSession, now_ms: int) -> None:
         """Mark ``session`` used now and re-index it under its current size."""
@@ -214,6 +250,7 @@ class FetchSessionCache:
             return
         session.last_used_ms = now_ms
         self._lru.move_to_end(session.id)
+        self._by_owner[session.owner].move_to_end(session.id)
         pool = self._pool(session)
         pool.lru.move_to_end(session.id)
         size = session.size
@@ -293,6 +330,10 @@ class FetchSessionCache:
         session = slot.session
         del self._slots[session.id]
         del self._lru[session.id]
+        owned = self._by_owner[session.owner]
+        del owned[session.id]
+        if not owned:
+            del self._by_owner[session.owner]
         pool = self._pool(session)
         del pool.lru[session.id]
         pool.unindex(slot)

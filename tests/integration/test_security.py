@@ -537,3 +537,29 @@ def test_expired_sessions_must_reauthenticate(tmp_path: Path, certs: Certs) -> N
         assert p.flush(30) == 0
     finally:
         b.proc.stop()
+
+
+def test_session_hijack_by_another_principal_gets_70(secure: SecureBroker) -> None:
+    from headwater.fetch.types import ZERO_UUID, FetchRequestData, PartitionFetch
+
+    cli("topics", "create", "hijack", "--bootstrap", secure.admin)
+    for user in ("alice", "bob"):
+        secure.acl("--allow-principal", f"User:{user}", "--operation", "READ", "--topic", "hijack")
+    alice, bob = secure.tls_socket(), secure.tls_socket()
+    assert int(scram_login(alice, "alice", PASSWORDS["alice"]).error_code) == 0
+    assert int(scram_login(bob, "bob", PASSWORDS["bob"]).error_code) == 0
+    parts = [PartitionFetch(ZERO_UUID, "hijack", 0, 0)]
+    opened = alice.fetch(FetchRequestData(version=12, session_id=0, session_epoch=0,
+                                          partitions=parts))  # fmt: skip
+    assert opened.error_code == 0 and opened.session_id > 0
+    stolen = bob.fetch(FetchRequestData(version=12, session_id=opened.session_id, session_epoch=1))
+    assert stolen.error_code == 70
+    # Alice continues her session (epoch 1 still expected: bob's try changed nothing),
+    # even from a new connection.
+    alice2 = secure.tls_socket()
+    assert int(scram_login(alice2, "alice", PASSWORDS["alice"]).error_code) == 0
+    again = alice2.fetch(FetchRequestData(version=12, session_id=opened.session_id,
+                                          session_epoch=1))  # fmt: skip
+    assert again.error_code == 0 and again.session_id == opened.session_id
+    for w in (alice, bob, alice2):
+        w.close()

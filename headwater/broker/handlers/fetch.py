@@ -93,7 +93,7 @@ class FetchApi:
         req = decode_fetch_request(frame, offset, ctx.header.api_version)
         self.metrics.fetch_request_bytes.inc(len(frame) + 4)
         self._resolve_names(req)
-        return self._fetch(req, self._authorization(ctx, req))
+        return self._fetch(req, self._authorization(ctx, req), str(ctx.principal))
 
     @staticmethod
     def _authorization(ctx: RequestContext, req: FetchRequestData) -> Callable[[str], bool]:
@@ -125,10 +125,14 @@ class FetchApi:
         return result
 
     async def _fetch(
-        self, req: FetchRequestData, authorized: Callable[[str], bool] | None = None
+        self,
+        req: FetchRequestData,
+        authorized: Callable[[str], bool] | None = None,
+        owner: str = "",
     ) -> EncodedBody:
         now = _now_ms()
-        ctx: FetchContext = self.sessions.new_context(req, now, self.watcher)
+        # Sessions belong to the principal that created them (beyond KIP-227).
+        ctx: FetchContext = self.sessions.new_context(req, now, self.watcher, owner)
         if ctx.error_code:
             return self._encode(
                 FetchResponseData(error_code=ctx.error_code, session_id=0), req.version
