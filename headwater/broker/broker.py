@@ -49,6 +49,7 @@ from headwater.security.acl_store import FileAclStore
 from headwater.security.authorizer import AclAuthorizer, AllowAllAuthorizer, Authorizer
 from headwater.security.credentials import FileCredentialStore
 from headwater.security.principal import principal_from_certificate
+from headwater.security.quotas import ClientQuotaManager, FileQuotaStore, QuotaKey
 from headwater.security.tls import server_context
 
 log = logging.getLogger(__name__)
@@ -194,8 +195,15 @@ class Broker:
                 super_users=sec.super_users,
                 allow_everyone_if_no_acl_found=sec.allow_everyone_if_no_acl_found,
             )
-        self.security = SecurityApis(sec, self.credentials, self.authorizer)
+        self.quotas = ClientQuotaManager(
+            FileQuotaStore.in_dir(self.config.data_dir),
+            window_ms=sec.quota_window_size_seconds * 1000,
+            samples=sec.quota_window_num,
+        )
+        self.security = SecurityApis(sec, self.credentials, self.authorizer, self.quotas)
         api = self.security
+        self.register_kio(ApiKey.DESCRIBE_CLIENT_QUOTAS, api.describe_client_quotas)
+        self.register_kio(ApiKey.ALTER_CLIENT_QUOTAS, api.alter_client_quotas)
         self.register_kio(ApiKey.SASL_HANDSHAKE, api.sasl_handshake)
         self.register_kio(ApiKey.SASL_AUTHENTICATE, api.sasl_authenticate)
         self.register_kio(ApiKey.DESCRIBE_ACLS, api.describe_acls)
@@ -285,6 +293,13 @@ class Broker:
         except ValueError:
             name = str(header.api_key)
         self.metrics.requests.labels(name).inc()
+        if self.quotas.enabled:
+            # request_percentage (KIP-124): handler time on the event loop;
+            # a throttle mutes the connection (responses are already encoded).
+            started = time.perf_counter()
+            result = entry.call(ctx, frame, offset)
+            ctx.throttle(QuotaKey.REQUEST_PERCENTAGE, (time.perf_counter() - started) * 1000)
+            return result
         return entry.call(ctx, frame, offset)
 
     # -- lifecycle ---------------------------------------------------------------
@@ -362,7 +377,9 @@ class Broker:
         tls: ssl.SSLContext | None,
     ) -> None:
         """TLS handshake (on TLS listeners), then the connection's request loop."""
-        security = ConnectionSecurity(listener=listener, authorizer=self.authorizer)
+        security = ConnectionSecurity(
+            listener=listener, authorizer=self.authorizer, quotas=self.quotas
+        )
         stream = None
         if listener.protocol.uses_tls:
             assert tls is not None

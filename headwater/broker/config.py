@@ -56,6 +56,8 @@ _SECURITY_KEYS = frozenset(
         "authorizer.class.name",
         "super.users",
         "allow.everyone.if.no.acl.found",
+        "quota.window.size.seconds",
+        "quota.window.num",
     }
 )
 

@@ -20,6 +20,7 @@ import inspect
 import logging
 import socket
 import struct
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -32,6 +33,7 @@ from headwater.protocol.frame import FrameDecoder
 from headwater.protocol.header import RequestHeader, encode_response_header, parse_request_header
 from headwater.security.acl import AclOperation, ResourceType
 from headwater.security.principal import KafkaPrincipal
+from headwater.security.quotas import QuotaKey
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,34 @@ class RequestContext:
         """Whether ``operation`` is allowed on at least one resource of the type."""
         sec = self.security
         return sec.authorizer.authorize_any(sec.principal, self.host, operation, resource_type)
+
+    def throttle(self, key: QuotaKey, amount: float) -> int:
+        """Record ``amount`` against the client's quota; the throttle time in ms.
+
+        A throttle mutes the connection that long (KIP-219); the handler puts
+        the time in its response's ``throttle_time_ms``.
+        """
+        quotas = self.security.quotas
+        if quotas is None or not quotas.enabled:
+            return 0
+        now = time.monotonic()
+        user, client = self.security.principal.name, self.header.client_id or ""
+        ms = quotas.record(key, user, client, amount, now * 1000)
+        if ms > 0:
+            self.security.muted_until = max(self.security.muted_until, now + ms / 1000)
+        return ms
+
+    def throttled_now(self, key: QuotaKey) -> int:
+        """Whether the client is over its quota already (nothing recorded)."""
+        quotas = self.security.quotas
+        if quotas is None or not quotas.enabled:
+            return 0
+        now = time.monotonic()
+        user, client = self.security.principal.name, self.header.client_id or ""
+        ms = quotas.throttle_ms(key, user, client, now * 1000)
+        if ms > 0:
+            self.security.muted_until = max(self.security.muted_until, now + ms / 1000)
+        return ms
 
     def topic_check(self, operation: AclOperation) -> Callable[[str], bool]:
         """``operation`` on topics for this request, each topic decided once."""
@@ -198,6 +228,9 @@ class Connection:
                     return
 
     async def _handle_frame(self, frame: memoryview) -> None:
+        muted = self.security.muted_until - time.monotonic()
+        if muted > 0:
+            await asyncio.sleep(muted)  # a quota throttle (KIP-219): read nothing meanwhile
         try:
             header, offset = parse_request_header(frame)
         except Exception as exc:

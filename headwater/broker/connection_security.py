@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from headwater.broker.listeners import Listener, SecurityProtocol
 from headwater.security.authorizer import AllowAllAuthorizer, Authorizer
 from headwater.security.principal import ANONYMOUS, KafkaPrincipal
+from headwater.security.quotas import ClientQuotaManager
 from headwater.security.sasl import SaslServerSession
 
 PLAINTEXT_LISTENER = Listener("PLAINTEXT", SecurityProtocol.PLAINTEXT, "0.0.0.0", 0)
@@ -29,3 +30,8 @@ class ConnectionSecurity:
     authorizer: Authorizer = field(default_factory=AllowAllAuthorizer)
     #: Set by a handler whose response must be the connection's last (failed SASL).
     close_after_response: bool = False
+    #: The broker's client quotas (None: no quotas configured at start).
+    quotas: ClientQuotaManager | None = None
+    #: KIP-219: a throttled client's next request is not read before this
+    #: (``time.monotonic()`` seconds).
+    muted_until: float = 0.0

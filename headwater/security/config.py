@@ -47,6 +47,8 @@ class SecurityConfig:
     authorizer_class_name: str = ""
     super_users: tuple[str, ...] = ()
     allow_everyone_if_no_acl_found: bool = False
+    quota_window_size_seconds: int = 1
+    quota_window_num: int = 11
 
     @property
     def acls_enabled(self) -> bool:
@@ -99,4 +101,6 @@ class SecurityConfig:
             allow_everyone_if_no_acl_found=_bool(
                 props.get("allow.everyone.if.no.acl.found", "false")
             ),
+            quota_window_size_seconds=int(props.get("quota.window.size.seconds", 1)),
+            quota_window_num=int(props.get("quota.window.num", 11)),
         )

@@ -563,3 +563,46 @@ def test_session_hijack_by_another_principal_gets_70(secure: SecureBroker) -> No
     assert again.error_code == 0 and again.session_id == opened.session_id
     for w in (alice, bob, alice2):
         w.close()
+
+
+def test_produce_quota_holds_a_producer_to_its_rate(tmp_path: Path, certs: Certs) -> None:
+    """AlterClientQuotas sets 200 kB/s for alice; a kafka-python producer going flat
+    out over SASL_SSL is held within 20% of it (measured after the first windows)."""
+    from kafka import KafkaProducer
+
+    quota = 200_000
+    b = SecureBroker(tmp_path, certs, extra=("allow.everyone.if.no.acl.found=true",
+                                            "quota.window.num=3"))  # fmt: skip
+    cli("users", "add", "alice", "--password", PASSWORDS["alice"], "--data-dir", str(b.data))
+    b.proc.start()
+    try:
+        w = WireClient(b.admin)
+        altered = request(w, ApiKey.ALTER_CLIENT_QUOTAS, 1, {"entries": [{
+            "entity": [{"entity_type": "user", "entity_name": "alice"}],
+            "ops": [{"key": "producer_byte_rate", "value": quota, "remove": False}]}],
+            "validate_only": False})  # fmt: skip
+        assert [int(e.error_code) for e in altered.entries] == [0]
+        alice = {"entity_type": "user", "match_type": 0, "match": "alice"}
+        described = request(
+            w, ApiKey.DESCRIBE_CLIENT_QUOTAS, 1, {"components": [alice], "strict": False}
+        )
+        assert [(v.key, v.value) for v in described.entries[0].values] == [
+            ("producer_byte_rate", quota)
+        ]
+        w.close()
+        producer = KafkaProducer(**b.kafka_python("alice", linger_ms=5, batch_size=16384))
+        value = b"x" * 1000
+        acked: list[tuple[float, int]] = []
+        start = time.monotonic()
+        while time.monotonic() - start < 9:
+            futures = [producer.send("quota-t", value) for _ in range(50)]
+            for f in futures:
+                f.get(timeout=60)
+            acked.append((time.monotonic() - start, 50 * len(value)))
+        producer.close()
+        # Bytes acknowledged after the first ack past 3 s, over the time since it.
+        first = next(t for t, _ in acked if t >= 3)
+        rate = sum(n for t, n in acked if t > first) / (acked[-1][0] - first)
+        assert 0.8 * quota <= rate <= 1.2 * quota, f"rate {rate:.0f} B/s vs quota {quota}"
+    finally:
+        b.proc.stop()

@@ -29,6 +29,7 @@ from headwater.log.log_directory import LogDirectory
 from headwater.log.slice import FileSlice
 from headwater.protocol.fetch_codec import EncodedBody, decode_fetch_request, encode_fetch_response
 from headwater.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from headwater.security.quotas import QuotaKey
 
 #: Each record slice in a response keeps its segment file open until sent. A
 #: response carrying data from tens of thousands of partitions would hold as
@@ -93,7 +94,10 @@ class FetchApi:
         req = decode_fetch_request(frame, offset, ctx.header.api_version)
         self.metrics.fetch_request_bytes.inc(len(frame) + 4)
         self._resolve_names(req)
-        return self._fetch(req, self._authorization(ctx, req), str(ctx.principal))
+        # Consumer byte-rate quota: a client already over it gets an empty,
+        # throttled answer before anything is read (followers are not subject).
+        quota = None if req.replica_id >= 0 else ctx
+        return self._fetch(req, self._authorization(ctx, req), str(ctx.principal), quota)
 
     @staticmethod
     def _authorization(ctx: RequestContext, req: FetchRequestData) -> Callable[[str], bool]:
@@ -129,6 +133,7 @@ class FetchApi:
         req: FetchRequestData,
         authorized: Callable[[str], bool] | None = None,
         owner: str = "",
+        quota: RequestContext | None = None,
     ) -> EncodedBody:
         now = _now_ms()
         # Sessions belong to the principal that created them (beyond KIP-227).
@@ -137,6 +142,11 @@ class FetchApi:
             return self._encode(
                 FetchResponseData(error_code=ctx.error_code, session_id=0), req.version
             )
+        throttled = quota.throttled_now(QuotaKey.CONSUMER_BYTE_RATE) if quota else 0
+        if throttled:
+            empty = ctx.update_and_generate_response([], now)
+            empty.throttle_time_ms = throttled
+            return self._encode(empty, req.version)
         to_read = ctx.partitions_to_read()
         result = self._read(req, to_read, authorized)
         if not self._ready(req, result, ctx):
@@ -152,7 +162,10 @@ class FetchApi:
                     result = self._read(req, to_read, authorized)
         response = ctx.update_and_generate_response(result.partitions, _now_ms())
         bound_open_files(response, MAX_OPEN_SLICES_PER_RESPONSE)
-        self.metrics.bytes_out.inc(sum(p.records_size for p in response.partitions))
+        sent = sum(p.records_size for p in response.partitions)
+        self.metrics.bytes_out.inc(sent)
+        if quota is not None:
+            response.throttle_time_ms = quota.throttle(QuotaKey.CONSUMER_BYTE_RATE, sent)
         return self._encode(response, req.version)
 
     @staticmethod

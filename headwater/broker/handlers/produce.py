@@ -26,6 +26,7 @@ from headwater.protocol.produce_codec import (
     encode_produce_response,
 )
 from headwater.security.acl import AclOperation
+from headwater.security.quotas import QuotaKey
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,10 @@ class ProduceApi:
                             self.metrics.bytes_in.inc(len(records))
                 parts.append(out)
             topics.append(ProduceTopicResponse(name=topic.name, partitions=parts))
+        produced = sum(len(r) for t in req.topics for _, r in t.partitions if r is not None)
+        throttle_ms = ctx.throttle(QuotaKey.PRODUCER_BYTE_RATE, produced)
         if req.acks == 0:
             return None
-        return encode_produce_response(ProduceResponseData(topics=topics), version)
+        return encode_produce_response(
+            ProduceResponseData(topics=topics, throttle_time_ms=throttle_ms), version
+        )

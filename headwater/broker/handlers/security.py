@@ -34,6 +34,12 @@ from headwater.security.auth_failures import FailedAuthenticationDelay
 from headwater.security.authorizer import AclAuthorizer, Authorizer
 from headwater.security.config import SecurityConfig
 from headwater.security.credentials import CredentialStore
+from headwater.security.quotas import (
+    ClientQuotaManager,
+    Entity,
+    validate_entity,
+    validate_ops,
+)
 from headwater.security.sasl import SASL_AUTHENTICATION_FAILED, SaslServerSession
 from headwater.security.scram import (
     MAX_ITERATIONS,
@@ -58,10 +64,12 @@ class SecurityApis:
         config: SecurityConfig,
         credentials: CredentialStore,
         authorizer: Authorizer,
+        quotas: ClientQuotaManager | None = None,
     ) -> None:
         self.config = config
         self.credentials = credentials
         self.authorizer = authorizer
+        self.quotas = quotas
         self.failures = FailedAuthenticationDelay(config.failed_authentication_delay_ms)
 
     # -- the gate ----------------------------------------------------------------
@@ -362,6 +370,60 @@ class SecurityApis:
             code, message = errors.get(name, (E.none, None))
             results.append({"user": name, "error_code": int(code), "error_message": message})
         return {"results": results}
+
+    # -- client quotas (KIP-546) --------------------------------------------------------
+
+    def describe_client_quotas(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
+        if not self._cluster(ctx, AclOperation.DESCRIBE_CONFIGS):
+            return _error(E.cluster_authorization_failed, None)
+        assert self.quotas is not None
+        components = [(c.entity_type, int(c.match_type), c.match) for c in req.components]
+        for etype, match_type, _ in components:
+            if match_type not in (0, 1, 2) or etype not in ("user", "client-id"):
+                return _error(E.invalid_request, f"unsupported filter on {etype!r}")
+        found = self.quotas.describe(components, bool(req.strict))
+        return {
+            "error_code": 0,
+            "entries": [
+                {
+                    "entity": [{"entity_type": t, "entity_name": n} for t, n in ent],
+                    "values": [{"key": k, "value": v} for k, v in sorted(values.items())],
+                }
+                for ent, values in found
+            ],
+        }
+
+    def alter_client_quotas(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
+        assert self.quotas is not None
+        allowed = self._cluster(ctx, AclOperation.ALTER_CONFIGS)
+        results: list[dict[str, Any]] = []
+        changes: list[tuple[Entity, list[tuple[str, float | None]]]] = []
+        for entry in req.entries:
+            parts = [(e.entity_type, e.entity_name) for e in entry.entity]
+            result: dict[str, Any] = {
+                "error_code": 0,
+                "error_message": None,
+                "entity": [{"entity_type": t, "entity_name": n} for t, n in parts],
+            }
+            results.append(result)
+            if not allowed:
+                result["error_code"] = int(E.cluster_authorization_failed)
+                continue
+            ops: list[tuple[str, float | None]] = [
+                (op.key, None if op.remove else float(op.value)) for op in entry.ops
+            ]
+            try:
+                ent = validate_entity(parts)
+                validate_ops(ops)
+            except ValueError as exc:
+                result.update(error_code=int(E.invalid_request), error_message=str(exc))
+                continue
+            changes.append((ent, ops))
+        if changes and not req.validate_only:
+            self.quotas.alter(changes)
+            for ent, ops in changes:
+                log.info("%s set quotas %s on %s", ctx.principal, ops, ent)
+        return {"entries": results}
 
 
 async def _after(delay_ms: int, answer: dict[str, Any]) -> dict[str, Any]:
