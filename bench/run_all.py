@@ -16,7 +16,13 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 
 #: In order; a script not (yet) in the tree is skipped with a note.
-SCRIPTS = ["bench_codec.py", "bench_broker.py", "bench_fetch_sessions.py", "bench_spark.py"]
+SCRIPTS = [
+    "bench_codec.py",
+    "bench_broker.py",
+    "bench_fetch_sessions.py",
+    "bench_spark.py",
+    "bench_security.py",
+]
 
 
 def main() -> int:

@@ -12,6 +12,7 @@ buffer is reused.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import ssl
 from collections.abc import Sequence
@@ -35,6 +36,8 @@ class TlsStream:
         self._ssl = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
         self._raw = SocketWriter(sock, zero_copy=False)
         self._recv_buf = bytearray(_RECV_SIZE)
+        self._send_buf = bytearray(_WRITE_CHUNK)
+        self._send_view = memoryview(self._send_buf)
         self._send_lock = asyncio.Lock()
         self.bytes_sent = 0
 
@@ -87,19 +90,39 @@ class TlsStream:
                 return 0
 
     async def write(self, parts: Sequence[Part]) -> None:
-        pending: list[bytes | bytearray | memoryview] = []
-        size = 0
+        """Gather parts into one reused plaintext buffer, encrypt it in large writes.
+
+        File slices are read straight into the buffer (``os.preadv``), so record
+        data is copied once into user space and once by the cipher.
+        """
+        buf, view = self._send_buf, self._send_view
+        filled = 0
         for part in parts:
-            data = part.read() if isinstance(part, FileSlice) else part
-            if isinstance(part, FileSlice) and len(data) != part.size:
-                raise ConnectionError("segment file shorter than the slice")
-            pending.append(data)
-            size += len(data)
-            if size >= _WRITE_CHUNK:
-                await self._encrypt_and_send(b"".join(pending))
-                pending, size = [], 0
-        if pending:
-            await self._encrypt_and_send(b"".join(pending) if len(pending) > 1 else pending[0])
+            if isinstance(part, FileSlice):
+                fd, position, remaining = part.fileno(), part.position, part.size
+                while remaining:
+                    if filled == len(buf):
+                        await self._encrypt_and_send(view[:filled])
+                        filled = 0
+                    want = min(remaining, len(buf) - filled)
+                    n = os.preadv(fd, [view[filled : filled + want]], position)
+                    if n <= 0:
+                        raise ConnectionError("segment file shorter than the slice")
+                    filled += n
+                    position += n
+                    remaining -= n
+                continue
+            data = memoryview(part).cast("B")
+            while data:
+                if filled == len(buf):
+                    await self._encrypt_and_send(view[:filled])
+                    filled = 0
+                n = min(len(data), len(buf) - filled)
+                view[filled : filled + n] = data[:n]
+                filled += n
+                data = data[n:]
+        if filled:
+            await self._encrypt_and_send(view[:filled])
 
     async def _encrypt_and_send(self, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data)
