@@ -92,6 +92,15 @@ class RequestContext:
             self.security.muted_until = max(self.security.muted_until, now + ms / 1000)
         return ms
 
+    def quota_window_bytes(self, key: QuotaKey) -> int | None:
+        """The most bytes one response may carry under the client's quota, if any."""
+        quotas = self.security.quotas
+        if quotas is None or not quotas.enabled:
+            return None
+        user, client = self.security.principal.name, self.header.client_id or ""
+        limit = quotas.max_value_in_window(key, user, client)
+        return None if limit is None else max(1, int(limit))
+
     def throttled_now(self, key: QuotaKey) -> int:
         """Whether the client is over its quota already (nothing recorded)."""
         quotas = self.security.quotas

@@ -220,6 +220,17 @@ class ClientQuotaManager:
         quota, sensor = found
         return self._throttle(key, quota, self._rate(key, sensor), now_ms)
 
+    def max_value_in_window(self, key: QuotaKey, user: str, client_id: str) -> float | None:
+        """The most one response may carry (Kafka's ``getMaxValueInQuotaWindow``).
+
+        Without it one large fetch would overshoot a small quota by far more
+        than a throttle can win back (throttles are capped at the whole window).
+        """
+        found = self.quota_for(key, user, client_id)
+        if found is None:
+            return None
+        return found[0] * (self.samples - 1) * self.window_ms / 1000
+
     def _throttle(self, key: QuotaKey, quota: float, rate: Rate, now_ms: float) -> int:
         # request_percentage is percent of one thread: 100 = 1000 ms per second.
         bound = quota * 10 if key is QuotaKey.REQUEST_PERCENTAGE else quota

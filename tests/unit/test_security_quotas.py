@@ -118,3 +118,9 @@ def test_describe_filters_like_kip_546() -> None:
     assert [e for e, _ in m.describe([("user", 0, "alice")], strict=True)] == [entity(user="alice")]
     assert [e for e, _ in m.describe([("user", 1, None)], strict=False)] == [entity(user=None)]
     assert len(m.describe([("user", 2, None)], strict=False)) == 3
+
+
+def test_one_response_carries_at_most_one_quota_window() -> None:
+    m = manager((entity(user=None), {"consumer_byte_rate": 1000}))
+    assert m.max_value_in_window(QuotaKey.CONSUMER_BYTE_RATE, "u", "c") == 10_000
+    assert m.max_value_in_window(P, "u", "c") is None

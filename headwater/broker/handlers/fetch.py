@@ -97,6 +97,10 @@ class FetchApi:
         # Consumer byte-rate quota: a client already over it gets an empty,
         # throttled answer before anything is read (followers are not subject).
         quota = None if req.replica_id >= 0 else ctx
+        if quota is not None:
+            limit = ctx.quota_window_bytes(QuotaKey.CONSUMER_BYTE_RATE)
+            if limit is not None and (req.max_bytes <= 0 or req.max_bytes > limit):
+                req.max_bytes = limit  # Kafka: at most one quota window per response
         return self._fetch(req, self._authorization(ctx, req), str(ctx.principal), quota)
 
     @staticmethod
