@@ -22,6 +22,8 @@ from headwater.security.acl import (
     PatternType,
     ResourceType,
 )
+from headwater.security.client_security import ClientSecurity
+from headwater.user_commands import add_connection_args, command_security
 
 
 def _resources(args: argparse.Namespace) -> list[tuple[ResourceType, str]]:
@@ -52,8 +54,10 @@ def _pattern(args: argparse.Namespace, default: PatternType) -> PatternType:
     return PatternType[args.resource_pattern_type.upper()]
 
 
-async def _request(bootstrap: str, api_key: int, body: dict[str, Any]) -> Any:
-    cluster = ClusterClient(bootstrap, client_id="headwater-acls")
+async def _request(
+    bootstrap: str, api_key: int, body: dict[str, Any], security: ClientSecurity | None
+) -> Any:
+    cluster = ClusterClient(bootstrap, client_id="headwater-acls", security=security)
     try:
         conn = await cluster.any_connection()
         return await conn.request(api_key, body)
@@ -81,7 +85,11 @@ def cmd_add(args: argparse.Namespace) -> int:
         for host in hosts
         for op in _operations(args, AclOperation.ALL)
     ]
-    resp = asyncio.run(_request(args.bootstrap, ApiKey.CREATE_ACLS, {"creations": creations}))
+    resp = asyncio.run(
+        _request(
+            args.bootstrap, ApiKey.CREATE_ACLS, {"creations": creations}, command_security(args)
+        )
+    )
     for c, r in zip(creations, resp.results, strict=True):
         if int(r.error_code):
             raise KafkaError(int(r.error_code), r.error_message or f"creating ACL {c}")
@@ -126,7 +134,9 @@ def _describe_line(rt: int, name: str, pattern: int, a: Any) -> str:
 def cmd_list(args: argparse.Namespace) -> int:
     lines: set[str] = set()
     for f in _filters(args):
-        resp = asyncio.run(_request(args.bootstrap, ApiKey.DESCRIBE_ACLS, f))
+        resp = asyncio.run(
+            _request(args.bootstrap, ApiKey.DESCRIBE_ACLS, f, command_security(args))
+        )
         if int(resp.error_code):
             raise KafkaError(int(resp.error_code), resp.error_message or "DescribeAcls")
         for res in resp.resources:
@@ -140,7 +150,11 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_remove(args: argparse.Namespace) -> int:
     if not _resources(args) and not _principals(args) and not args.principal:
         raise SystemExit("error: remove needs a resource or a principal (refusing to remove all)")
-    resp = asyncio.run(_request(args.bootstrap, ApiKey.DELETE_ACLS, {"filters": _filters(args)}))
+    resp = asyncio.run(
+        _request(
+            args.bootstrap, ApiKey.DELETE_ACLS, {"filters": _filters(args)}, command_security(args)
+        )
+    )
     removed = 0
     for r in resp.filter_results:
         if int(r.error_code):
@@ -182,6 +196,7 @@ def add_acl_commands(sub: Any) -> None:
         p.add_argument("--deny-host", action="append")
         p.add_argument("--operation", action="append", default=[], metavar="READ|WRITE|...")
         p.add_argument("--principal", help="filter by principal (list, remove)")
+        add_connection_args(p)
     add.set_defaults(func=_guarded(cmd_add))
     lst.set_defaults(func=_guarded(cmd_list))
     remove.set_defaults(func=_guarded(cmd_remove))

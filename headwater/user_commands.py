@@ -18,9 +18,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from headwater.broker.config import parse_properties
 from headwater.client.cluster import ClusterClient
 from headwater.client.errors import KafkaError
 from headwater.protocol.apis import ApiKey
+from headwater.security.client_security import ClientSecurity
 from headwater.security.credentials import FileCredentialStore
 from headwater.security.scram import (
     DEFAULT_ITERATIONS,
@@ -55,8 +57,10 @@ def _password(args: argparse.Namespace) -> str:
     return str(password)
 
 
-async def _request(bootstrap: str, api_key: int, body: dict[str, Any]) -> Any:
-    cluster = ClusterClient(bootstrap, client_id="headwater-users")
+async def _request(
+    bootstrap: str, api_key: int, body: dict[str, Any], security: ClientSecurity | None
+) -> Any:
+    cluster = ClusterClient(bootstrap, client_id="headwater-users", security=security)
     try:
         conn = await cluster.any_connection()
         return await conn.request(api_key, body)
@@ -93,7 +97,11 @@ def cmd_add(args: argparse.Namespace) -> int:
                 }
             )
         body = {"deletions": [], "upsertions": upsertions}
-        resp = asyncio.run(_request(args.bootstrap, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, body))
+        resp = asyncio.run(
+            _request(
+                args.bootstrap, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, body, command_security(args)
+            )
+        )
         _check(resp.results)
     print(f"set {', '.join(m.mechanism_name for m in mechs)} for {args.user}")
     return 0
@@ -108,7 +116,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
             print(f"error: {args.user} has no such credential", file=sys.stderr)
             return 1
     else:
-        known = asyncio.run(_describe(args.bootstrap)).get(args.user, {})
+        known = asyncio.run(_describe(args.bootstrap, command_security(args))).get(args.user, {})
         targets = [m for m in mechs if m.mechanism_name in known] if not args.mechanism else mechs
         if not targets:
             print(f"error: {args.user} has no such credential", file=sys.stderr)
@@ -117,14 +125,19 @@ def cmd_delete(args: argparse.Namespace) -> int:
             "deletions": [{"name": args.user, "mechanism": m.kafka_type} for m in targets],
             "upsertions": [],
         }
-        resp = asyncio.run(_request(args.bootstrap, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, body))
+        resp = asyncio.run(
+            _request(
+                args.bootstrap, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, body, command_security(args)
+            )
+        )
         _check(resp.results)
     print(f"deleted {args.user}")
     return 0
 
 
-async def _describe(bootstrap: str) -> dict[str, dict[str, int]]:
-    resp = await _request(bootstrap, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, {"users": None})
+async def _describe(bootstrap: str, security: ClientSecurity | None) -> dict[str, dict[str, int]]:
+    body = {"users": None}
+    resp = await _request(bootstrap, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, body, security)
     if int(resp.error_code):
         raise KafkaError(int(resp.error_code), resp.error_message or "DescribeUserScramCredentials")
     out: dict[str, dict[str, int]] = {}
@@ -142,11 +155,28 @@ def cmd_list(args: argparse.Namespace) -> int:
     if args.data_dir:
         users = FileCredentialStore.in_dir(Path(args.data_dir)).describe()
     else:
-        users = asyncio.run(_describe(args.bootstrap))
+        users = asyncio.run(_describe(args.bootstrap, command_security(args)))
     for name, creds in sorted(users.items()):
         listed = ", ".join(f"{m} (iterations={n})" for m, n in sorted(creds.items()))
         print(f"{name}\t{listed}")
     return 0
+
+
+def command_security(args: argparse.Namespace) -> ClientSecurity | None:
+    """``--command-config FILE``: client security keys, as Kafka's tools take them."""
+    path = getattr(args, "command_config", None)
+    if not path:
+        return None
+    return ClientSecurity.from_properties(parse_properties(Path(path).read_text()))
+
+
+def add_connection_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="client properties: security.protocol, sasl.mechanism, sasl.username, "
+        "sasl.password, ssl.ca.location, ...",
+    )
 
 
 def _guarded(fn: Any) -> Any:
@@ -180,6 +210,7 @@ def add_user_commands(sub: Any) -> None:
         where.add_argument(
             "--data-dir", metavar="DIR", help="edit a stopped broker's credential file directly"
         )
+        add_connection_args(p)
     add.set_defaults(func=_guarded(cmd_add))
     delete.set_defaults(func=_guarded(cmd_delete))
     lst.set_defaults(func=_guarded(cmd_list))

@@ -633,3 +633,31 @@ def test_produce_quota_holds_a_producer_to_its_rate(tmp_path: Path, certs: Certs
         assert 0.6 * consumer_quota <= rate <= 1.4 * consumer_quota, f"consume {rate:.0f} B/s"
     finally:
         b.proc.stop()
+
+
+def test_headwater_cli_over_sasl_ssl_with_command_config(
+    secure: SecureBroker, tmp_path: Path
+) -> None:
+    """Headwater's own client speaks TLS + SCRAM too (the CLI's --command-config)."""
+
+    def config(user: str, password: str) -> str:
+        path = tmp_path / f"{user}-{password}.properties"
+        path.write_text(
+            "security.protocol=SASL_SSL\nsasl.mechanism=SCRAM-SHA-512\n"
+            f"sasl.username={user}\nsasl.password={password}\n"
+            f"ssl.ca.location={secure.certs.ca}\n"
+        )
+        return str(path)
+
+    sasl = secure.addr("SASL_SSL")
+    cli("acls", "add", "--bootstrap", sasl, "--command-config", config("admin", PASSWORDS["admin"]),
+        "--allow-principal", "User:yan", "--operation", "READ", "--topic", "yan")  # fmt: skip
+    listed = cli("acls", "list", "--bootstrap", sasl, "--principal", "User:yan",
+                 "--command-config", config("admin", PASSWORDS["admin"])).stdout  # fmt: skip
+    assert listed.strip() == "ALLOW\tUser:yan\tREAD\thost=*\tTOPIC:LITERAL:yan"
+    refused = cli("acls", "list", "--bootstrap", sasl,
+                  "--command-config", config("admin", "wrong"), check=False)  # fmt: skip
+    assert refused.returncode == 1 and "Invalid user credentials" in refused.stderr
+    not_super = cli("users", "list", "--bootstrap", sasl,
+                    "--command-config", config("bob", PASSWORDS["bob"]), check=False)  # fmt: skip
+    assert not_super.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in not_super.stderr
