@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 from typing import Any
 
-from headwater.client.cluster import ClusterClient
 from headwater.client.errors import KafkaError
 from headwater.protocol.apis import ApiKey
 from headwater.security.acl import (
@@ -22,8 +20,7 @@ from headwater.security.acl import (
     PatternType,
     ResourceType,
 )
-from headwater.security.client_security import ClientSecurity
-from headwater.user_commands import add_connection_args, command_security
+from headwater.user_commands import add_connection_args, admin_request, command_security, guarded
 
 
 def _resources(args: argparse.Namespace) -> list[tuple[ResourceType, str]]:
@@ -54,17 +51,6 @@ def _pattern(args: argparse.Namespace, default: PatternType) -> PatternType:
     return PatternType[args.resource_pattern_type.upper()]
 
 
-async def _request(
-    bootstrap: str, api_key: int, body: dict[str, Any], security: ClientSecurity | None
-) -> Any:
-    cluster = ClusterClient(bootstrap, client_id="headwater-acls", security=security)
-    try:
-        conn = await cluster.any_connection()
-        return await conn.request(api_key, body)
-    finally:
-        await cluster.close()
-
-
 def cmd_add(args: argparse.Namespace) -> int:
     resources, principals = _resources(args), _principals(args)
     if not resources or not principals:
@@ -86,7 +72,7 @@ def cmd_add(args: argparse.Namespace) -> int:
         for op in _operations(args, AclOperation.ALL)
     ]
     resp = asyncio.run(
-        _request(
+        admin_request(
             args.bootstrap, ApiKey.CREATE_ACLS, {"creations": creations}, command_security(args)
         )
     )
@@ -135,7 +121,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     lines: set[str] = set()
     for f in _filters(args):
         resp = asyncio.run(
-            _request(args.bootstrap, ApiKey.DESCRIBE_ACLS, f, command_security(args))
+            admin_request(args.bootstrap, ApiKey.DESCRIBE_ACLS, f, command_security(args))
         )
         if int(resp.error_code):
             raise KafkaError(int(resp.error_code), resp.error_message or "DescribeAcls")
@@ -151,7 +137,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
     if not _resources(args) and not _principals(args) and not args.principal:
         raise SystemExit("error: remove needs a resource or a principal (refusing to remove all)")
     resp = asyncio.run(
-        _request(
+        admin_request(
             args.bootstrap, ApiKey.DELETE_ACLS, {"filters": _filters(args)}, command_security(args)
         )
     )
@@ -164,17 +150,6 @@ def cmd_remove(args: argparse.Namespace) -> int:
             print("removed\t" + _describe_line(m.resource_type, m.resource_name, m.pattern_type, m))
     print(f"removed {removed} ACL(s)")
     return 0
-
-
-def _guarded(fn: Any) -> Any:
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return int(fn(args))
-        except (KafkaError, OSError, ValueError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-
-    return run
 
 
 def add_acl_commands(sub: Any) -> None:
@@ -197,6 +172,6 @@ def add_acl_commands(sub: Any) -> None:
         p.add_argument("--operation", action="append", default=[], metavar="READ|WRITE|...")
         p.add_argument("--principal", help="filter by principal (list, remove)")
         add_connection_args(p)
-    add.set_defaults(func=_guarded(cmd_add))
-    lst.set_defaults(func=_guarded(cmd_list))
-    remove.set_defaults(func=_guarded(cmd_remove))
+    add.set_defaults(func=guarded(cmd_add))
+    lst.set_defaults(func=guarded(cmd_list))
+    remove.set_defaults(func=guarded(cmd_remove))

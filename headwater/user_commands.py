@@ -57,10 +57,11 @@ def _password(args: argparse.Namespace) -> str:
     return str(password)
 
 
-async def _request(
+async def admin_request(
     bootstrap: str, api_key: int, body: dict[str, Any], security: ClientSecurity | None
 ) -> Any:
-    cluster = ClusterClient(bootstrap, client_id="headwater-users", security=security)
+    """One request on a fresh connection (the users and acls commands make one or two)."""
+    cluster = ClusterClient(bootstrap, client_id="headwater-admin", security=security)
     try:
         conn = await cluster.any_connection()
         return await conn.request(api_key, body)
@@ -98,7 +99,7 @@ def cmd_add(args: argparse.Namespace) -> int:
             )
         body = {"deletions": [], "upsertions": upsertions}
         resp = asyncio.run(
-            _request(
+            admin_request(
                 args.bootstrap, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, body, command_security(args)
             )
         )
@@ -126,7 +127,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
             "upsertions": [],
         }
         resp = asyncio.run(
-            _request(
+            admin_request(
                 args.bootstrap, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, body, command_security(args)
             )
         )
@@ -137,7 +138,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
 async def _describe(bootstrap: str, security: ClientSecurity | None) -> dict[str, dict[str, int]]:
     body = {"users": None}
-    resp = await _request(bootstrap, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, body, security)
+    resp = await admin_request(bootstrap, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, body, security)
     if int(resp.error_code):
         raise KafkaError(int(resp.error_code), resp.error_message or "DescribeUserScramCredentials")
     out: dict[str, dict[str, int]] = {}
@@ -179,7 +180,7 @@ def add_connection_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _guarded(fn: Any) -> Any:
+def guarded(fn: Any) -> Any:
     def run(args: argparse.Namespace) -> int:
         try:
             return int(fn(args))
@@ -211,6 +212,6 @@ def add_user_commands(sub: Any) -> None:
             "--data-dir", metavar="DIR", help="edit a stopped broker's credential file directly"
         )
         add_connection_args(p)
-    add.set_defaults(func=_guarded(cmd_add))
-    delete.set_defaults(func=_guarded(cmd_delete))
-    lst.set_defaults(func=_guarded(cmd_list))
+    add.set_defaults(func=guarded(cmd_add))
+    delete.set_defaults(func=guarded(cmd_delete))
+    lst.set_defaults(func=guarded(cmd_list))
