@@ -135,10 +135,15 @@ def _b64(data: bytes) -> str:
 
 
 def _unb64(text: str, what: str) -> bytes:
+    """Strict base64: a canonical encoding only, so one message has one spelling
+    (the decoder would otherwise ignore flipped padding bits)."""
     try:
-        return base64.b64decode(text.encode("ascii"), validate=True)
+        raw = base64.b64decode(text.encode("ascii"), validate=True)
     except (binascii.Error, UnicodeEncodeError):
         raise SaslAuthenticationError(f"invalid SCRAM message: bad base64 in {what}") from None
+    if _b64(raw) != text:
+        raise SaslAuthenticationError(f"invalid SCRAM message: non-canonical base64 in {what}")
+    return raw
 
 
 def encode_saslname(name: str) -> str:
