@@ -25,6 +25,7 @@ SCRIPTS = [
     "bench_log_replication.py",
     "bench_group_load.py",
     "bench_replication.py",
+    "bench_security.py",
 ]
 
 

@@ -17,10 +17,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from headwater import commands
+from headwater.acl_commands import add_acl_commands
 from headwater.broker.config import BrokerConfig, parse_host_port, parse_properties
 from headwater.cluster.local_cluster import add_cluster_command
 from headwater.demo import add_demo_command
 from headwater.group_commands import add_group_commands
+from headwater.user_commands import add_user_commands
 
 log = logging.getLogger("headwater")
 
@@ -125,6 +127,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve)
     commands.add_commands(sub)
     add_group_commands(sub)
+    add_user_commands(sub)
+    add_acl_commands(sub)
     add_demo_command(sub)
     add_cluster_command(sub)
     return parser

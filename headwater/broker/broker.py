@@ -16,6 +16,7 @@ import itertools
 import logging
 import resource
 import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -24,18 +25,23 @@ from typing import Any
 from headwater.broker.config import BrokerConfig
 from headwater.broker.connection import CloseConnection, Connection, RequestContext, Response
 from headwater.broker.connection_limits import Admission, ConnectionRegistry
+from headwater.broker.connection_security import ConnectionSecurity
 from headwater.broker.handlers.admin import AdminApis
 from headwater.broker.handlers.cluster_admin import ClusterAdminApis
 from headwater.broker.handlers.configs import ConfigsApi
 from headwater.broker.handlers.fetch import FetchApi
+from headwater.broker.handlers.group_authorization import authorize_group_request
 from headwater.broker.handlers.log_dirs import LogDirsApi
 from headwater.broker.handlers.offsets import OffsetApis
 from headwater.broker.handlers.produce import ProduceApi
+from headwater.broker.handlers.security import SecurityApis
+from headwater.broker.listeners import Listener, SecurityProtocol
 from headwater.broker.memory_pool import MemoryPool
 from headwater.broker.metrics import BrokerMetrics
 from headwater.broker.offsets_log import OFFSETS_TOPIC, PartitionOffsetsLog
 from headwater.broker.producer_ids import ProducerIdAllocator
 from headwater.broker.rejection_log import RejectionLog
+from headwater.broker.tls_stream import TlsStream
 from headwater.cluster.controller import assign_replicas
 from headwater.cluster.node import ClusterNode, ControllerConfig
 from headwater.cluster.replica_fetcher import FetcherConfig
@@ -50,6 +56,12 @@ from headwater.protocol.apis import SUPPORTED, ApiKey
 from headwater.protocol.header import api_versions_error_body
 from headwater.protocol.messages import build_response, decode_request, encode_response
 from headwater.records.validation import prepare as prepare_record_validation
+from headwater.security.acl_store import FileAclStore
+from headwater.security.authorizer import AclAuthorizer, AllowAllAuthorizer, Authorizer
+from headwater.security.credentials import FileCredentialStore
+from headwater.security.principal import principal_from_certificate
+from headwater.security.quotas import ClientQuotaManager, FileQuotaStore, QuotaKey
+from headwater.security.tls import server_context
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +101,27 @@ def _kio_request(api_key: int, fn: Callable[[RequestContext, Any], bytes]) -> Ra
         return fn(ctx, decode_request(api_key, ctx.header.api_version, frame, offset))
 
     return call
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(1024)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+def _advertise_coordinator(response: dict[str, Any], host: str, port: int) -> None:
+    """FindCoordinator names the address of the listener the client came in on."""
+    for answer in response.get("coordinators", [response]):
+        if answer.get("node_id", -1) >= 0:
+            answer["host"], answer["port"] = host, port
 
 
 def _raise_open_file_limit() -> None:
@@ -140,6 +173,7 @@ class Broker:
             consumer_slots=config.incremental_fetch_session_consumer_cache_slots,
             retransmit_enabled=config.fetch_session_retransmit,
             max_slots_per_client=config.fetch_session_slots_per_client,
+            slots_per_owner=config.max_incremental_fetch_session_cache_slots_per_principal,
         )
         self.metrics.bind_session_cache(self.sessions)
         self.connections = ConnectionRegistry(config.connections)
@@ -165,6 +199,8 @@ class Broker:
         if self.cluster is not None:
             self.metrics.bind_replica_manager(self.cluster.replicas)
         self._server_sock: socket.socket | None = None
+        self._server_socks: list[socket.socket] = []
+        self.listeners: list[Listener] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._conn_ids = itertools.count(1)
         self.address: tuple[str, int] = (config.host, config.port)
@@ -230,6 +266,41 @@ class Broker:
             self._build_group_apis()
         # In a cluster the group APIs are built once the cluster view is loaded
         # (the offsets topic's partition count lives in ZooKeeper): see start().
+        self._build_security_apis()
+
+    def _build_security_apis(self) -> None:
+        """SASL, ACL and SCRAM-credential APIs; credentials and ACLs live in the data dir.
+
+        In a cluster both stores must be ZooKeeper-backed implementations of
+        ``CredentialStore`` / ``AclStore`` (not built yet).
+        """
+        sec = self.config.security
+        self.credentials = FileCredentialStore.in_dir(self.config.data_dir)
+        self.authorizer: Authorizer = AllowAllAuthorizer()
+        if sec.acls_enabled:
+            self.authorizer = AclAuthorizer(
+                FileAclStore.in_dir(self.config.data_dir),
+                super_users=sec.super_users,
+                allow_everyone_if_no_acl_found=sec.allow_everyone_if_no_acl_found,
+            )
+        self.quotas = ClientQuotaManager(
+            FileQuotaStore.in_dir(self.config.data_dir),
+            window_ms=sec.quota_window_size_seconds * 1000,
+            samples=sec.quota_window_num,
+        )
+        self.security = SecurityApis(sec, self.credentials, self.authorizer, self.quotas)
+        api = self.security
+        self.register_kio(ApiKey.DESCRIBE_CLIENT_QUOTAS, api.describe_client_quotas)
+        self.register_kio(ApiKey.ALTER_CLIENT_QUOTAS, api.alter_client_quotas)
+        self.register_kio(ApiKey.SASL_HANDSHAKE, api.sasl_handshake)
+        self.register_kio(ApiKey.SASL_AUTHENTICATE, api.sasl_authenticate)
+        self.register_kio(ApiKey.DESCRIBE_ACLS, api.describe_acls)
+        self.register_kio(ApiKey.CREATE_ACLS, api.create_acls)
+        self.register_kio(ApiKey.DELETE_ACLS, api.delete_acls)
+        self.register_kio(
+            ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, api.describe_user_scram_credentials
+        )
+        self.register_kio(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, api.alter_user_scram_credentials)
 
     def _build_group_apis(self) -> None:
         """The group coordinator over the partitions of ``__consumer_offsets``.
@@ -261,12 +332,20 @@ class Broker:
             self.groups = self._cluster_group_service(self.cluster, host, port)
         groups = self.groups
 
-        def handle(ctx: RequestContext, req: Any) -> Awaitable[dict[str, Any]]:
-            return groups.handle(
-                req,
-                client_id=ctx.header.client_id or "",
-                client_host="/" + ctx.client_host.rsplit(":", 1)[0],
+        async def handle(ctx: RequestContext, req: Any) -> dict[str, Any]:
+            decision = authorize_group_request(ctx, req)
+            if decision.response is not None:
+                return decision.response
+            response = decision.finish(
+                await groups.handle(
+                    decision.request,
+                    client_id=ctx.header.client_id or "",
+                    client_host="/" + ctx.client_host.rsplit(":", 1)[0],
+                )
             )
+            if ctx.header.api_key == ApiKey.FIND_COORDINATOR and ctx.listener.port:
+                _advertise_coordinator(response, *ctx.listener.advertised)
+            return response
 
         for api_key, versions in GROUP_API_VERSIONS.items():
             self.register_kio(api_key, handle, versions)
@@ -357,6 +436,7 @@ class Broker:
         self, ctx: RequestContext, frame: memoryview, offset: int
     ) -> Response | Awaitable[Response]:
         header = ctx.header
+        self.security.gate(ctx)
         entry = self.handlers.get(header.api_key)
         if entry is None:
             raise CloseConnection(f"unknown or unsupported API key {header.api_key}")
@@ -371,6 +451,13 @@ class Broker:
         except ValueError:
             name = str(header.api_key)
         self.metrics.requests.labels(name).inc()
+        if self.quotas.enabled:
+            # request_percentage (KIP-124): handler time on the event loop;
+            # a throttle mutes the connection (responses are already encoded).
+            started = time.perf_counter()
+            result = entry.call(ctx, frame, offset)
+            ctx.throttle(QuotaKey.REQUEST_PERCENTAGE, (time.perf_counter() - started) * 1000)
+            return result
         return entry.call(ctx, frame, offset)
 
     # -- lifecycle ---------------------------------------------------------------
@@ -383,15 +470,18 @@ class Broker:
         self._build_handlers()
         if self.cluster is None:
             await self.groups.start()
-        family = socket.AF_INET6 if ":" in self.config.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.config.host, self.config.port))
-        sock.listen(1024)
-        sock.setblocking(False)
-        self._server_sock = sock
-        self.address = sock.getsockname()[:2]
+        tls = None
+        if any(listener.protocol.uses_tls for listener in self.config.all_listeners):
+            tls = server_context(self.config.security.tls)
+        bound: list[tuple[socket.socket, Listener]] = []
+        for listener in self.config.all_listeners:
+            sock = _listen(listener.host, listener.port)
+            self._server_socks.append(sock)
+            bound.append((sock, listener.with_port(sock.getsockname()[1])))
+        self.listeners = [listener for _, listener in bound]
+        self.address = bound[0][0].getsockname()[:2]
         if self.cluster is not None:
+            # Registered in ZooKeeper under the first listener's advertised address.
             host, port = self.config.advertised
             if port == 0:
                 port = self.address[1]
@@ -404,10 +494,26 @@ class Broker:
                 self.config.metrics_host or "127.0.0.1", self.config.metrics_port
             )
             log.info("metrics on http://%s:%d/metrics", self.config.metrics_host, port)
-        self._spawn(self._accept_loop(sock), "accept")
+        for sock, listener in bound:
+            self._spawn(self._accept_loop(sock, listener, tls), f"accept-{listener.name}")
         self._spawn(self._housekeeping(), "housekeeping")
         self._spawn(self._connection_sweep(), "connection-sweep")
         log.info("listening on %s:%d", self.address[0], self.address[1])
+        for sock, listener in bound:
+            host, port = sock.getsockname()[:2]
+            if listener.protocol is SecurityProtocol.PLAINTEXT:
+                # The exact line tests and tools wait for.
+                log.info("listening on %s:%d", host, port)
+            elif listener.name == listener.protocol.value:
+                log.info("listening on %s://%s:%d", listener.name, host, port)
+            else:
+                log.info(
+                    "listening on %s://%s:%d (%s)",
+                    listener.name,
+                    host,
+                    port,
+                    listener.protocol.value,
+                )
         return self.address
 
     def _spawn(self, coro: Awaitable[None], name: str) -> None:
@@ -416,7 +522,9 @@ class Broker:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _accept_loop(self, sock: socket.socket) -> None:
+    async def _accept_loop(
+        self, sock: socket.socket, listener: Listener, tls: ssl.SSLContext | None
+    ) -> None:
         loop = asyncio.get_running_loop()
         registry = self.connections
         while True:
@@ -444,25 +552,73 @@ class Broker:
                 continue
             client.setblocking(False)
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = Connection(
-                client,
-                f"{addr[0]}:{addr[1]}",
-                next(self._conn_ids),
-                self.dispatch,
-                max_frame_bytes=self.config.socket_request_max_bytes,
-                zero_copy=self.config.zero_copy,
-                pool=self.request_pool,
-                max_queued=registry.limits.max_queued_requests,
-            )
-            registry.add(conn)
-            self._spawn(self._serve(conn), f"conn-{conn.connection_id}")
+            conn_id = next(self._conn_ids)
+            serve = self._serve(client, f"{addr[0]}:{addr[1]}", conn_id, listener, tls)
+            self._spawn(serve, f"conn-{conn_id}")
 
-    async def _serve(self, conn: Connection) -> None:
+    async def _serve(
+        self,
+        client: socket.socket,
+        peer: str,
+        conn_id: int,
+        listener: Listener,
+        tls: ssl.SSLContext | None,
+    ) -> None:
+        """TLS handshake (on TLS listeners), then the connection's request loop.
+
+        Whatever happens, the connection's place in the registry (admitted by
+        the accept loop, counted against the connection limits) is given back.
+        """
+        conn: Connection | None = None
         try:
+            conn = await self._open(client, peer, conn_id, listener, tls)
+            if conn is None:
+                return
+            self.connections.add(conn)
             await conn.run()
         finally:
-            self.connections.remove(conn)
+            if conn is not None:
+                self.connections.remove(conn)
             self._slot_freed.set()
+
+    async def _open(
+        self,
+        client: socket.socket,
+        peer: str,
+        conn_id: int,
+        listener: Listener,
+        tls: ssl.SSLContext | None,
+    ) -> Connection | None:
+        security = ConnectionSecurity(
+            listener=listener, authorizer=self.authorizer, quotas=self.quotas
+        )
+        stream = None
+        if listener.protocol.uses_tls:
+            assert tls is not None
+            stream = TlsStream(client, tls)
+            timeout = self.config.security.tls.handshake_timeout_ms / 1000
+            try:
+                await asyncio.wait_for(stream.handshake(), timeout)
+            except (TimeoutError, ssl.SSLError, OSError) as exc:
+                log.info("TLS handshake with %s on %s failed: %s", peer, listener.name, exc)
+                client.close()
+                return None
+            if listener.protocol is SecurityProtocol.SSL:
+                security.principal = principal_from_certificate(stream.peer_certificate())
+        if listener.protocol.uses_sasl:
+            security.sasl = self.security.new_sasl_session()
+        return Connection(
+            client,
+            peer,
+            conn_id,
+            self.dispatch,
+            max_frame_bytes=self.config.socket_request_max_bytes,
+            zero_copy=self.config.zero_copy,
+            pool=self.request_pool,
+            max_queued=self.connections.limits.max_queued_requests,
+            stream=stream,
+            security=security,
+        )
 
     async def _connection_sweep(self) -> None:
         """Close idle, slowloris and stuck connections (see ``connection_limits``)."""
@@ -508,9 +664,9 @@ class Broker:
         return any("flush.ms" in t.configs for t in self.logs.topics().values())
 
     async def stop(self) -> None:
-        if self._server_sock is not None:
-            self._server_sock.close()
-            self._server_sock = None
+        for sock in self._server_socks:
+            sock.close()
+        self._server_socks = []
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):

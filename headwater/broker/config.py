@@ -16,7 +16,9 @@ from pathlib import Path
 
 from headwater.addresses import split_host_port
 from headwater.broker.connection_limits import ConnectionLimits
+from headwater.broker.listeners import Listener, SecurityProtocol, parse_listeners
 from headwater.log.config import LogConfig
+from headwater.security.config import SecurityConfig
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,21 @@ def parse_host_port(text: str, default_port: int = DEFAULT_PORT) -> tuple[str, i
     return host or "0.0.0.0", port
 
 
+_SECURITY_PREFIXES = ("ssl.", "sasl.")
+_SECURITY_KEYS = frozenset(
+    {
+        "listener.security.protocol.map",
+        "connections.max.reauth.ms",
+        "connection.failed.authentication.delay.ms",
+        "authorizer.class.name",
+        "super.users",
+        "allow.everyone.if.no.acl.found",
+        "quota.window.size.seconds",
+        "quota.window.num",
+    }
+)
+
+
 def _bool(value: str) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
@@ -71,6 +88,7 @@ class BrokerConfig:
     min_incremental_fetch_session_eviction_ms: int = 120_000
     min_incremental_fetch_session_size: int = 0
     incremental_fetch_session_consumer_cache_slots: int | None = None
+    max_incremental_fetch_session_cache_slots_per_principal: int | None = None
     fetch_session_retransmit: bool = True
     fetch_session_slots_per_client: int | None = None
     group_initial_rebalance_delay_ms: int = 3000
@@ -108,6 +126,9 @@ class BrokerConfig:
     offsets_commit_timeout_ms: int = 5000
     log: LogConfig = field(default_factory=LogConfig)
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
+    #: Every listener with its security protocol; empty means one PLAINTEXT on host:port.
+    listeners: tuple[Listener, ...] = ()
+    security: SecurityConfig = field(default_factory=SecurityConfig)
     extra: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -115,6 +136,21 @@ class BrokerConfig:
             raise ValueError("offsets.topic.num.partitions must be at least 1")
         if self.offsets_topic_replication_factor < 1:
             raise ValueError("offsets.topic.replication.factor must be at least 1")
+
+    @property
+    def all_listeners(self) -> tuple[Listener, ...]:
+        if self.listeners:
+            return self.listeners
+        return (
+            Listener(
+                "PLAINTEXT",
+                SecurityProtocol.PLAINTEXT,
+                self.host,
+                self.port,
+                self.advertised_host,
+                self.advertised_port,
+            ),
+        )
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -143,6 +179,9 @@ class BrokerConfig:
             "min.incremental.fetch.session.size": "min_incremental_fetch_session_size",
             "incremental.fetch.session.consumer.cache.slots": (
                 "incremental_fetch_session_consumer_cache_slots"
+            ),
+            "max.incremental.fetch.session.cache.slots.per.principal": (
+                "max_incremental_fetch_session_cache_slots_per_principal"
             ),
             "group.initial.rebalance.delay.ms": "group_initial_rebalance_delay_ms",
             "group.min.session.timeout.ms": "group_min_session_timeout_ms",
@@ -182,6 +221,13 @@ class BrokerConfig:
         }
         log_keys: dict[str, str] = {}
         connection_keys: dict[str, str] = {}
+        if "listeners" in props:
+            kw["listeners"] = parse_listeners(
+                props["listeners"],
+                props.get("listener.security.protocol.map"),
+                props.get("advertised.listeners"),
+            )
+        kw["security"] = SecurityConfig.from_properties(props)
         for key, value in props.items():
             if key in ConnectionLimits.KEYS:
                 connection_keys[key] = value
@@ -207,6 +253,8 @@ class BrokerConfig:
                 kw["metrics_host"], kw["metrics_port"] = parse_host_port(value, 9308)
             elif key.startswith(("log.", "message.", "headwater.log.")):
                 log_keys[key] = value
+            elif key.startswith(_SECURITY_PREFIXES) or key in _SECURITY_KEYS:
+                pass  # read by SecurityConfig above
             else:
                 extra[key] = value
         kw["log"] = LogConfig.from_properties(log_keys)

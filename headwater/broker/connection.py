@@ -30,15 +30,20 @@ import logging
 import socket
 import struct
 import time
-from collections.abc import Awaitable, Callable, Generator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
+from headwater.broker.connection_security import ConnectionSecurity
+from headwater.broker.listeners import Listener
 from headwater.broker.memory_pool import MemoryPool
 from headwater.broker.socket_writer import Part, SocketWriter
 from headwater.protocol.fetch_codec import EncodedBody
 from headwater.protocol.frame import FrameDecoder
 from headwater.protocol.header import RequestHeader, encode_response_header, parse_request_header
+from headwater.security.acl import AclOperation, ResourceType
+from headwater.security.principal import KafkaPrincipal
+from headwater.security.quotas import QuotaKey
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +85,115 @@ class RequestContext:
     header: RequestHeader
     client_host: str
     connection_id: int
+    #: The connection's security state (listener, principal, SASL exchange).
+    security: ConnectionSecurity = field(default_factory=ConnectionSecurity)
+
+    @property
+    def principal(self) -> KafkaPrincipal:
+        return self.security.principal
+
+    @property
+    def listener(self) -> Listener:
+        return self.security.listener
+
+    def authorize(self, operation: AclOperation, resource_type: ResourceType, name: str) -> bool:
+        """The one authorization call handlers make at each of Kafka's check points."""
+        sec = self.security
+        return sec.authorizer.authorize(sec.principal, self.host, operation, resource_type, name)
+
+    def authorize_any(self, operation: AclOperation, resource_type: ResourceType) -> bool:
+        """Whether ``operation`` is allowed on at least one resource of the type."""
+        sec = self.security
+        return sec.authorizer.authorize_any(sec.principal, self.host, operation, resource_type)
+
+    def throttle(self, key: QuotaKey, amount: float) -> int:
+        """Record ``amount`` against the client's quota; the throttle time in ms.
+
+        A throttle mutes the connection that long (KIP-219); the handler puts
+        the time in its response's ``throttle_time_ms``.
+        """
+        quotas = self.security.quotas
+        if quotas is None or not quotas.enabled:
+            return 0
+        now = time.monotonic()
+        user, client = self.security.principal.name, self.header.client_id or ""
+        ms = quotas.record(key, user, client, amount, now * 1000)
+        if ms > 0:
+            self.security.muted_until = max(self.security.muted_until, now + ms / 1000)
+        return ms
+
+    def quota_window_bytes(self, key: QuotaKey) -> int | None:
+        """The most bytes one response may carry under the client's quota, if any."""
+        quotas = self.security.quotas
+        if quotas is None or not quotas.enabled:
+            return None
+        user, client = self.security.principal.name, self.header.client_id or ""
+        limit = quotas.max_value_in_window(key, user, client)
+        return None if limit is None else max(1, int(limit))
+
+    def throttled_now(self, key: QuotaKey) -> int:
+        """Whether the client is over its quota already (nothing recorded)."""
+        quotas = self.security.quotas
+        if quotas is None or not quotas.enabled:
+            return 0
+        now = time.monotonic()
+        user, client = self.security.principal.name, self.header.client_id or ""
+        ms = quotas.throttle_ms(key, user, client, now * 1000)
+        if ms > 0:
+            self.security.muted_until = max(self.security.muted_until, now + ms / 1000)
+        return ms
+
+    def topic_check(self, operation: AclOperation) -> Callable[[str], bool]:
+        """``operation`` on topics for this request, each topic decided once."""
+        if not self.security.authorizer.enabled:
+            return _allow
+        decided: dict[str, bool] = {}
+
+        def check(topic: str) -> bool:
+            allowed = decided.get(topic)
+            if allowed is None:
+                allowed = decided[topic] = self.authorize(operation, ResourceType.TOPIC, topic)
+            return allowed
+
+        return check
+
+    @property
+    def host(self) -> str:
+        """The client's address without the port, as ACL host entries name it."""
+        return self.client_host.rsplit(":", 1)[0].strip("[]")
+
+
+def _allow(_topic: str) -> bool:
+    return True
+
+
+class ByteStream(Protocol):
+    """Where a connection reads and writes: the socket itself, or TLS over it."""
+
+    async def recv(self, size: int) -> bytes:
+        """At most ``size`` bytes as they arrive (b"" at the end): no buffer held while idle."""
+        ...
+
+    async def recv_into(self, buf: bytearray) -> int: ...
+
+    async def write(self, parts: Sequence[Part]) -> None: ...
+
+
+class PlainStream:
+    """The socket as it is: ``sock_recv_into`` in, ``SocketWriter`` (sendfile) out."""
+
+    def __init__(self, sock: socket.socket, *, zero_copy: bool) -> None:
+        self._sock = sock
+        self._writer = SocketWriter(sock, zero_copy=zero_copy)
+
+    async def recv(self, size: int) -> bytes:
+        return await asyncio.get_running_loop().sock_recv(self._sock, size)
+
+    async def recv_into(self, buf: bytearray) -> int:
+        return await asyncio.get_running_loop().sock_recv_into(self._sock, buf)
+
+    async def write(self, parts: Sequence[Part]) -> None:
+        await self._writer.write(parts)
 
 
 Dispatch = Callable[[RequestContext, memoryview, int], "Response | Awaitable[Response]"]
@@ -89,6 +203,7 @@ Dispatch = Callable[[RequestContext, memoryview, int], "Response | Awaitable[Res
 class _Queued:
     header: RequestHeader
     result: Response | asyncio.Future[Response]
+    close_after: bool = False
 
 
 class Connection:
@@ -105,6 +220,8 @@ class Connection:
         zero_copy: bool,
         pool: MemoryPool = _UNBOUNDED,
         max_queued: int = MAX_IN_FLIGHT,
+        stream: ByteStream | None = None,
+        security: ConnectionSecurity | None = None,
     ) -> None:
         self._sock = sock
         self.peer = peer
@@ -112,7 +229,11 @@ class Connection:
         self.connection_id = connection_id
         self._dispatch = dispatch
         self._decoder = FrameDecoder(max_frame_bytes)
-        self._writer = SocketWriter(sock, zero_copy=zero_copy)
+        self._stream = stream or PlainStream(sock, zero_copy=zero_copy)
+        self.security = security or ConnectionSecurity()
+        #: A response that ends the connection (a failed authentication) was queued.
+        self._closing = False
+        self._writer_done = asyncio.Event()
         self._queue: asyncio.Queue[_Queued | None] = asyncio.Queue(max_queued)
         self._tasks: set[asyncio.Future[Response]] = set()
         self._pool = pool
@@ -186,9 +307,8 @@ class Connection:
         self._sock.close()
 
     async def _read_loop(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
-            data = await loop.sock_recv(self._sock, _RECV_SIZE)
+            data = await self._stream.recv(_RECV_SIZE)
             if not data:
                 return
             now = time.monotonic()
@@ -204,6 +324,12 @@ class Connection:
                 self.frame_started = None
             for frame in frames:
                 await self._handle_frame(frame)
+                if self._closing:
+                    # The last response (a failed authentication) goes out first.
+                    await self._queue.put(None)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._writer_done.wait(), 30)
+                    return
             del frames, data
             await self._account(completed > 0)
 
@@ -228,11 +354,14 @@ class Connection:
             self.frame_started = time.monotonic()
 
     async def _handle_frame(self, frame: memoryview) -> None:
+        muted = self.security.muted_until - time.monotonic()
+        if muted > 0:
+            await asyncio.sleep(muted)  # a quota throttle (KIP-219): read nothing meanwhile
         try:
             header, offset = parse_request_header(frame)
         except Exception as exc:
             raise CloseConnection(f"unparseable request header: {exc}") from exc
-        ctx = RequestContext(header, self.peer, self.connection_id)
+        ctx = RequestContext(header, self.peer, self.connection_id, self.security)
         try:
             result = self._dispatch(ctx, frame, offset)
             if isinstance(result, Ordered):
@@ -244,23 +373,28 @@ class Connection:
                 f"request api_key={header.api_key} v{header.api_version} "
                 f"correlation_id={header.correlation_id} failed: {exc!r}"
             ) from exc
+        close_after = self.security.close_after_response
+        self._closing = close_after
         if inspect.isawaitable(result):
             task: asyncio.Future[Response] = asyncio.ensure_future(result)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-            await self._queue.put(_Queued(header, task))
+            await self._queue.put(_Queued(header, task, close_after))
         else:
-            await self._queue.put(_Queued(header, result))
+            await self._queue.put(_Queued(header, result, close_after))
 
     async def _write_loop(self) -> None:
-        while True:
-            item = await self._queue.get()
-            self.busy_since = time.monotonic()
-            if item is None or not await self._send(item):
-                return
-            del item  # a finished future keeps its response alive while we wait
-            self.busy_since = None
-            self.last_active = time.monotonic()
+        try:
+            while True:
+                item = await self._queue.get()
+                self.busy_since = time.monotonic()
+                if item is None or not await self._send(item):
+                    return
+                del item  # a finished future keeps its response alive while we wait
+                self.busy_since = None
+                self.last_active = time.monotonic()
+        finally:
+            self._writer_done.set()
 
     async def _send(self, item: _Queued) -> bool:
         """Write one response; False when the connection must close.
@@ -288,8 +422,8 @@ class Connection:
         else:
             body = result
         if body is not None:
-            await self._writer.write(self._frame(item.header, body))
-        return True
+            await self._stream.write(self._frame(item.header, body))
+        return not item.close_after
 
     @staticmethod
     def _frame(header: RequestHeader, body: EncodedBody | bytes) -> list[Part]:

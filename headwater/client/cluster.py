@@ -28,6 +28,7 @@ from headwater.client.types import (
 )
 from headwater.fetch.types import ZERO_UUID
 from headwater.protocol.apis import ApiKey
+from headwater.security.client_security import ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +58,10 @@ class ClusterClient:
         request_timeout_ms: int = 30_000,
         reconnect_backoff_ms: int = 50,
         reconnect_backoff_max_ms: int = 1_000,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.security = security
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.reconnect_backoff_ms = reconnect_backoff_ms
@@ -116,6 +119,7 @@ class ClusterClient:
                 client_id=self.client_id,
                 node_id=node_id,
                 request_timeout_ms=self.request_timeout_ms,
+                security=self.security,
             )
         except KafkaError:
             self._failures[node_id] = self._failures.get(node_id, 0) + 1
@@ -143,6 +147,7 @@ class ClusterClient:
                     port,
                     client_id=self.client_id,
                     request_timeout_ms=self.request_timeout_ms,
+                    security=self.security,
                 )
                 return self._bootstrap_conn
             except KafkaError as exc:

@@ -48,8 +48,12 @@ from headwater.protocol.produce_codec import (
     encode_produce_request,
 )
 from headwater.protocol.wire import INT16, INT32
+from headwater.security.client_security import ClientSecurity, authenticate
+from headwater.security.errors import SaslAuthenticationError
 
 log = logging.getLogger(__name__)
+
+SASL_AUTHENTICATION_FAILED: Final = 58
 
 T = TypeVar("T")
 
@@ -170,15 +174,24 @@ class BrokerConnection:
         node_id: int = -1,
         request_timeout_ms: int = 30_000,
         connect_timeout_s: float = 10.0,
+        security: ClientSecurity | None = None,
     ) -> BrokerConnection:
-        """Connect and negotiate API versions; raises ``KafkaConnectionError``."""
+        """Connect (TLS if ``security`` says so), negotiate API versions, authenticate
+        (SASL); raises ``KafkaConnectionError`` or ``KafkaError``."""
         conn = cls(
             host, port, client_id=client_id, node_id=node_id, request_timeout_ms=request_timeout_ms
         )
         loop = asyncio.get_running_loop()
+        tls = security.ssl_context if security is not None and security.uses_tls else None
         try:
             _, protocol = await asyncio.wait_for(
-                loop.create_connection(lambda: _StreamProtocol(conn), host, port),
+                loop.create_connection(
+                    lambda: _StreamProtocol(conn),
+                    host,
+                    port,
+                    ssl=tls,
+                    server_hostname=host if tls is not None else None,
+                ),
                 connect_timeout_s,
             )
         except (OSError, TimeoutError) as exc:
@@ -186,6 +199,11 @@ class BrokerConnection:
         conn._protocol = protocol
         try:
             await conn._negotiate_versions()
+            if security is not None and security.uses_sasl:
+                try:
+                    await authenticate(security, conn.request)
+                except SaslAuthenticationError as exc:
+                    raise KafkaError(SASL_AUTHENTICATION_FAILED, str(exc)) from exc
         except BaseException:
             conn.close()
             raise

@@ -158,12 +158,14 @@ class FullFetchContext(FetchContext):
         partitions: list[PartitionFetch],
         watcher: PartitionWatcher,
         client: str = "",
+        owner: str = "",
     ) -> None:
         super().__init__(request)
         self._cache = cache
         self._partitions = partitions
         self._watcher = watcher
         self._client = client
+        self._owner = owner
         self._created: FetchSession | None = None
         self._answered = False
 
@@ -188,6 +190,7 @@ class FullFetchContext(FetchContext):
                 watcher=self._watcher,
                 populate=lambda session: self._populate(session, results),
                 client=self._client,
+                owner=self._owner,
             )
         session_id = INVALID_SESSION_ID if self._created is None else self._created.id
         return FetchResponseData(session_id=session_id, partitions=list(results))
@@ -272,21 +275,32 @@ def new_fetch_context(
     now_ms: int,
     watcher: PartitionWatcher,
     client: str = "",
+    owner: str = "",
 ) -> FetchContext:
-    """Pick the context for ``request`` (the table in this module's docstring)."""
+    """Pick the context for ``request`` (the table in this module's docstring).
+
+    ``owner`` is who asks (the broker passes the principal). A session
+    belongs to its creator: someone else presenting its id, guessed or
+    stolen, is told FETCH_SESSION_ID_NOT_FOUND and cannot close it, and the
+    session is left exactly as it was (epoch, partitions, use time).
+    """
     session_id, epoch = request.session_id, request.session_epoch
     if epoch in (INITIAL_EPOCH, FINAL_EPOCH):
         if session_id != INVALID_SESSION_ID:
-            cache.remove(session_id)
+            existing = cache.get(session_id)
+            if existing is not None and existing.owner == owner:
+                cache.remove(session_id)
         cache.full_fetches_total += 1
         partitions = unique_partitions(request.partitions, request.uses_topic_ids)
         if epoch == FINAL_EPOCH:
             return SessionlessFetchContext(request, partitions)
-        return FullFetchContext(cache, request, partitions, watcher, client)
+        return FullFetchContext(cache, request, partitions, watcher, client, owner)
 
     session = cache.get(session_id)
-    if session is None:
+    if session is None or session.owner != owner:
         cache.session_errors_total += 1
+        if session is not None:
+            cache.foreign_session_attempts_total += 1
         return SessionErrorContext(request, FETCH_SESSION_ID_NOT_FOUND)
     if epoch != session.epoch:
         if cache.retransmit_enabled and _is_retransmission(session, request):

@@ -35,6 +35,7 @@ NONE = 0
 OFFSET_OUT_OF_RANGE = 1
 UNKNOWN_TOPIC_OR_PARTITION = 3
 NOT_LEADER_OR_FOLLOWER = 6
+TOPIC_AUTHORIZATION_FAILED = 29
 FENCED_LEADER_EPOCH = 74
 UNKNOWN_LEADER_EPOCH = 75
 UNKNOWN_TOPIC_ID = 100
@@ -117,6 +118,7 @@ def read_partitions(
     topic_id_of: Callable[[str], uuid.UUID] | None = None,
     aborted_list: bool = False,
     serving: ServingCheck | None = None,
+    authorized: Callable[[str], bool] | None = None,
 ) -> FetchResult:
     """Read ``partitions`` in order under the KIP-74 limits.
 
@@ -124,6 +126,8 @@ def read_partitions(
     aborted-transactions list (librdkafka expects one) instead of null.
     ``serving`` refuses partitions this broker does not lead. Followers
     (``LOG_END``) whose log diverged get the divergence point instead of data.
+    ``authorized(topic)`` False answers TOPIC_AUTHORIZATION_FAILED for the
+    partition without reading it (or saying whether it exists).
     """
     remaining = max(0, max_bytes)
     min_one_batch = True
@@ -131,6 +135,17 @@ def read_partitions(
     total = 0
     has_error = False
     for p in partitions:
+        if authorized is not None and p.topic and not authorized(p.topic):
+            out.append(
+                PartitionData(
+                    topic_id=p.topic_id,
+                    topic=p.topic,
+                    partition=p.partition,
+                    error_code=TOPIC_AUTHORIZATION_FAILED,
+                )
+            )
+            has_error = True
+            continue
         log = lookup(p.topic, p.partition) if p.topic else None
         if log is None:
             out.append(_missing(p))

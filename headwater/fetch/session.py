@@ -177,8 +177,12 @@ class FetchSession:
         uses_topic_ids: bool,
         now_ms: int,
         watcher: PartitionWatcher,
+        owner: str = "",
     ) -> None:
         self.id = session_id
+        self.owner = owner
+        """Who created the session (the broker passes the principal): only the
+        owner may continue or close it, whatever connection it comes from."""
         self.privileged = privileged
         """Created by a follower (replica_id >= 0): wins over consumers in the cache."""
         self.uses_topic_ids = uses_topic_ids

@@ -109,6 +109,7 @@ class FetchSessionCache:
         retransmit_enabled: bool = True,
         new_session_id: Callable[[], int] = random_session_id,
         max_slots_per_client: int | None = None,
+        slots_per_owner: int | None = None,
     ) -> None:
         """Settings map to broker config keys.
 
@@ -119,7 +120,9 @@ class FetchSessionCache:
         (None = all slots); ``retransmit_enabled``:
         headwater.fetch.session.retransmit.enable; ``max_slots_per_client``:
         headwater.fetch.session.slots.per.client (None = no limit), so one
-        client address cannot take every consumer slot.
+        client address cannot take every consumer slot; ``slots_per_owner``:
+        max.incremental.fetch.session.cache.slots.per.principal (None = no
+        limit; followers are exempt).
         """
         self.max_slots = max_slots
         self.eviction_ms = eviction_ms
@@ -128,8 +131,10 @@ class FetchSessionCache:
         self.retransmit_enabled = retransmit_enabled
         self._new_session_id = new_session_id
         self.max_slots_per_client = max_slots_per_client
-        self._owners: dict[int, str] = {}  # session id -> client address
+        self._client_of: dict[int, str] = {}  # session id -> client address
         self._per_client: dict[str, int] = {}
+        self.slots_per_owner = slots_per_owner
+        self._by_owner: dict[str, OrderedDict[int, _Slot]] = {}
 
         self._slots: dict[int, _Slot] = {}
         self._lru: OrderedDict[int, _Slot] = OrderedDict()
@@ -152,6 +157,8 @@ class FetchSessionCache:
         """Partitions handed to the planner by incremental fetches: O(changed)."""
         self.client_limit_declines_total = 0
         """New sessions declined because their client address held its limit."""
+        self.foreign_session_attempts_total = 0
+        """Requests naming a live session of another owner (refused with error 70)."""
 
     # -- the entry point --------------------------------------------------
 
@@ -161,12 +168,14 @@ class FetchSessionCache:
         now_ms: int,
         watcher: PartitionWatcher,
         client: str = "",
+        owner: str = "",
     ) -> FetchContext:
         """The context that serves ``request``: one class per case of the KIP-227 table.
 
-        ``client`` is the requester's address, for the per-client slot limit.
+        ``client`` is the requester's address, for the per-client slot limit;
+        ``owner`` (the principal) binds new sessions to their creator.
         """
-        return new_fetch_context(self, request, now_ms, watcher, client)
+        return new_fetch_context(self, request, now_ms, watcher, client, owner)
 
     # -- lookup and metrics -----------------------------------------------
 
@@ -202,6 +211,7 @@ class FetchSessionCache:
         watcher: PartitionWatcher,
         populate: Callable[[FetchSession], None],
         client: str = "",
+        owner: str = "",
     ) -> FetchSession | None:
         """Admit a new session of ``size`` partitions if there is or can be made room.
 
@@ -216,6 +226,8 @@ class FetchSessionCache:
             # consumers keep working with sessionless fetches.
             self.client_limit_declines_total += 1
             return None
+        if not privileged and not self._room_for_owner(owner, size, now_ms):
+            return None
         if not self._make_room(privileged, size, now_ms):
             return None
         session = FetchSession(
@@ -224,9 +236,10 @@ class FetchSessionCache:
             uses_topic_ids=uses_topic_ids,
             now_ms=now_ms,
             watcher=watcher,
+            owner=owner,
         )
         populate(session)
-        self._owners[session.id] = client
+        self._client_of[session.id] = client
         self._per_client[client] = self._per_client.get(client, 0) + 1
         slot = _Slot(session)
         self._slots[session.id] = slot
@@ -235,8 +248,28 @@ class FetchSessionCache:
         pool.lru[session.id] = slot
         pool.index(slot)
         self._ripening.append(slot)
+        self._by_owner.setdefault(owner, OrderedDict())[session.id] = slot
         self.num_incremental_fetch_partitions_cached += slot.size
         return session
+
+    def sessions_of(self, owner: str) -> int:
+        owned = self._by_owner.get(owner)
+        return len(owned) if owned else 0
+
+    def _room_for_owner(self, owner: str, size: int, now_ms: int) -> bool:
+        """Per-principal limit: a tenant at its limit replaces its own least
+        recently used session, never someone else's, so flooding the cache
+        only churns the flooder's own sessions."""
+        limit = self.slots_per_owner
+        if limit is None:
+            return True
+        if limit <= 0:
+            return False
+        owned = self._by_owner.get(owner)
+        while owned and len(owned) >= limit:
+            self._evict(next(iter(owned.values())))
+            owned = self._by_owner.get(owner)
+        return True
 
     def touch(self, session: FetchSession, now_ms: int) -> None:
         """Mark ``session`` used now and re-index it under its current size."""
@@ -245,6 +278,7 @@ class FetchSessionCache:
             return
         session.last_used_ms = now_ms
         self._lru.move_to_end(session.id)
+        self._by_owner[session.owner].move_to_end(session.id)
         pool = self._pool(session)
         pool.lru.move_to_end(session.id)
         size = session.size
@@ -324,17 +358,21 @@ class FetchSessionCache:
         session = slot.session
         del self._slots[session.id]
         del self._lru[session.id]
+        owned = self._by_owner[session.owner]
+        del owned[session.id]
+        if not owned:
+            del self._by_owner[session.owner]
         pool = self._pool(session)
         del pool.lru[session.id]
         pool.unindex(slot)
         slot.removed = True
-        owner = self._owners.pop(session.id, None)
-        if owner is not None:
-            left = self._per_client[owner] - 1
+        client = self._client_of.pop(session.id, None)
+        if client is not None:
+            left = self._per_client[client] - 1
             if left:
-                self._per_client[owner] = left
+                self._per_client[client] = left
             else:
-                del self._per_client[owner]
+                del self._per_client[client]
         self.num_incremental_fetch_partitions_cached -= slot.size
         session.close()
 

@@ -39,16 +39,10 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 20.0) -> BrokerProcess:
-        cmd = [
-            sys.executable,
-            "-m",
-            "headwater.cli",
-            "serve",
-            "--listen",
-            self.bootstrap,
-            "--data-dir",
-            str(self.data_dir),
-        ]
+        cmd = [sys.executable, "-m", "headwater.cli", "serve", "--data-dir", str(self.data_dir)]
+        if not any(o.startswith("listeners=") for o in self.overrides):
+            # With a listeners override, it must include PLAINTEXT on self.port.
+            cmd += ["--listen", self.bootstrap]
         for o in self.overrides:
             cmd += ["--override", o]
         self.lines = []

@@ -25,6 +25,7 @@ from headwater.protocol.metadata_codec import (
     MetadataTopic,
     encode_metadata_response,
 )
+from headwater.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +81,21 @@ class AdminApis:
             leader=self.config.node_id,
         )
 
-    def ensure_topic(self, name: str) -> TopicInfo | None:
-        """Auto-create ``name`` when ``auto.create.topics.enable`` allows it."""
+    @staticmethod
+    def may_create(ctx: RequestContext, topic: str) -> bool:
+        """Kafka: CREATE on the cluster, or on the topic itself."""
+        return ctx.authorize(
+            AclOperation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME
+        ) or ctx.authorize(AclOperation.CREATE, ResourceType.TOPIC, topic)
+
+    @staticmethod
+    def may_on_cluster(ctx: RequestContext, operation: AclOperation) -> bool:
+        return ctx.authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+    def ensure_topic(self, name: str, may_create: bool = True) -> TopicInfo | None:
+        """Auto-create ``name`` when ``auto.create.topics.enable`` (and ACLs) allow it."""
         info = self.logs.topics().get(name)
-        if info is not None or not self.config.auto_create_topics:
+        if info is not None or not self.config.auto_create_topics or not may_create:
             return info
         if self.cluster_auto_create is not None:
             if is_valid_topic_name(name):
@@ -104,9 +116,11 @@ class AdminApis:
         requested = req.topics
         allow_create = getattr(req, "allow_auto_topic_creation", True)
         topics: list[MetadataTopic] = []
+        may_describe = ctx.topic_check(AclOperation.DESCRIBE)
         if requested is None or (version == 0 and not requested):
             infos: Iterable[TopicInfo] = sorted(self.logs.topics().values(), key=lambda t: t.name)
-            topics = [self._topic_entry(i) for i in infos]
+            # Topics the principal may not describe are left out, not errored.
+            topics = [self._topic_entry(i) for i in infos if may_describe(i.name)]
         else:
             for t in requested:
                 name = t.name
@@ -115,17 +129,26 @@ class AdminApis:
                     by_id = self.logs.topic_by_id(topic_id)
                     if by_id is None:
                         topics.append(MetadataTopic(int(E.unknown_topic_id), None, topic_id))
+                    elif not may_describe(by_id.name):
+                        code = int(E.topic_authorization_failed)
+                        topics.append(MetadataTopic(code, None, topic_id))
                     else:
                         topics.append(self._topic_entry(by_id))
                     continue
-                info = self.ensure_topic(name) if allow_create else self.logs.topics().get(name)
+                if not may_describe(name):
+                    code = int(E.topic_authorization_failed)
+                    topics.append(MetadataTopic(code, name, uuid.UUID(int=0)))
+                    continue
+                create = allow_create and self.may_create(ctx, name)
+                info = self.ensure_topic(name, create) if create else self.logs.topics().get(name)
                 if info is None:
                     valid = is_valid_topic_name(name)
                     code = E.unknown_topic_or_partition if valid else E.invalid_topic_exception
                     topics.append(MetadataTopic(int(code), name, uuid.UUID(int=0)))
                 else:
                     topics.append(self._topic_entry(info))
-        host, port = self.config.advertised
+        # The address of the listener the request came in on (Kafka's per-listener endpoints).
+        host, port = ctx.listener.advertised if ctx.listener.port else self.config.advertised
         return encode_metadata_response(
             version,
             [MetadataBroker(self.config.node_id, host, port)],
@@ -155,7 +178,9 @@ class AdminApis:
             configs = {c.name: c.value for c in t.configs if c.value is not None}
             if t.assignments:
                 num = len(t.assignments)
-            if t.replication_factor not in (-1, 1):
+            if not self.may_create(ctx, t.name):
+                result["error_code"] = int(E.topic_authorization_failed)
+            elif t.replication_factor not in (-1, 1):
                 result["error_code"] = int(E.invalid_replication_factor)
                 result["error_message"] = (
                     f"replication factor {t.replication_factor} is larger than the 1 "
@@ -210,12 +235,18 @@ class AdminApis:
         else:
             names = [(n, None) for n in getattr(req, "topic_names", ())]
         responses = []
+        may_delete = ctx.topic_check(AclOperation.DELETE)
         for name, topic_id in names:
             info = None
             if name:
                 info = self.logs.topics().get(name)
             elif topic_id is not None and topic_id.int != 0:
                 info = self.logs.topic_by_id(topic_id)
+            target = name or (info.name if info is not None else None)
+            if target and not may_delete(target):
+                code = int(E.topic_authorization_failed)
+                responses.append({"name": name, "topic_id": topic_id, "error_code": code})
+                continue
             if info is None:
                 code = E.unknown_topic_or_partition if name else E.unknown_topic_id
                 responses.append({"name": name, "topic_id": topic_id, "error_code": int(code)})
@@ -227,9 +258,12 @@ class AdminApis:
 
     def create_partitions(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
         results = []
+        may_alter = ctx.topic_check(AclOperation.ALTER)
         for t in req.topics:
             info = self.logs.topics().get(t.name)
-            if info is None:
+            if not may_alter(t.name):
+                results.append({"name": t.name, "error_code": int(E.topic_authorization_failed)})
+            elif info is None:
                 results.append({"name": t.name, "error_code": int(E.unknown_topic_or_partition)})
             elif t.count <= info.num_partitions:
                 results.append(
@@ -257,6 +291,7 @@ class AdminApis:
 
     def describe_configs(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
         results = []
+        may_describe = ctx.topic_check(AclOperation.DESCRIBE_CONFIGS)
         for res in req.resources:
             keys = set(res.configuration_keys) if res.configuration_keys is not None else None
             entry: dict[str, Any] = {
@@ -266,6 +301,16 @@ class AdminApis:
                 "error_message": None,
                 "configs": [],
             }
+            if res.resource_type == 2 and not may_describe(res.resource_name):
+                entry["error_code"] = int(E.topic_authorization_failed)
+                results.append(entry)
+                continue
+            if res.resource_type == 4 and not self.may_on_cluster(
+                ctx, AclOperation.DESCRIBE_CONFIGS
+            ):
+                entry["error_code"] = int(E.cluster_authorization_failed)
+                results.append(entry)
+                continue
             if res.resource_type == 2:  # TOPIC
                 info = self.logs.topics().get(res.resource_name)
                 if info is None:
@@ -309,6 +354,16 @@ class AdminApis:
     # -- Idempotent producers ------------------------------------------------------
 
     def init_producer_id(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
+        if req.transactional_id is None and not (
+            self.may_on_cluster(ctx, AclOperation.IDEMPOTENT_WRITE)
+            or ctx.authorize_any(AclOperation.WRITE, ResourceType.TOPIC)
+        ):
+            # Kafka (KIP-679): IDEMPOTENT_WRITE on the cluster, or WRITE on any topic.
+            return {
+                "error_code": int(E.cluster_authorization_failed),
+                "producer_id": -1,
+                "producer_epoch": -1,
+            }
         if req.transactional_id is not None:
             # Transactions are not implemented; say so instead of pretending.
             return {

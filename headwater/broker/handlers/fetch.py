@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 from headwater.broker.config import BrokerConfig
 from headwater.broker.connection import RequestContext
@@ -30,6 +30,8 @@ from headwater.fetch.types import (
 from headwater.log.log_directory import LogDirectory
 from headwater.log.slice import FileSlice
 from headwater.protocol.fetch_codec import EncodedBody, decode_fetch_request, encode_fetch_response
+from headwater.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from headwater.security.quotas import QuotaKey
 
 #: Each record slice in a response keeps its segment file open until sent. A
 #: response carrying data from tens of thousands of partitions would hold as
@@ -96,9 +98,42 @@ class FetchApi:
         req = decode_fetch_request(frame, offset, ctx.header.api_version)
         self.metrics.fetch_request_bytes.inc(len(frame) + 4)
         self._resolve_names(req)
-        return self._fetch(req, ctx.client_host.rsplit(":", 1)[0])
+        # Consumer byte-rate quota: a client already over it gets an empty,
+        # throttled answer before anything is read (followers are not subject).
+        quota = None if req.replica_id >= 0 else ctx
+        if quota is not None:
+            limit = ctx.quota_window_bytes(QuotaKey.CONSUMER_BYTE_RATE)
+            if limit is not None and (req.max_bytes <= 0 or req.max_bytes > limit):
+                req.max_bytes = limit  # Kafka: at most one quota window per response
+        return self._fetch(
+            req,
+            self._authorization(ctx, req),
+            str(ctx.principal),
+            quota,
+            ctx.client_host.rsplit(":", 1)[0],
+        )
 
-    def _read(self, req: FetchRequestData, partitions: list[PartitionFetch]) -> FetchResult:
+    @staticmethod
+    def _authorization(ctx: RequestContext, req: FetchRequestData) -> Callable[[str], bool] | None:
+        """Kafka's check points: followers need CLUSTER_ACTION, consumers READ per topic.
+
+        None with ACLs off, so the planner's per-partition loop pays nothing.
+        """
+        if not ctx.security.authorizer.enabled:
+            return None
+        if req.replica_id >= 0:
+            follower = ctx.authorize(
+                AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
+            )
+            return lambda _topic: follower
+        return ctx.topic_check(AclOperation.READ)
+
+    def _read(
+        self,
+        req: FetchRequestData,
+        partitions: list[PartitionFetch],
+        authorized: Callable[[str], bool] | None = None,
+    ) -> FetchResult:
         max_bytes = req.max_bytes if req.max_bytes > 0 else self.config.fetch_max_bytes
         replication = self.replication
         serving = None
@@ -116,19 +151,34 @@ class FetchApi:
             topic_id_of=self._topic_id_of,
             aborted_list=req.isolation_level == 1,
             serving=serving,
+            authorized=authorized,
         )
         self.metrics.fetch_partitions_read.inc(len(partitions))
         return result
 
-    async def _fetch(self, req: FetchRequestData, client: str = "") -> EncodedBody:
+    async def _fetch(
+        self,
+        req: FetchRequestData,
+        authorized: Callable[[str], bool] | None = None,
+        owner: str = "",
+        quota: RequestContext | None = None,
+        client: str = "",
+    ) -> EncodedBody:
         now = _now_ms()
-        ctx: FetchContext = self.sessions.new_context(req, now, self.watcher, client)
+        # Sessions belong to the principal that created them (beyond KIP-227);
+        # the client address counts against its per-address slot limit.
+        ctx: FetchContext = self.sessions.new_context(req, now, self.watcher, client, owner)
         if ctx.error_code:
             return self._encode(
                 FetchResponseData(error_code=ctx.error_code, session_id=0), req.version
             )
+        throttled = quota.throttled_now(QuotaKey.CONSUMER_BYTE_RATE) if quota else 0
+        if throttled:
+            empty = ctx.update_and_generate_response([], now)
+            empty.throttle_time_ms = throttled
+            return self._encode(empty, req.version)
         to_read = ctx.partitions_to_read()
-        result = self._read(req, to_read)
+        result = self._read(req, to_read, authorized)
         if req.replica_id >= 0 and self.replication is not None:
             # A follower's fetch offsets say what it has: they move the high
             # watermark and the ISR. An incremental fetch reads only what
@@ -152,10 +202,13 @@ class FetchApi:
                     # Re-read at completion (the chapter's DelayedFetch.onComplete):
                     # more data may have arrived since the wake-up.
                     to_read = ctx.partitions_to_read()
-                    result = self._read(req, to_read)
+                    result = self._read(req, to_read, authorized)
         response = ctx.update_and_generate_response(result.partitions, _now_ms())
         bound_open_files(response, MAX_OPEN_SLICES_PER_RESPONSE)
-        self.metrics.bytes_out.inc(sum(p.records_size for p in response.partitions))
+        sent = sum(p.records_size for p in response.partitions)
+        self.metrics.bytes_out.inc(sent)
+        if quota is not None:
+            response.throttle_time_ms = quota.throttle(QuotaKey.CONSUMER_BYTE_RATE, sent)
         return self._encode(response, req.version)
 
     @staticmethod

@@ -18,6 +18,7 @@ from headwater.cluster.replica_manager import ReplicaManager
 from headwater.fetch.planner import leader_epoch_error
 from headwater.log.log import Log
 from headwater.log.log_directory import LogDirectory
+from headwater.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 LATEST = -1
 EARLIEST = -2
@@ -41,9 +42,11 @@ class OffsetApis:
 
     def list_offsets(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
         read_committed = getattr(req, "isolation_level", 0) == 1
+        may_describe = ctx.topic_check(AclOperation.DESCRIBE)
         topics = []
         for t in req.topics:
             parts = []
+            allowed = may_describe(t.name)
             for p in t.partitions:
                 out: dict[str, Any] = {
                     "partition_index": p.partition_index,
@@ -52,6 +55,10 @@ class OffsetApis:
                     "offset": -1,
                     "leader_epoch": -1,
                 }
+                if not allowed:
+                    out["error_code"] = int(E.topic_authorization_failed)
+                    parts.append(out)
+                    continue
                 log = self._leader_log(t.name, p.partition_index)
                 if isinstance(log, int):
                     out["error_code"] = log
@@ -86,9 +93,16 @@ class OffsetApis:
         return {"topics": topics}
 
     def offset_for_leader_epoch(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
+        # Followers need CLUSTER_ACTION, consumers DESCRIBE on each topic.
+        follower = getattr(req, "replica_id", -1) >= 0
+        may_describe = ctx.topic_check(AclOperation.DESCRIBE)
+        cluster_action = follower and ctx.authorize(
+            AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
+        )
         topics = []
         for t in req.topics:
             parts = []
+            allowed = cluster_action if follower else may_describe(t.topic)
             for p in t.partitions:
                 out: dict[str, Any] = {
                     "error_code": 0,
@@ -97,7 +111,9 @@ class OffsetApis:
                     "end_offset": -1,
                 }
                 log = self._leader_log(t.topic, p.partition)
-                if isinstance(log, int):
+                if not allowed:
+                    out["error_code"] = int(E.topic_authorization_failed)
+                elif isinstance(log, int):
                     out["error_code"] = log
                 elif error := leader_epoch_error(
                     getattr(p, "current_leader_epoch", -1), log.partition_leader_epoch

@@ -41,6 +41,8 @@ from headwater.protocol.produce_codec import (
     decode_produce_request,
     encode_produce_response,
 )
+from headwater.security.acl import AclOperation
+from headwater.security.quotas import QuotaKey
 
 log = logging.getLogger(__name__)
 
@@ -107,17 +109,26 @@ class ProduceApi:
         acks_ok = req.acks in (-1, 0, 1)
         replication = self.replication
         waits: _Waits = {}
-        infos = [self.admin.ensure_topic(t.name) if acks_ok else None for t in req.topics]
+        may_write = ctx.topic_check(AclOperation.WRITE)
+        writable = [may_write(t.name) for t in req.topics]
+        infos = [
+            self.admin.ensure_topic(t.name, self.admin.may_create(ctx, t.name))
+            if acks_ok and allowed
+            else None
+            for t, allowed in zip(req.topics, writable, strict=True)
+        ]
         fresh = yield from self._fresh_partitions(req, infos)
         if fresh:
             # Their first segment files are created on a worker thread, not on the loop.
             loop = asyncio.get_running_loop()
             yield loop.run_in_executor(None, precreate_segment_files, fresh)
-        for topic, info in zip(req.topics, infos, strict=True):
+        for topic, info, may in zip(req.topics, infos, writable, strict=True):
             parts: list[ProducePartitionResponse] = []
             for index, records in topic.partitions:
                 out = ProducePartitionResponse(index=index)
-                if not acks_ok:
+                if not may:
+                    out.error_code = int(E.topic_authorization_failed)
+                elif not acks_ok:
                     out.error_code = int(E.invalid_required_acks)
                 elif info is None and not is_valid_topic_name(topic.name):
                     out.error_code = int(E.invalid_topic_exception)
@@ -165,9 +176,11 @@ class ProduceApi:
                     yield None  # a checkpoint: others may be served between partitions
                 parts.append(out)
             topics.append(ProduceTopicResponse(name=topic.name, partitions=parts))
+        produced = sum(len(r) for t in req.topics for _, r in t.partitions if r is not None)
+        throttle_ms = ctx.throttle(QuotaKey.PRODUCER_BYTE_RATE, produced)
         if req.acks == 0:
             return None
-        response = ProduceResponseData(topics=topics)
+        response = ProduceResponseData(topics=topics, throttle_time_ms=throttle_ms)
         if not waits or replication is None:
             return encode_produce_response(response, version)
         return AwaitingAcks(

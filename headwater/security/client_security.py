@@ -1,0 +1,97 @@
+"""How Headwater's own client authenticates: TLS and SASL settings, and the SASL dialogue.
+
+Read from the keys client configs already use (Java's and librdkafka's):
+``security.protocol``, ``sasl.mechanism`` / ``sasl.mechanisms``,
+``sasl.username`` / ``sasl.password``, ``ssl.ca.location`` /
+``ssl.truststore.location``, ``ssl.certificate.location`` /
+``ssl.key.location`` (mTLS), ``ssl.endpoint.identification.algorithm``
+(empty: no host name check). The replica fetcher of a cluster uses the
+same object to authenticate as the broker principal.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from headwater.security.errors import SaslAuthenticationError
+from headwater.security.scram import ScramClient, ScramMechanisms
+
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+#: (api key, body) -> decoded response: the connection's request method.
+Exchange = Callable[[int, dict[str, Any], int], Awaitable[Any]]
+
+_SASL_HANDSHAKE, _SASL_AUTHENTICATE = 17, 36
+
+
+@dataclass(frozen=True)
+class ClientSecurity:
+    protocol: str = "PLAINTEXT"
+    ssl_context: ssl.SSLContext | None = None
+    sasl_mechanism: str = "PLAIN"
+    username: str | None = None
+    password: str | None = None
+    check_hostname: bool = True
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def uses_sasl(self) -> bool:
+        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> ClientSecurity:
+        protocol = props.get("security.protocol", "PLAINTEXT").strip().upper()
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"security.protocol must be one of {', '.join(PROTOCOLS)}")
+        mechanism = (props.get("sasl.mechanism") or props.get("sasl.mechanisms") or "PLAIN").upper()
+        if mechanism != "PLAIN" and ScramMechanisms.by_name(mechanism) is None:
+            raise ValueError(f"unsupported sasl.mechanism {mechanism}")
+        context = None
+        check_hostname = props.get("ssl.endpoint.identification.algorithm", "https") != ""
+        if protocol in ("SSL", "SASL_SSL"):
+            ca = props.get("ssl.ca.location") or props.get("ssl.truststore.location")
+            context = ssl.create_default_context(cafile=ca)
+            context.check_hostname = check_hostname
+            cert = props.get("ssl.certificate.location")
+            if cert:
+                context.load_cert_chain(
+                    cert, props.get("ssl.key.location"), props.get("ssl.key.password")
+                )
+        username = props.get("sasl.username")
+        password = props.get("sasl.password")
+        if protocol.startswith("SASL") and (not username or password is None):
+            raise ValueError("SASL needs sasl.username and sasl.password")
+        return cls(protocol, context, mechanism, username, password, check_hostname)
+
+
+async def authenticate(security: ClientSecurity, request: Exchange) -> None:
+    """SaslHandshake v1 then SaslAuthenticate round trips (KIP-152); raises on refusal."""
+    assert security.username is not None and security.password is not None
+    mechanism = security.sasl_mechanism
+    hs = await request(_SASL_HANDSHAKE, {"mechanism": mechanism}, 1)
+    if int(hs.error_code):
+        raise SaslAuthenticationError(
+            f"broker refused SASL mechanism {mechanism} (error {int(hs.error_code)}; "
+            f"enabled: {', '.join(hs.mechanisms)})"
+        )
+
+    async def step(token: bytes) -> bytes:
+        r = await request(_SASL_AUTHENTICATE, {"auth_bytes": token}, 1)
+        if int(r.error_code):
+            raise SaslAuthenticationError(r.error_message or f"error {int(r.error_code)}")
+        return bytes(r.auth_bytes)
+
+    if mechanism == "PLAIN":
+        await step(f"\0{security.username}\0{security.password}".encode())
+        return
+    scram = ScramMechanisms.by_name(mechanism)
+    assert scram is not None
+    client = ScramClient(scram, security.username, security.password)
+    server_first = await step(client.first())
+    client.verify(await step(client.final(server_first)))

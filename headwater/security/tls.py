@@ -1,0 +1,85 @@
+"""An ``ssl.SSLContext`` from Kafka's ``ssl.*`` keys (PEM keystores).
+
+Kafka's ``ssl.keystore.key`` and ``ssl.keystore.certificate.chain`` hold PEM
+*text*, ``ssl.keystore.location`` a file with key and chain together; both
+are accepted (a value starting with ``-----BEGIN`` is text, anything else a
+path). Python's ``ssl`` loads keys only from files, so inline PEM goes
+through a private temporary file that is removed at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import ssl
+import tempfile
+from collections.abc import Iterator
+
+from headwater.security.config import TlsConfig
+
+_VERSIONS = {
+    "TLSv1.2": ssl.TLSVersion.TLSv1_2,
+    "TLSv1.3": ssl.TLSVersion.TLSv1_3,
+}
+
+
+@contextlib.contextmanager
+def _as_file(value: str) -> Iterator[str]:
+    if not value.lstrip().startswith("-----BEGIN"):
+        yield value
+        return
+    fd, path = tempfile.mkstemp(suffix=".pem")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(value)
+        yield path
+    finally:
+        os.unlink(path)
+
+
+def server_context(cfg: TlsConfig) -> ssl.SSLContext:
+    """Raises ValueError naming the key at fault when the TLS config is unusable."""
+    if not cfg.configured:
+        raise ValueError(
+            "a TLS listener needs ssl.keystore.location, or ssl.keystore.key "
+            "and ssl.keystore.certificate.chain"
+        )
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    versions = []
+    for name in cfg.enabled_protocols:
+        if name not in _VERSIONS:
+            raise ValueError(f"ssl.enabled.protocols: unsupported {name} (use TLSv1.2, TLSv1.3)")
+        versions.append(_VERSIONS[name])
+    ctx.minimum_version, ctx.maximum_version = min(versions), max(versions)
+    if cfg.cipher_suites:
+        try:
+            ctx.set_ciphers(":".join(cfg.cipher_suites))
+        except ssl.SSLError as exc:
+            raise ValueError(f"ssl.cipher.suites: no usable cipher ({exc})") from None
+    try:
+        if cfg.keystore_location:
+            with _as_file(cfg.keystore_location) as path:
+                ctx.load_cert_chain(path, password=cfg.key_password)
+        else:
+            if not cfg.keystore_certificate_chain or not cfg.keystore_key:
+                raise ValueError("ssl.keystore.key needs ssl.keystore.certificate.chain")
+            with (
+                _as_file(cfg.keystore_certificate_chain) as chain,
+                _as_file(cfg.keystore_key) as key,
+            ):
+                ctx.load_cert_chain(chain, key, password=cfg.key_password)
+    except (ssl.SSLError, OSError) as exc:
+        raise ValueError(f"cannot load the TLS keystore: {exc}") from None
+    if cfg.truststore_location:
+        try:
+            ctx.load_verify_locations(cafile=cfg.truststore_location)
+        except (ssl.SSLError, OSError) as exc:
+            raise ValueError(f"cannot load ssl.truststore.location: {exc}") from None
+    if cfg.client_auth != "none" and not cfg.truststore_location:
+        raise ValueError("ssl.client.auth needs ssl.truststore.location to verify clients")
+    ctx.verify_mode = {
+        "none": ssl.CERT_NONE,
+        "requested": ssl.CERT_OPTIONAL,
+        "required": ssl.CERT_REQUIRED,
+    }[cfg.client_auth]
+    return ctx
