@@ -198,7 +198,6 @@ class Broker:
             )
         if self.cluster is not None:
             self.metrics.bind_replica_manager(self.cluster.replicas)
-        self._server_sock: socket.socket | None = None
         self._server_socks: list[socket.socket] = []
         self.listeners: list[Listener] = []
         self._tasks: set[asyncio.Task[None]] = set()

@@ -274,6 +274,7 @@ def new_fetch_context(
     request: FetchRequestData,
     now_ms: int,
     watcher: PartitionWatcher,
+    *,
     client: str = "",
     owner: str = "",
 ) -> FetchContext:

@@ -167,6 +167,7 @@ class FetchSessionCache:
         request: FetchRequestData,
         now_ms: int,
         watcher: PartitionWatcher,
+        *,
         client: str = "",
         owner: str = "",
     ) -> FetchContext:
@@ -175,7 +176,7 @@ class FetchSessionCache:
         ``client`` is the requester's address, for the per-client slot limit;
         ``owner`` (the principal) binds new sessions to their creator.
         """
-        return new_fetch_context(self, request, now_ms, watcher, client, owner)
+        return new_fetch_context(self, request, now_ms, watcher, client=client, owner=owner)
 
     # -- lookup and metrics -----------------------------------------------
 

@@ -185,7 +185,7 @@ def test_metrics_follow_creation_use_and_closing() -> None:
 
 def _open_from(cache: FetchSessionCache, client: str, now_ms: int = 0) -> FetchSession | None:
     req = request(0, 0, [fetch("t", p) for p in range(3)])
-    ctx = cache.new_context(req, now_ms, WORLD, client)
+    ctx = cache.new_context(req, now_ms, WORLD, client=client)
     results = WORLD.read(ctx.partitions_to_read(), max_bytes=req.max_bytes, read_committed=False)
     return cache.get(ctx.update_and_generate_response(results, now_ms).session_id)
 

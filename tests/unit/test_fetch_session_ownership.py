@@ -16,7 +16,7 @@ ALICE, MALLORY = "User:alice", "User:mallory"
 def serve(
     cache: FetchSessionCache, req: FetchRequestData, owner: str, now_ms: int = 0
 ) -> FetchResponseData:
-    ctx = cache.new_context(req, now_ms, WORLD, owner)
+    ctx = cache.new_context(req, now_ms, WORLD, owner=owner)
     if ctx.error_code:
         return ctx.update_and_generate_response([], now_ms)
     results = WORLD.read(ctx.partitions_to_read(), max_bytes=req.max_bytes)

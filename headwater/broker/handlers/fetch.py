@@ -167,7 +167,9 @@ class FetchApi:
         now = _now_ms()
         # Sessions belong to the principal that created them (beyond KIP-227);
         # the client address counts against its per-address slot limit.
-        ctx: FetchContext = self.sessions.new_context(req, now, self.watcher, client, owner)
+        ctx: FetchContext = self.sessions.new_context(
+            req, now, self.watcher, client=client, owner=owner
+        )
         if ctx.error_code:
             return self._encode(
                 FetchResponseData(error_code=ctx.error_code, session_id=0), req.version
