@@ -117,10 +117,15 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _advertise_coordinator(response: dict[str, Any], host: str, port: int) -> None:
-    """FindCoordinator names the address of the listener the client came in on."""
+def _advertise_coordinator(
+    response: dict[str, Any], node_id: int, host: str, port: int
+) -> None:
+    """When this broker is the coordinator, name the listener the client came in on.
+
+    Another broker (in a cluster) keeps the address it registered.
+    """
     for answer in response.get("coordinators", [response]):
-        if answer.get("node_id", -1) >= 0:
+        if answer.get("node_id", -1) == node_id:
             answer["host"], answer["port"] = host, port
 
 
@@ -343,7 +348,7 @@ class Broker:
                 )
             )
             if ctx.header.api_key == ApiKey.FIND_COORDINATOR and ctx.listener.port:
-                _advertise_coordinator(response, *ctx.listener.advertised)
+                _advertise_coordinator(response, self.config.node_id, *ctx.listener.advertised)
             return response
 
         for api_key, versions in GROUP_API_VERSIONS.items():
