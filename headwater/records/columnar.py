@@ -91,6 +91,18 @@ def kernels() -> Any:
     return columnar_kernels
 
 
+def readonly(array: Any) -> Any:
+    """``array`` as a read-only view: kernels then see one array type whatever the source.
+
+    numba compiles one specialisation per argument type, and writability is
+    part of the type: a bytes-backed fetch buffer is read-only, an inflated
+    arena is not. One type means one compile (and one cache entry) per kernel.
+    """
+    view = array.view()
+    view.setflags(write=False)
+    return view
+
+
 def compiled() -> bool:
     """Whether the compiled kernels are in use (numba importable)."""
     return bool(kernels().HAVE_NUMBA)
@@ -239,7 +251,7 @@ def _decode_compiled(
     attrs = [(h.base_offset, h.base_timestamp, h.timestamp_type, h.max_timestamp) for h in batches]
     table = np.array(attrs, np.int64).reshape(nb, 4)
     out = kernels().decode_records(
-        data,
+        readonly(data),
         starts,
         ends,
         counts,
