@@ -268,13 +268,9 @@ def cold_start() -> dict[str, float]:
 
 def warm_kernels() -> None:
     """Load the compiled kernels once: their first call is the cold start, measured apart."""
-    import pyarrow as pa
+    from headwater.records.columnar import warm_up
 
-    from headwater.records.columnar import decode_columns
-    from headwater.records.columnar_encode import encode_batches
-
-    (builder,) = encode_batches(pa.array([b"v"]), pa.array([b"k"]), timestamp_ms=0)
-    decode_columns(builder.build(), include_headers=True)
+    warm_up()
 
 
 def rate(n: int, seconds: float) -> dict[str, float]:

@@ -91,6 +91,36 @@ def kernels() -> Any:
     return columnar_kernels
 
 
+def readonly(array: Any) -> Any:
+    """``array`` as a read-only view: kernels then see one array type whatever the source.
+
+    numba compiles one specialisation per argument type, and writability is
+    part of the type: a bytes-backed fetch buffer is read-only, an inflated
+    arena is not. One type means one compile (and one cache entry) per kernel.
+    """
+    view = array.view()
+    view.setflags(write=False)
+    return view
+
+
+def warm_up() -> None:
+    """Compile (first time on a machine) or load (from numba's cache) every kernel now.
+
+    A deployment can run ``python -c "import headwater.records.columnar as c;
+    c.warm_up()"`` once so that no Spark worker pays the JIT compile (seconds)
+    on its first batch; later processes load the cached code in about 1 s.
+    """
+    from headwater.records.columnar_encode import encode_batches, key_partitions
+    from headwater.records.record import RecordBatchBuilder
+
+    builder = RecordBatchBuilder(Compression.LZ4)
+    builder.append(0, b"k", b"v", [("h", None)])
+    decode_columns(builder.build(), include_headers=True)
+    (encoded,) = encode_batches(pa.array([b"v"]), pa.array([b"k"]), timestamp_ms=0)
+    decode_columns(encoded.build())
+    key_partitions(pa.array([b"k"]), 1)
+
+
 def compiled() -> bool:
     """Whether the compiled kernels are in use (numba importable)."""
     return bool(kernels().HAVE_NUMBA)
@@ -239,7 +269,7 @@ def _decode_compiled(
     attrs = [(h.base_offset, h.base_timestamp, h.timestamp_type, h.max_timestamp) for h in batches]
     table = np.array(attrs, np.int64).reshape(nb, 4)
     out = kernels().decode_records(
-        data,
+        readonly(data),
         starts,
         ends,
         counts,

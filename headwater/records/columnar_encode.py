@@ -18,7 +18,7 @@ from typing import Any, Final
 import numpy as np
 import pyarrow as pa
 
-from headwater.records.columnar import kernels
+from headwater.records.columnar import kernels, readonly
 from headwater.records.compression import Compression
 from headwater.records.record import Header, RecordBatchBuilder
 
@@ -95,15 +95,15 @@ def encode_batches(
             records = kernels().encode_records(
                 start,
                 stop,
-                timestamps,
+                readonly(timestamps),
                 timestamp_ms,
-                key_col.offsets,
-                key_col.data,
-                key_col.valid,
+                readonly(key_col.offsets),
+                readonly(key_col.data),
+                readonly(key_col.valid),
                 key_col.has_nulls,
-                value_col.offsets,
-                value_col.data,
-                value_col.valid,
+                readonly(value_col.offsets),
+                readonly(value_col.data),
+                readonly(value_col.valid),
                 value_col.has_nulls,
             )
             builder.append_encoded(records, stop - start, timestamp_ms, timestamp_ms)
@@ -133,4 +133,6 @@ def _row(col: _Column, i: int) -> bytes | None:
 def key_partitions(keys: pa.Array | pa.ChunkedArray, num_partitions: int) -> Any:
     """Kafka's default partition for each (non-null) key, as an int32 numpy array."""
     col = _Column(keys, len(keys))
-    return kernels().key_partitions(col.offsets, col.data, len(keys), num_partitions)
+    return kernels().key_partitions(
+        readonly(col.offsets), readonly(col.data), len(keys), num_partitions
+    )

@@ -301,3 +301,11 @@ def test_encoded_rows_with_headers_keep_them() -> None:
 def test_vectorised_key_partitions_match_the_partitioner(keys: list[bytes], count: int) -> None:
     got = key_partitions(pa.array(keys, pa.binary()), count).tolist()
     assert got == [partition_for_key(key, count) for key in keys]
+
+
+def test_warm_up_leaves_one_compiled_specialisation_per_kernel() -> None:
+    columnar.warm_up()
+    kernels = columnar.kernels()
+    assert columnar.compiled()
+    for kernel in (kernels.decode_records, kernels.encode_records, kernels.key_partitions):
+        assert len(kernel.signatures) == 1
