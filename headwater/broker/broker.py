@@ -556,43 +556,19 @@ class Broker:
                 continue
             client.setblocking(False)
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn_id = next(self._conn_ids)
-            serve = self._serve(client, f"{addr[0]}:{addr[1]}", conn_id, listener, tls)
-            self._spawn(serve, f"conn-{conn_id}")
+            conn, stream = self._connection(client, f"{addr[0]}:{addr[1]}", listener, tls)
+            # Counted now, before the next accept: the limits see every connection.
+            registry.add(conn)
+            self._spawn(self._serve(conn, stream), f"conn-{conn.connection_id}")
 
-    async def _serve(
+    def _connection(
         self,
         client: socket.socket,
         peer: str,
-        conn_id: int,
         listener: Listener,
         tls: ssl.SSLContext | None,
-    ) -> None:
-        """TLS handshake (on TLS listeners), then the connection's request loop.
-
-        Whatever happens, the connection's place in the registry (admitted by
-        the accept loop, counted against the connection limits) is given back.
-        """
-        conn: Connection | None = None
-        try:
-            conn = await self._open(client, peer, conn_id, listener, tls)
-            if conn is None:
-                return
-            self.connections.add(conn)
-            await conn.run()
-        finally:
-            if conn is not None:
-                self.connections.remove(conn)
-            self._slot_freed.set()
-
-    async def _open(
-        self,
-        client: socket.socket,
-        peer: str,
-        conn_id: int,
-        listener: Listener,
-        tls: ssl.SSLContext | None,
-    ) -> Connection | None:
+    ) -> tuple[Connection, TlsStream | None]:
+        """A connection on ``listener``: TLS over the socket there (handshake in ``_serve``)."""
         security = ConnectionSecurity(
             listener=listener, authorizer=self.authorizer, quotas=self.quotas
         )
@@ -600,21 +576,12 @@ class Broker:
         if listener.protocol.uses_tls:
             assert tls is not None
             stream = TlsStream(client, tls)
-            timeout = self.config.security.tls.handshake_timeout_ms / 1000
-            try:
-                await asyncio.wait_for(stream.handshake(), timeout)
-            except (TimeoutError, ssl.SSLError, OSError) as exc:
-                log.info("TLS handshake with %s on %s failed: %s", peer, listener.name, exc)
-                client.close()
-                return None
-            if listener.protocol is SecurityProtocol.SSL:
-                security.principal = principal_from_certificate(stream.peer_certificate())
         if listener.protocol.uses_sasl:
             security.sasl = self.security.new_sasl_session()
-        return Connection(
+        conn = Connection(
             client,
             peer,
-            conn_id,
+            next(self._conn_ids),
             self.dispatch,
             max_frame_bytes=self.config.socket_request_max_bytes,
             zero_copy=self.config.zero_copy,
@@ -623,6 +590,34 @@ class Broker:
             stream=stream,
             security=security,
         )
+        return conn, stream
+
+    async def _serve(self, conn: Connection, stream: TlsStream | None) -> None:
+        """TLS handshake (on TLS listeners), then the connection's request loop.
+
+        Whatever happens, the connection's place in the registry (counted
+        against the connection limits by the accept loop) is given back.
+        """
+        try:
+            if stream is not None:
+                listener = conn.security.listener
+                timeout = self.config.security.tls.handshake_timeout_ms / 1000
+                try:
+                    await asyncio.wait_for(stream.handshake(), timeout)
+                except (TimeoutError, ssl.SSLError, OSError) as exc:
+                    log.info(
+                        "TLS handshake with %s on %s failed: %s", conn.peer, listener.name, exc
+                    )
+                    conn.close_socket()
+                    return
+                if listener.protocol is SecurityProtocol.SSL:
+                    conn.security.principal = principal_from_certificate(
+                        stream.peer_certificate()
+                    )
+            await conn.run()
+        finally:
+            self.connections.remove(conn)
+            self._slot_freed.set()
 
     async def _connection_sweep(self) -> None:
         """Close idle, slowloris and stuck connections (see ``connection_limits``)."""

@@ -253,6 +253,10 @@ class Connection:
         if self._run_task is not None:
             self._run_task.cancel()
 
+    def close_socket(self) -> None:
+        """Close a connection that never ran (its TLS handshake failed)."""
+        self._sock.close()
+
     async def run(self) -> None:
         self._run_task = asyncio.current_task()
         name = self.connection_id

@@ -23,6 +23,19 @@ def _rss_mb(pid: int) -> float:
     raise AssertionError("no VmRSS")
 
 
+def _settled_rss_mb(pid: int, timeout: float = 20.0) -> float:
+    """RSS once start-up work (the validator's compiled walk loads on a thread) is done."""
+    last = _rss_mb(pid)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = _rss_mb(pid)
+        if abs(now - last) < 1.0:
+            return now
+        last = now
+    return last
+
+
 def _fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
@@ -81,7 +94,8 @@ def test_pipelining_and_disconnecting_releases_memory_and_fds(
     c.close()
     pid = _pid(b)
     assert _serving(b)
-    fds_before, rss_before = _fds(pid), _rss_mb(pid)
+    rss_before = _settled_rss_mb(pid)
+    fds_before = _fds(pid)
     for _round in range(3):
         socks = []
         for _ in range(5):
@@ -104,7 +118,7 @@ def test_pipelining_and_disconnecting_releases_memory_and_fds(
 def test_declared_frame_lengths_reserve_no_memory(broker_factory: BrokerFactory) -> None:
     b = broker_factory("socket.request.max.bytes=209715200")
     pid = _pid(b)
-    rss_before = _rss_mb(pid)
+    rss_before = _settled_rss_mb(pid)
     socks = []
     for _ in range(10):
         s = socket.create_connection(("127.0.0.1", b.port))
