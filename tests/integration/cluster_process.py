@@ -93,11 +93,15 @@ class Cluster:
 
     def stop(self) -> None:
         for b in self.brokers:
-            if b.proc is not None:
-                try:
-                    b.stop(timeout=20)
-                except Exception:
-                    b.kill()
+            proc = b.proc
+            if proc is None:
+                continue
+            try:
+                b.stop(timeout=20)
+            except Exception:
+                # BrokerProcess.stop forgets the process even when it timed out.
+                proc.kill()
+                proc.wait()
 
     def metric(self, broker_id: int, name: str) -> float:
         """One Prometheus sample of a broker's /metrics (the sum over its labels)."""
