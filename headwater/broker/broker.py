@@ -42,7 +42,6 @@ from headwater.broker.offsets_log import OFFSETS_TOPIC, PartitionOffsetsLog
 from headwater.broker.producer_ids import ProducerIdAllocator
 from headwater.broker.rejection_log import RejectionLog
 from headwater.broker.tls_stream import TlsStream
-from headwater.cluster.controller import assign_replicas
 from headwater.cluster.node import ClusterNode, ControllerConfig
 from headwater.cluster.replica_fetcher import FetcherConfig
 from headwater.cluster.replica_manager import ReplicationConfig
@@ -117,9 +116,7 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _advertise_coordinator(
-    response: dict[str, Any], node_id: int, host: str, port: int
-) -> None:
+def _advertise_coordinator(response: dict[str, Any], node_id: int, host: str, port: int) -> None:
     """When this broker is the coordinator, name the listener the client came in on.
 
     Another broker (in a cluster) keeps the address it registered.
@@ -239,9 +236,7 @@ class Broker:
         self.register(ApiKey.PRODUCE, self.produce.handle)
         self.register(ApiKey.FETCH, self.fetch.handle)
         if cluster is not None:
-            self.cluster_admin = ClusterAdminApis(
-                self.config, cluster.view, cluster.store, assign_replicas
-            )
+            self.cluster_admin = ClusterAdminApis(self.config, cluster.view, cluster.store)
             self.admin.cluster_auto_create = self.cluster_admin.auto_create
             self.register(
                 ApiKey.METADATA, _kio_request(ApiKey.METADATA, self.cluster_admin.metadata)
@@ -259,9 +254,7 @@ class Broker:
             self.register_kio(ApiKey.CREATE_PARTITIONS, self.admin.create_partitions)
         self.configs = ConfigsApi(self.config, self.logs, self.connections)
         self.register_kio(ApiKey.DESCRIBE_CONFIGS, self.configs.describe_configs)
-        self.register_kio(
-            ApiKey.INCREMENTAL_ALTER_CONFIGS, self.configs.incremental_alter_configs
-        )
+        self.register_kio(ApiKey.INCREMENTAL_ALTER_CONFIGS, self.configs.incremental_alter_configs)
         self.register_kio(ApiKey.INIT_PRODUCER_ID, self.admin.init_producer_id)
         self.register_kio(ApiKey.LIST_OFFSETS, self.offsets.list_offsets)
         self.register_kio(ApiKey.OFFSET_FOR_LEADER_EPOCH, self.offsets.offset_for_leader_epoch)
@@ -611,9 +604,7 @@ class Broker:
                     conn.close_socket()
                     return
                 if listener.protocol is SecurityProtocol.SSL:
-                    conn.security.principal = principal_from_certificate(
-                        stream.peer_certificate()
-                    )
+                    conn.security.principal = principal_from_certificate(stream.peer_certificate())
             await conn.run()
         finally:
             self.connections.remove(conn)

@@ -25,6 +25,7 @@ from headwater.broker.config import BrokerConfig
 from headwater.broker.connection import RequestContext
 from headwater.broker.handlers.admin import TOPIC_CONFIG_DEFAULTS, is_valid_topic_name
 from headwater.cluster.cluster_view import ClusterView
+from headwater.cluster.controller import add_partitions, create_topic
 from headwater.cluster.store import ClusterStore
 from headwater.protocol.metadata_codec import (
     MetadataBroker,
@@ -38,9 +39,6 @@ log = logging.getLogger(__name__)
 #: Topics clients may use but not create (Kafka creates them on first use itself).
 INTERNAL_PREFIX = "__"
 
-AssignReplicas = Callable[[int, int, list[int]], dict[int, list[int]]]
-"""(partitions, replication factor, live broker ids) -> partition -> replicas."""
-
 
 class ClusterAdminApis:
     """Metadata, CreateTopics, DeleteTopics for a broker whose truth is in ZooKeeper."""
@@ -50,12 +48,10 @@ class ClusterAdminApis:
         config: BrokerConfig,
         view: ClusterView,
         store: ClusterStore,
-        assign_replicas: AssignReplicas,
     ) -> None:
         self.config = config
         self.view = view
         self.store = store
-        self.assign_replicas = assign_replicas
         self._creating: dict[str, asyncio.Future[int]] = {}
 
     # -- Metadata ------------------------------------------------------------------
@@ -190,28 +186,36 @@ class ClusterAdminApis:
         future.add_done_callback(lambda _: self._creating.pop(name, None))
 
     async def _create(
-        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: dict[str, str],
+        explicit: dict[int, list[int]] | None = None,
     ) -> int:
-        brokers = sorted(self.view.brokers)
-        if replication_factor > len(brokers):
-            log.info(
-                "cannot create topic %s: replication factor %d > %d live brokers",
-                name,
-                replication_factor,
-                len(brokers),
-            )
-            return int(E.invalid_replication_factor)
-        replicas = self.assign_replicas(partitions, replication_factor, brokers)
+        """Write the topic through the controller module's ``create_topic`` (Kafka's
+        AdminZkClient: round-robin assignment, or ``explicit`` checked); an error code."""
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(
-                None, self.store.create_topic, name, uuid.uuid4(), replicas, configs
+                None,
+                functools.partial(
+                    create_topic,
+                    self.store,
+                    name,
+                    partitions,
+                    replication_factor,
+                    configs,
+                    replica_assignment=explicit or None,
+                ),
             )
         except Exception as exc:
-            if "exist" in type(exc).__name__.lower():
-                return int(E.topic_already_exists)
-            log.warning("cannot create topic %s in ZooKeeper: %s", name, exc)
-            return int(E.unknown_server_error)
+            code = getattr(exc, "kafka_error_code", None)
+            if code is None:
+                log.warning("cannot create topic %s in ZooKeeper: %s", name, exc)
+                return int(E.unknown_server_error)
+            log.info("cannot create topic %s: %s", name, exc)
+            return int(code)
         log.info(
             "created topic %s with %d partitions, replication factor %d",
             name,
@@ -277,7 +281,7 @@ class ClusterAdminApis:
             elif req.validate_only:
                 result.update(num_partitions=num, replication_factor=rf)
             else:
-                code = await self._create_assigned(t.name, num, rf, configs, explicit)
+                code = await self._create(t.name, num, rf, configs, explicit)
                 if code:
                     result["error_code"] = code
                 elif not await self._wait_until(
@@ -307,31 +311,8 @@ class ClusterAdminApis:
             results.append(result)
         return {"topics": results}
 
-    async def _create_assigned(
-        self,
-        name: str,
-        partitions: int,
-        replication_factor: int,
-        configs: dict[str, str],
-        explicit: dict[int, list[int]],
-    ) -> int:
-        if not explicit:
-            return await self._create(name, partitions, replication_factor, configs)
-        loop = asyncio.get_running_loop()
-        try:
-            await loop.run_in_executor(
-                None, self.store.create_topic, name, uuid.uuid4(), explicit, configs
-            )
-        except Exception as exc:
-            if "exist" in type(exc).__name__.lower():
-                return int(E.topic_already_exists)
-            return int(E.unknown_server_error)
-        return 0
-
     async def create_partitions(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
         """Grow topics in ZooKeeper (Kafka's AdminZkClient.addPartitions), from any broker."""
-        from headwater.cluster.controller import add_partitions
-
         loop = asyncio.get_running_loop()
         timeout_ms = getattr(req, "timeout_ms", 30_000)
         results = []
@@ -378,9 +359,7 @@ class ClusterAdminApis:
     def _has_count(self, name: str, count: int) -> bool:
         assignment = self.view.topics.get(name)
         return (
-            assignment is not None
-            and len(assignment.replicas) >= count
-            and self._has_leaders(name)
+            assignment is not None and len(assignment.replicas) >= count and self._has_leaders(name)
         )
 
     async def delete_topics(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
