@@ -184,8 +184,9 @@ class ConnectionRegistry:
         completion = limits.completion_timeout_ms / 1000
         for conn in list(self.connections):
             if conn.busy_since is not None and now - conn.busy_since > completion:
-                yield conn, (
-                    f"a response was not completed within {limits.completion_timeout_ms} ms"
+                yield (
+                    conn,
+                    (f"a response was not completed within {limits.completion_timeout_ms} ms"),
                 )
             elif conn.frame_started is not None and now - conn.frame_started > receive:
                 yield conn, f"a request did not arrive whole within {limits.receive_timeout_ms} ms"

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from headwater.client.connection import BrokerConnection
 from headwater.client.errors import KafkaConnectionError, KafkaError
 from headwater.client.session_handler import FetchSessionHandler
+from headwater.cluster.inter_broker import InterBrokerConnector
 from headwater.cluster.partition import PartitionReplica
 from headwater.fetch.types import ZERO_UUID, PartitionData, PartitionFetch
 from headwater.log.errors import KafkaApiError
@@ -39,7 +40,6 @@ OFFSET_OUT_OF_RANGE = 1
 FOLLOWER_FETCH_VERSION = 12
 
 PartitionKey = tuple[str, int]
-AddressOf = Callable[[int], "tuple[str, int] | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +78,7 @@ class ReplicaFetcher:
         self,
         local_id: int,
         leader_id: int,
-        address_of: AddressOf,
+        connector: InterBrokerConnector,
         config: FetcherConfig,
         *,
         on_progress: Callable[[PartitionReplica], None] | None = None,
@@ -86,7 +86,7 @@ class ReplicaFetcher:
     ) -> None:
         self.local_id = local_id
         self.leader_id = leader_id
-        self.address_of = address_of
+        self.connector = connector
         self.config = config
         self.on_progress = on_progress
         self.name = name or f"replica-fetcher-{leader_id}"
@@ -168,12 +168,7 @@ class ReplicaFetcher:
         conn = self._conn
         if conn is not None and not conn.closed:
             return conn
-        address = self.address_of(self.leader_id)
-        if address is None:
-            raise KafkaConnectionError(f"leader {self.leader_id} has no known address")
-        self._conn = await BrokerConnection.open(
-            address[0], address[1], client_id=f"replica-{self.local_id}", node_id=self.leader_id
-        )
+        self._conn = await self.connector.open(self.leader_id, "replica")
         return self._conn
 
     # -- one round trip ----------------------------------------------------------

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from headwater.cluster.cluster_view import ClusterChange, ClusterView
+from headwater.cluster.inter_broker import InterBrokerConnector
 from headwater.cluster.partition import PartitionReplica, ReplicaAssignment
 from headwater.cluster.produce_purgatory import (
     NOT_ENOUGH_REPLICAS_AFTER_APPEND,
@@ -96,6 +97,8 @@ class ReplicaManager:
         self.replicas: dict[PartitionKey, PartitionReplica] = {}
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self.leadership_listeners: list[LeadershipListener] = []
+        #: How this broker reaches its peers (replica fetchers, transaction markers).
+        self.connector = InterBrokerConnector(local_id, self._address_of)
         self._checkpoint = HighWatermarkCheckpoint(data_dir / HW_CHECKPOINT_FILE)
         self._checkpointed: dict[PartitionKey, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -385,7 +388,7 @@ class ReplicaManager:
             fetcher = ReplicaFetcher(
                 self.local_id,
                 leader,
-                self._address_of,
+                self.connector,
                 self.config.fetcher,
                 name=f"replica-fetcher-{self.local_id}-from-{leader}-{index}",
             )

@@ -189,8 +189,7 @@ def walk_records(data: Buffer, count: int) -> RecordWalk:
                 pos = _skip_headers(data, pos, i)
             if pos != end:
                 raise InvalidRecordError(
-                    f"record {i} declares {length} bytes but its fields span "
-                    f"{length + pos - end}",
+                    f"record {i} declares {length} bytes but its fields span {length + pos - end}",
                     [RecordError(i, "record length does not match its fields")],
                 )
             i += 1

@@ -121,8 +121,9 @@ def test_bad_batches_are_refused_and_consumers_read_past_them(broker: BrokerProc
             values += [r.value for r in records]
     kc.close()
     assert values == expected
-    assert any("rejected produce to hostile-0" in line and "wire-test" in line
-               for line in broker.lines), "rejections are logged with the client id"
+    assert any(
+        "rejected produce to hostile-0" in line and "wire-test" in line for line in broker.lines
+    ), "rejections are logged with the client id"
 
 
 @pytest.mark.parametrize("name", ["a b", "bang!", "x" * 250, ".", ".."])

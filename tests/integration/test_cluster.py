@@ -371,9 +371,7 @@ def test_truncation_of_a_diverged_follower(cluster: Cluster) -> None:
         cluster.kill(old_leader)
         for b in followers:
             cluster.resume(b)
-    wait_for(
-        lambda: cluster.leader("diverge") in followers, timeout=60, what="an unclean election"
-    )
+    wait_for(lambda: cluster.leader("diverge") in followers, timeout=60, what="an unclean election")
     new_leader = cluster.leader("diverge")
     again = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
     for i in range(30):

@@ -46,9 +46,10 @@ def test_cluster_command_starts_everything_and_stops_it_on_sigterm(tmp_path: Pat
         assert connectable("127.0.0.1", base) and connectable("127.0.0.1", base + 1)
         for i in (1, 2):
             assert (tmp_path / f"broker-{i}").is_dir()
-            assert f"listening on 127.0.0.1:{base + i - 1}" in (
-                tmp_path / "logs" / f"broker-{i}.log"
-            ).read_text()
+            assert (
+                f"listening on 127.0.0.1:{base + i - 1}"
+                in (tmp_path / "logs" / f"broker-{i}.log").read_text()
+            )
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0
     finally:

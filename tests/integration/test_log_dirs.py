@@ -33,4 +33,3 @@ def test_describe_log_dirs_reports_partition_sizes(broker: BrokerProcess) -> Non
         f.stat().st_size for f in (broker.data_dir / "sized-0").iterdir() if f.suffix == ".log"
     )
     assert sizes[("sized", 0)] == on_disk >= 20 * 1000
-

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from headwater.cluster.inter_broker import InterBrokerConnector
 from headwater.cluster.partition import PartitionReplica, ReplicaAssignment
 from headwater.cluster.replica_fetcher import FetcherConfig, ReplicaFetcher
 from headwater.fetch.planner import read_partitions
@@ -77,7 +78,7 @@ def test_diverged_follower_truncates_to_the_leaders_epoch_end_then_copies_it(
 
     replica = PartitionReplica("t", 0, follower, local_id=1)
     replica.apply_state(ReplicaAssignment((0, 1), 0, 2, (0, 1), 0), now_ms=0)
-    fetcher = ReplicaFetcher(1, 0, lambda _b: None, FetcherConfig())
+    fetcher = ReplicaFetcher(1, 0, InterBrokerConnector(1, lambda _b: None), FetcherConfig())
     fetcher.add(replica)
 
     answer = follower_fetch(leader, follower)

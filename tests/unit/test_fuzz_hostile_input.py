@@ -32,9 +32,7 @@ from headwater.records.validation import (
 )
 
 EXAMPLES = int(os.environ.get("HEADWATER_FUZZ_EXAMPLES", "300"))
-FUZZ = settings(
-    max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 records = st.lists(
     st.tuples(
@@ -48,8 +46,9 @@ records = st.lists(
 )
 
 
-def build(recs: list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]],
-          codec: int) -> bytes:
+def build(
+    recs: list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]], codec: int
+) -> bytes:
     b = RecordBatchBuilder(codec)
     for ts, key, value, headers in recs:
         b.append(ts, key, value, headers)
@@ -87,7 +86,9 @@ def test_compiled_and_pure_walks_agree_on_mutated_records(recs: list, data: st.D
 @FUZZ
 @given(records, st.sampled_from(list(Compression)), st.data())
 def test_validator_accepts_what_it_passes_and_consumers_can_read_it(
-    recs: list, codec: Compression, data: st.DataObject  # type: ignore[type-arg]
+    recs: list,
+    codec: Compression,
+    data: st.DataObject,  # type: ignore[type-arg]
 ) -> None:
     raw = bytearray(build(recs, codec))
     if data.draw(st.booleans()):

@@ -54,6 +54,7 @@ async def _after_appends(rest: Awaitable[bytes | AwaitingAcks | None]) -> bytes 
         return await result.response
     return result
 
+
 #: Fresh partitions in one request from which their files are made off the loop.
 PRECREATE_AT_LEAST = 8
 
