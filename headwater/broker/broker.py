@@ -253,6 +253,8 @@ class Broker:
         if cluster is None:
             self.register_kio(ApiKey.CREATE_PARTITIONS, self.admin.create_partitions)
         self.configs = ConfigsApi(self.config, self.logs, self.connections)
+        if cluster is not None:
+            self.configs.topic_config_writer = cluster.store.set_topic_configs
         self.register_kio(ApiKey.DESCRIBE_CONFIGS, self.configs.describe_configs)
         self.register_kio(ApiKey.INCREMENTAL_ALTER_CONFIGS, self.configs.incremental_alter_configs)
         self.register_kio(ApiKey.INIT_PRODUCER_ID, self.admin.init_producer_id)

@@ -45,6 +45,7 @@ from headwater.cluster.produce_purgatory import (
 from headwater.cluster.replica_fetcher import FetcherConfig, ReplicaFetcher
 from headwater.cluster.store import ClusterStore, PartitionState, SessionEvent
 from headwater.fetch.types import PartitionFetch
+from headwater.log.errors import KafkaApiError
 from headwater.log.hw_checkpoint import HighWatermarkCheckpoint
 from headwater.log.log import Log
 from headwater.log.log_directory import LogDirectory
@@ -177,6 +178,8 @@ class ReplicaManager:
             self._drop_topic(name)
         for name in change.topics_added:
             self._ensure_local_topic(name)
+        for name in change.configs_changed:
+            self._apply_topic_configs(name)
         keys = set(change.partitions_changed)
         for name in change.topics_added:
             assignment = self.view.topics.get(name)
@@ -227,8 +230,23 @@ class ReplicaManager:
             self.logs.create_topic(
                 name, count, dict(assignment.configs), topic_id=assignment.topic_id
             )
-        elif count > local.num_partitions:
-            self.logs.create_partitions(name, count)
+        else:
+            if count > local.num_partitions:
+                self.logs.create_partitions(name, count)
+            self._apply_topic_configs(name)  # changed while this broker was away
+
+    def _apply_topic_configs(self, name: str) -> None:
+        """A topic's overrides changed in ZooKeeper: the local logs follow at once."""
+        assignment = self.view.topics.get(name)
+        local = self.logs.topics().get(name)
+        if assignment is None or local is None or local.configs == assignment.configs:
+            return
+        try:
+            self.logs.alter_topic_configs(name, dict(assignment.configs))
+        except (ValueError, KafkaApiError) as exc:  # a bad value from another tool: keep ours
+            log.error("topic %s: ignoring ZooKeeper configs %s: %s", name, assignment.configs, exc)
+            return
+        log.info("topic %s configs are now %s (from ZooKeeper)", name, assignment.configs)
 
     def _drop_topic(self, name: str) -> None:
         for key in [k for k in self.replicas if k[0] == name]:

@@ -453,3 +453,65 @@ def test_partitions_added_from_any_broker_get_leaders_and_take_writes(cluster: C
         producer.produce("grows", value=f"p{partition}".encode(), partition=partition)
     assert producer.flush(20) == 0
     assert sorted(read_all(cluster.bootstrap, "grows", 5)) == [f"p{i}".encode() for i in range(5)]
+
+
+def describe_topic_config(bootstrap: str, topic: str, key: str) -> str | None:
+    """DescribeConfigs sent to exactly this broker (admin clients pick any broker)."""
+    from headwater.protocol.apis import ApiKey
+    from headwater.protocol.messages import build_request, decode_response, encode_request
+    from tests.integration.wire import WireClient
+
+    request = build_request(
+        ApiKey.DESCRIBE_CONFIGS,
+        1,
+        {
+            "resources": [
+                {"resource_type": 2, "resource_name": topic, "configuration_keys": [key]}
+            ],
+            "include_synonyms": False,
+        },
+    )
+    client = WireClient(bootstrap)
+    try:
+        body = client.request(ApiKey.DESCRIBE_CONFIGS, 1, encode_request(request))
+    finally:
+        client.close()
+    (result,) = decode_response(ApiKey.DESCRIBE_CONFIGS, 1, body).results
+    assert result.error_code == 0, result
+    values = [str(c.value) for c in result.configs if c.name == key]
+    return values[0] if values else None
+
+
+def test_topic_configs_altered_through_one_broker_apply_on_every_broker(
+    cluster: Cluster,
+) -> None:
+    """IncrementalAlterConfigs writes ZooKeeper's /config/topics; every broker follows."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+
+    cluster.create_topic("configured", partitions=1, replication=3)
+    cluster.kill(2)  # misses the change; must pick it up from ZooKeeper when back
+    first = cluster.brokers[0].bootstrap
+    admin = AdminClient({"bootstrap.servers": first})
+    resource = ConfigResource(
+        ResourceType.TOPIC,
+        "configured",
+        incremental_configs=[
+            ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    admin.incremental_alter_configs([resource], request_timeout=30)[resource].result(30)
+    cluster.restart(2)
+    for broker in cluster.brokers:
+        wait_for(
+            lambda b=broker: (
+                describe_topic_config(b.bootstrap, "configured", "retention.ms") == "3600000"
+            ),
+            timeout=30,
+            what=f"retention.ms on {broker.bootstrap}",
+        )

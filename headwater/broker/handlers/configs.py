@@ -7,14 +7,20 @@ the dynamic broker configs, applied live where Kafka applies them live: the
 ``log.*`` defaults every topic inherits and the connection limits. Dynamic
 broker configs are kept in ``dynamic-broker-configs.json`` in the data
 directory (Kafka keeps them in its metadata) and reapplied at start.
+
+In a cluster a topic's overrides live in ZooKeeper (``/config/topics/<t>``,
+as Kafka keeps them): an alter writes there through ``topic_config_writer``
+and every broker, this one included, applies the change from its watch, so
+the topic behaves the same on each replica.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +63,8 @@ class ConfigsApi:
         self.static = config
         self.logs = logs
         self.connections = connections
+        #: Cluster mode: writes a topic's whole override map to ZooKeeper (blocking).
+        self.topic_config_writer: Callable[[str, dict[str, str]], None] | None = None
         self._path = Path(config.data_dir) / DYNAMIC_CONFIG_FILE
         self.dynamic: dict[str, str] = self._load()
         if self.dynamic:
@@ -168,8 +176,43 @@ class ConfigsApi:
 
     # -- alter ------------------------------------------------------------------------
 
-    def incremental_alter_configs(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
-        responses = []
+    def incremental_alter_configs(
+        self, ctx: RequestContext, req: Any
+    ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+        topic_writes: dict[int, tuple[str, dict[str, str]]] = {}
+        response = self._alter(req, topic_writes)
+        writer = self.topic_config_writer
+        if not topic_writes:
+            return response
+        if writer is None:
+            for name, configs in topic_writes.values():
+                self._apply_topic(name, configs)
+            return response
+
+        async def write_to_cluster() -> dict[str, Any]:
+            loop = asyncio.get_running_loop()
+            for index, (name, configs) in topic_writes.items():
+                entry = response["responses"][index]
+                try:
+                    await loop.run_in_executor(None, writer, name, configs)
+                except KafkaApiError as exc:
+                    entry["error_code"], entry["error_message"] = exc.kafka_error_code, str(exc)
+                    continue
+                except Exception as exc:  # ZooKeeper unreachable or timed out
+                    log.warning("writing configs of topic %s to ZooKeeper failed: %s", name, exc)
+                    entry["error_code"] = int(E.request_timed_out)
+                    entry["error_message"] = f"could not write topic configs: {exc}"
+                    continue
+                self._apply_topic(name, configs)  # the watch applies it again, harmlessly
+            return response
+
+        return write_to_cluster()
+
+    def _alter(
+        self, req: Any, topic_writes: dict[int, tuple[str, dict[str, str]]]
+    ) -> dict[str, Any]:
+        """Validate every resource and apply broker configs; topic writes are returned."""
+        responses: list[dict[str, Any]] = []
         for res in req.resources:
             entry: dict[str, Any] = {
                 "resource_type": res.resource_type,
@@ -179,7 +222,9 @@ class ConfigsApi:
             }
             try:
                 if res.resource_type == TOPIC:
-                    self._alter_topic(res.resource_name, res.configs, req.validate_only)
+                    configs = self._alter_topic(res.resource_name, res.configs)
+                    if not req.validate_only:
+                        topic_writes[len(responses)] = (res.resource_name, configs)
                 elif res.resource_type == BROKER:
                     self._check_broker(res.resource_name)
                     self._alter_broker(res.configs, req.validate_only)
@@ -196,7 +241,8 @@ class ConfigsApi:
             responses.append(entry)
         return {"throttle_time": 0, "responses": responses}
 
-    def _alter_topic(self, name: str, ops: Any, validate_only: bool) -> None:
+    def _alter_topic(self, name: str, ops: Any) -> dict[str, str]:
+        """The topic's new override map, validated; raises on an unknown topic or bad value."""
         info = self.logs.topics().get(name)
         if info is None:
             raise ConfigError(int(E.unknown_topic_or_partition), f"unknown topic {name!r}")
@@ -204,7 +250,10 @@ class ConfigsApi:
             dict(info.configs), ops, lambda key: _topic_type(key), default=_topic_default
         )
         self.static.log.with_topic_overrides(configs)  # raises InvalidConfigError
-        if not validate_only:
+        return configs
+
+    def _apply_topic(self, name: str, configs: dict[str, str]) -> None:
+        if name in self.logs.topics():
             self.logs.alter_topic_configs(name, configs)
             log.info("topic %s configs are now %s", name, configs)
 
