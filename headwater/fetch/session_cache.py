@@ -10,12 +10,21 @@ finds the cache full may evict one session, and only:
    sessions, if the newcomer is bigger by the same ordering. For a follower
    newcomer every consumer session is evictable, and follower sessions
    created longer ago than the eviction time; for a consumer newcomer only
-   sessions created longer ago than the eviction time (so a consumer never
-   evicts a follower, and evicts a consumer only when strictly larger).
+   consumer sessions created longer ago than the eviction time.
 
 Otherwise the newcomer is declined and served without a session (id 0).
-This is Kafka's rule; seed 004 adds an optional minimum session size and a
-separate, smaller pool of slots for consumers.
+
+**Deviation from Kafka (issues 8, 9, 12): a consumer never evicts a follower
+session**, not even an idle or old one. Kafka lets any newcomer take the
+globally least recently used session once it is idle past the eviction time,
+and lets a larger consumer evict an old follower session; a flood of
+consumer sessions can then push replica fetchers to sessionless full
+fetches, which costs the whole cluster. So a consumer newcomer looks only at
+consumer sessions: their own use order for step 1 and their own sorted lists
+for step 2. Followers may still evict anything by Kafka's rule. Likewise the
+per-principal and per-client limits count and replace consumer sessions only
+(followers are exempt from them). Seed 004 adds an optional minimum session
+size and a separate, smaller pool of slots for consumers.
 
 Each of those decisions costs O(log n) compares, not a scan of the sessions:
 an ``OrderedDict`` keeps use order, and per kind of session (consumer,
@@ -240,8 +249,9 @@ class FetchSessionCache:
             owner=owner,
         )
         populate(session)
-        self._client_of[session.id] = client
-        self._per_client[client] = self._per_client.get(client, 0) + 1
+        if not privileged:  # followers are exempt from the per-client limit
+            self._client_of[session.id] = client
+            self._per_client[client] = self._per_client.get(client, 0) + 1
         slot = _Slot(session)
         self._slots[session.id] = slot
         self._lru[session.id] = slot
@@ -249,11 +259,13 @@ class FetchSessionCache:
         pool.lru[session.id] = slot
         pool.index(slot)
         self._ripening.append(slot)
-        self._by_owner.setdefault(owner, OrderedDict())[session.id] = slot
+        if not privileged:  # ... and from the per-principal one
+            self._by_owner.setdefault(owner, OrderedDict())[session.id] = slot
         self.num_incremental_fetch_partitions_cached += slot.size
         return session
 
     def sessions_of(self, owner: str) -> int:
+        """Consumer sessions held by ``owner`` (what the per-principal limit counts)."""
         owned = self._by_owner.get(owner)
         return len(owned) if owned else 0
 
@@ -279,7 +291,8 @@ class FetchSessionCache:
             return
         session.last_used_ms = now_ms
         self._lru.move_to_end(session.id)
-        self._by_owner[session.owner].move_to_end(session.id)
+        if not session.privileged:
+            self._by_owner[session.owner].move_to_end(session.id)
         pool = self._pool(session)
         pool.lru.move_to_end(session.id)
         size = session.size
@@ -301,21 +314,21 @@ class FetchSessionCache:
 
     def _make_room(self, privileged: bool, size: int, now_ms: int) -> bool:
         self._ripen(now_ms)
-        consumer_pool_full = len(self._consumers) >= self.consumer_slots
-        if not privileged and consumer_pool_full:
-            return self._evict_for(privileged, size, now_ms, consumers_only=True)
+        if not privileged and len(self._consumers) >= self.consumer_slots:
+            return self._evict_for(privileged, size, now_ms)
         if len(self._slots) < self.max_slots:
             return True
-        return self._evict_for(privileged, size, now_ms, consumers_only=False)
+        return self._evict_for(privileged, size, now_ms)
 
-    def _evict_for(self, privileged: bool, size: int, now_ms: int, *, consumers_only: bool) -> bool:
-        lru = self._consumers.lru if consumers_only else self._lru
+    def _evict_for(self, privileged: bool, size: int, now_ms: int) -> bool:
+        # A consumer newcomer sees consumer sessions only (see the module docstring).
+        lru = self._lru if privileged else self._consumers.lru
         if lru:
             stalest = next(iter(lru.values()))
             if now_ms - stalest.session.last_used_ms > self.eviction_ms:
                 self._evict(stalest)
                 return True
-        victim = self._smallest_evictable(privileged, consumers_only)
+        victim = self._smallest_evictable(privileged)
         if victim is None:
             return False
         newcomer = (privileged, size, 0)
@@ -324,7 +337,7 @@ class FetchSessionCache:
             return True
         return False
 
-    def _smallest_evictable(self, privileged: bool, consumers_only: bool) -> _Slot | None:
+    def _smallest_evictable(self, privileged: bool) -> _Slot | None:
         consumers, followers = self._consumers, self._followers
         if privileged:
             # Every consumer session, and follower sessions past the eviction time.
@@ -332,12 +345,8 @@ class FetchSessionCache:
             if firsts:
                 return self._slots[min(firsts)[1]]
             return self._slots[followers.mature[0][1]] if followers.mature else None
-        # Only sessions past the eviction time; consumers sort before followers.
-        if consumers.mature:
-            return self._slots[consumers.mature[0][1]]
-        if consumers_only or not followers.mature:
-            return None
-        return self._slots[followers.mature[0][1]]
+        # Only consumer sessions past the eviction time: never a follower's.
+        return self._slots[consumers.mature[0][1]] if consumers.mature else None
 
     def _ripen(self, now_ms: int) -> None:
         """Move sessions created longer ago than the eviction time to the mature lists."""
@@ -359,9 +368,8 @@ class FetchSessionCache:
         session = slot.session
         del self._slots[session.id]
         del self._lru[session.id]
-        owned = self._by_owner[session.owner]
-        del owned[session.id]
-        if not owned:
+        owned = self._by_owner.get(session.owner)
+        if owned is not None and owned.pop(session.id, None) is not None and not owned:
             del self._by_owner[session.owner]
         pool = self._pool(session)
         del pool.lru[session.id]

@@ -88,3 +88,12 @@ def test_no_request_from_mallory_changes_alices_session(
         serve(cache, request(target, epoch, [fetch("t", guess % 10)]), MALLORY, now_ms=1)
     assert cache.get(sid) is session and not session.closed
     assert (session.epoch, session.last_used_ms, session.size) == before
+
+
+def test_a_consumer_at_its_principal_limit_never_replaces_a_follower_session() -> None:
+    # Without authentication followers and consumers share one principal.
+    cache = FetchSessionCache(max_slots=10, slots_per_owner=1)
+    follower = serve(cache, request(0, 0, [fetch("t", 1)], replica_id=1), ALICE).session_id
+    first, second = open_session(cache, ALICE), open_session(cache, ALICE, now_ms=1)
+    assert follower in cache and first not in cache and second in cache
+    assert cache.sessions_of(ALICE) == 1
