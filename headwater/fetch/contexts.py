@@ -21,7 +21,7 @@ carried, instead of error 71.
 
 Every context is used the same way by the broker::
 
-    ctx = cache.new_context(request, now_ms, watcher)
+    ctx = new_fetch_context(cache, request, now_ms, watcher)
     if ctx.error_code: ...                      # answer the error, session id 0
     results = planner(ctx.partitions_to_read())  # same order; KIP-74 applied there
     response = ctx.update_and_generate_response(results, now_ms)
@@ -33,7 +33,6 @@ final read, so no log notification can fall between them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
 from headwater.fetch.session import (
     FINAL_EPOCH,
@@ -46,10 +45,8 @@ from headwater.fetch.session import (
     next_epoch,
     session_key,
 )
+from headwater.fetch.session_cache import FetchSessionCache
 from headwater.fetch.types import FetchRequestData, FetchResponseData, PartitionData, PartitionFetch
-
-if TYPE_CHECKING:
-    from headwater.fetch.session_cache import FetchSessionCache
 
 FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71

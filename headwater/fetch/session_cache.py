@@ -40,9 +40,7 @@ import secrets
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
-from headwater.fetch.contexts import FetchContext, new_fetch_context
 from headwater.fetch.session import MAX_EPOCH, FetchSession, PartitionWatcher
-from headwater.fetch.types import FetchRequestData
 
 SizeKey = tuple[int, int]
 """(partition count, session id): eviction order within one kind of session."""
@@ -100,12 +98,12 @@ class _Pool:
 
 
 class FetchSessionCache:
-    """All incremental fetch sessions of a broker, and the fetch-context factory.
+    """All incremental fetch sessions of a broker: admission, use order, eviction.
 
-    ``new_context`` is the entry point for every FetchRequest; the rest of
-    the public methods serve the contexts and tests. Metrics are plain
-    attributes the broker exports (names follow Kafka's FetchSessionCache
-    group).
+    It knows nothing of requests: ``headwater.fetch.contexts.new_fetch_context``
+    serves each FetchRequest against a cache (so the dependency runs one way,
+    contexts -> cache). Metrics are plain attributes the broker exports
+    (names follow Kafka's FetchSessionCache group).
     """
 
     def __init__(
@@ -168,24 +166,6 @@ class FetchSessionCache:
         """New sessions declined because their client address held its limit."""
         self.foreign_session_attempts_total = 0
         """Requests naming a live session of another owner (refused with error 70)."""
-
-    # -- the entry point --------------------------------------------------
-
-    def new_context(
-        self,
-        request: FetchRequestData,
-        now_ms: int,
-        watcher: PartitionWatcher,
-        *,
-        client: str = "",
-        owner: str = "",
-    ) -> FetchContext:
-        """The context that serves ``request``: one class per case of the KIP-227 table.
-
-        ``client`` is the requester's address, for the per-client slot limit;
-        ``owner`` (the principal) binds new sessions to their creator.
-        """
-        return new_fetch_context(self, request, now_ms, watcher, client=client, owner=owner)
 
     # -- lookup and metrics -----------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from headwater.fetch.contexts import new_fetch_context
 from headwater.fetch.session import FetchSession
 from headwater.fetch.session_cache import FetchSessionCache
 from tests.unit.test_fetch_session import World, fetch, request
@@ -226,7 +227,7 @@ def test_metrics_follow_creation_use_and_closing() -> None:
 
 def _open_from(cache: FetchSessionCache, client: str, now_ms: int = 0) -> FetchSession | None:
     req = request(0, 0, [fetch("t", p) for p in range(3)])
-    ctx = cache.new_context(req, now_ms, WORLD, client=client)
+    ctx = new_fetch_context(cache, req, now_ms, WORLD, client=client)
     results = WORLD.read(ctx.partitions_to_read(), max_bytes=req.max_bytes, read_committed=False)
     return cache.get(ctx.update_and_generate_response(results, now_ms).session_id)
 

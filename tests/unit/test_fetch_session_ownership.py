@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from headwater.fetch.contexts import new_fetch_context
 from headwater.fetch.session_cache import FetchSessionCache
 from headwater.fetch.types import FetchRequestData, FetchResponseData
 from tests.unit.test_fetch_session import World, fetch, request
@@ -16,7 +17,7 @@ ALICE, MALLORY = "User:alice", "User:mallory"
 def serve(
     cache: FetchSessionCache, req: FetchRequestData, owner: str, now_ms: int = 0
 ) -> FetchResponseData:
-    ctx = cache.new_context(req, now_ms, WORLD, owner=owner)
+    ctx = new_fetch_context(cache, req, now_ms, WORLD, owner=owner)
     if ctx.error_code:
         return ctx.update_and_generate_response([], now_ms)
     results = WORLD.read(ctx.partitions_to_read(), max_bytes=req.max_bytes)

@@ -17,7 +17,7 @@ from headwater.broker.config import BrokerConfig
 from headwater.broker.connection import RequestContext
 from headwater.broker.metrics import BrokerMetrics
 from headwater.cluster.replica_manager import ReplicaManager
-from headwater.fetch.contexts import FetchContext
+from headwater.fetch.contexts import FetchContext, new_fetch_context
 from headwater.fetch.planner import FetchResult, isolation_for, read_partitions
 from headwater.fetch.purgatory import FetchPurgatory, SessionPartitionWatcher
 from headwater.fetch.session_cache import FetchSessionCache
@@ -167,8 +167,8 @@ class FetchApi:
         now = _now_ms()
         # Sessions belong to the principal that created them (beyond KIP-227);
         # the client address counts against its per-address slot limit.
-        ctx: FetchContext = self.sessions.new_context(
-            req, now, self.watcher, client=client, owner=owner
+        ctx: FetchContext = new_fetch_context(
+            self.sessions, req, now, self.watcher, client=client, owner=owner
         )
         if ctx.error_code:
             return self._encode(
