@@ -473,7 +473,13 @@ class Log:
 
     def append(self, payload: bytes | bytearray | memoryview, now_ms: int) -> AppendResult:
         """Validate, assign offsets and write a producer's batches; all or nothing."""
-        checked = validate_append(payload, self.config.max_message_bytes, self._policy(), now_ms)
+        checked = validate_append(
+            payload,
+            self.config.max_message_bytes,
+            self._policy(),
+            now_ms,
+            max_decompressed_bytes=self.config.max_decompressed_bytes,
+        )
         headers, payload = checked.headers, checked.payload
         if len(payload) > self.config.segment_bytes:
             raise RecordBatchTooLargeError(
