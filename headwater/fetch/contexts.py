@@ -32,7 +32,8 @@ final read, so no log notification can fall between them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
+from typing import TypeVar
 
 from headwater.fetch.session import (
     FINAL_EPOCH,
@@ -47,6 +48,8 @@ from headwater.fetch.session import (
 )
 from headwater.fetch.session_cache import FetchSessionCache
 from headwater.fetch.types import FetchRequestData, FetchResponseData, PartitionData, PartitionFetch
+
+T = TypeVar("T")
 
 FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71
@@ -82,6 +85,17 @@ class FetchContext:
     ) -> FetchResponseData:
         """Fold the planner's results into the session state and build the response."""
         raise NotImplementedError
+
+    def prepare_steps(self, now_ms: int) -> Generator[None, None, None]:
+        """Work before the read, as steps a broker may run in slices (none by default)."""
+        yield from ()
+
+    def respond_steps(
+        self, results: Sequence[PartitionData], now_ms: int
+    ) -> Generator[None, None, FetchResponseData]:
+        """``update_and_generate_response`` as steps a broker may run in slices."""
+        return self.update_and_generate_response(results, now_ms)
+        yield  # a generator
 
     def has_news(self) -> bool:
         """Whether a session partition changed since ``partitions_to_read``.
@@ -165,6 +179,8 @@ class FullFetchContext(FetchContext):
         self._owner = owner
         self._created: FetchSession | None = None
         self._answered = False
+        self._prepared = False
+        self._read_since = 0
 
     @property
     def session(self) -> FetchSession | None:
@@ -174,9 +190,51 @@ class FullFetchContext(FetchContext):
         self.partitions_read = len(self._partitions)
         return list(self._partitions)
 
+    def prepare_steps(self, now_ms: int) -> Generator[None, None, None]:
+        """Admit the session and add (and watch) its partitions before they are read.
+
+        The broker runs this in slices (a 100,000-partition session takes
+        longer than any client may be kept waiting). Watching before reading
+        means a change that lands after a partition's read reaches the
+        session and keeps that partition pending; see ``respond_steps``.
+        """
+        if self._answered or self._prepared:
+            return
+        self._prepared = True
+        self._created = self._cache.maybe_create_session(
+            now_ms,
+            privileged=self.request.replica_id >= 0,
+            size=len(self._partitions),
+            uses_topic_ids=self.request.uses_topic_ids,
+            watcher=self._watcher,
+            populate=_nothing,
+            client=self._client,
+            owner=self._owner,
+        )
+        if self._created is not None:
+            yield from self._created.add_steps(self._partitions)
+            self._read_since = self._created.change_clock
+
+    def respond_steps(
+        self, results: Sequence[PartitionData], now_ms: int
+    ) -> Generator[None, None, FetchResponseData]:
+        if not self._prepared:
+            return self.update_and_generate_response(results, now_ms)
+        self._answered = True
+        session = self._created
+        if session is not None:
+            yield from session.absorb_steps(
+                results, read_since=self._read_since, read_committed=self.read_committed
+            )
+        if session is None or session.closed:  # declined, or evicted meanwhile
+            return FetchResponseData(session_id=INVALID_SESSION_ID, partitions=list(results))
+        return FetchResponseData(session_id=session.id, partitions=list(results))
+
     def update_and_generate_response(
         self, results: Sequence[PartitionData], now_ms: int
     ) -> FetchResponseData:
+        if self._prepared and not self._answered:
+            return drain(self.respond_steps(results, now_ms))
         if not self._answered:
             self._answered = True
             self._created = self._cache.maybe_create_session(
@@ -189,11 +247,25 @@ class FullFetchContext(FetchContext):
                 client=self._client,
                 owner=self._owner,
             )
-        session_id = INVALID_SESSION_ID if self._created is None else self._created.id
+        created = self._created
+        session_id = INVALID_SESSION_ID if created is None or created.closed else created.id
         return FetchResponseData(session_id=session_id, partitions=list(results))
 
     def _populate(self, session: FetchSession, results: Sequence[PartitionData]) -> None:
         session.populate(self._partitions, results, read_committed=self.read_committed)
+
+
+def _nothing(_session: FetchSession) -> None:
+    """The session is filled in steps afterwards (``FullFetchContext.prepare_steps``)."""
+
+
+def drain(steps: Generator[None, None, T]) -> T:
+    """Run a step generator to its end at once; its return value."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
 
 
 class IncrementalFetchContext(FetchContext):
@@ -231,11 +303,11 @@ class IncrementalFetchContext(FetchContext):
     def partitions_to_read(self) -> list[PartitionFetch]:
         session = self._session
         self._read_since = session.change_clock
-        chosen = session.pending_in_order(self._resend)
+        chosen = session.pending_requests(self._resend)
         self.partitions_read = len(chosen)
         session.partitions_read_total += len(chosen)
         self._cache.incremental_partitions_read_total += len(chosen)
-        return [cached.request for cached in chosen]
+        return chosen
 
     def has_news(self) -> bool:
         return self._session.closed or self._session.change_clock > self._read_since

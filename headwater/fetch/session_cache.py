@@ -56,9 +56,9 @@ class _Slot:
 
     __slots__ = ("mature", "removed", "session", "size")
 
-    def __init__(self, session: FetchSession) -> None:
+    def __init__(self, session: FetchSession, size: int) -> None:
         self.session = session
-        self.size = session.size
+        self.size = size
         self.mature = False
         """Created longer ago than the eviction time (as of the last ripening)."""
         self.removed = False
@@ -228,11 +228,11 @@ class FetchSessionCache:
             watcher=watcher,
             owner=owner,
         )
-        populate(session)
+        populate(session)  # may be a no-op: the session is then filled to ``size`` later
         if not privileged:  # followers are exempt from the per-client limit
             self._client_of[session.id] = client
             self._per_client[client] = self._per_client.get(client, 0) + 1
-        slot = _Slot(session)
+        slot = _Slot(session, size)
         self._slots[session.id] = slot
         self._lru[session.id] = slot
         pool = self._pool(session)

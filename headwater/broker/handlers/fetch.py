@@ -15,10 +15,11 @@ from collections.abc import Awaitable, Callable
 
 from headwater.broker.config import BrokerConfig
 from headwater.broker.connection import RequestContext
+from headwater.broker.cooperative import sliced
 from headwater.broker.metrics import BrokerMetrics
 from headwater.cluster.replica_manager import ReplicaManager
 from headwater.fetch.contexts import FetchContext, new_fetch_context
-from headwater.fetch.planner import FetchResult, isolation_for, read_partitions
+from headwater.fetch.planner import FetchResult, isolation_for, read_partitions_steps
 from headwater.fetch.purgatory import FetchPurgatory, SessionPartitionWatcher
 from headwater.fetch.session_cache import FetchSessionCache
 from headwater.fetch.types import (
@@ -128,12 +129,13 @@ class FetchApi:
             return lambda _topic: follower
         return ctx.topic_check(AclOperation.READ)
 
-    def _read(
+    async def _read(
         self,
         req: FetchRequestData,
         partitions: list[PartitionFetch],
         authorized: Callable[[str], bool] | None = None,
     ) -> FetchResult:
+        """Read in time slices: 100,000 partitions must not stall other clients."""
         max_bytes = req.max_bytes if req.max_bytes > 0 else self.config.fetch_max_bytes
         replication = self.replication
         serving = None
@@ -143,15 +145,17 @@ class FetchApi:
                 if req.replica_id < 0
                 else functools.partial(replication.follower_serving_error, req.replica_id)
             )
-        result = read_partitions(
-            partitions,
-            self.logs.existing_log,
-            max_bytes=min(max_bytes, self.config.fetch_max_bytes),
-            isolation=isolation_for(req.replica_id, req.isolation_level),
-            topic_id_of=self._topic_id_of,
-            aborted_list=req.isolation_level == 1,
-            serving=serving,
-            authorized=authorized,
+        result = await sliced(
+            read_partitions_steps(
+                partitions,
+                self.logs.existing_log,
+                max_bytes=min(max_bytes, self.config.fetch_max_bytes),
+                isolation=isolation_for(req.replica_id, req.isolation_level),
+                topic_id_of=self._topic_id_of,
+                aborted_list=req.isolation_level == 1,
+                serving=serving,
+                authorized=authorized,
+            )
         )
         self.metrics.fetch_partitions_read.inc(len(partitions))
         return result
@@ -179,8 +183,11 @@ class FetchApi:
             empty = ctx.update_and_generate_response([], now)
             empty.throttle_time_ms = throttled
             return self._encode(empty, req.version)
+        # A full fetch that creates a session adds and watches its partitions
+        # before reading them, in slices (a no-op for other contexts).
+        await sliced(ctx.prepare_steps(now))
         to_read = ctx.partitions_to_read()
-        result = self._read(req, to_read, authorized)
+        result = await self._read(req, to_read, authorized)
         if req.replica_id >= 0 and self.replication is not None:
             # A follower's fetch offsets say what it has: they move the high
             # watermark and the ISR. An incremental fetch reads only what
@@ -204,8 +211,8 @@ class FetchApi:
                     # Re-read at completion (the chapter's DelayedFetch.onComplete):
                     # more data may have arrived since the wake-up.
                     to_read = ctx.partitions_to_read()
-                    result = self._read(req, to_read, authorized)
-        response = ctx.update_and_generate_response(result.partitions, _now_ms())
+                    result = await self._read(req, to_read, authorized)
+        response = await sliced(ctx.respond_steps(result.partitions, _now_ms()))
         bound_open_files(response, MAX_OPEN_SLICES_PER_RESPONSE)
         sent = sum(p.records_size for p in response.partitions)
         self.metrics.bytes_out.inc(sent)
