@@ -32,7 +32,7 @@ final read, so no log notification can fall between them.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Generator, Sequence
 from typing import TypeVar
 
 from headwater.fetch.session import (
@@ -140,13 +140,17 @@ class SessionErrorContext(FetchContext):
 class SessionlessFetchContext(FetchContext):
     """A full fetch that neither uses nor creates a session: answer exactly what was asked."""
 
-    def __init__(self, request: FetchRequestData, partitions: list[PartitionFetch]) -> None:
+    def __init__(self, request: FetchRequestData) -> None:
         super().__init__(request)
-        self._partitions = partitions
+        self._unique = _UniquePartitions(request)
+
+    def prepare_steps(self, now_ms: int) -> Generator[None, None, None]:
+        yield from self._unique.steps()
 
     def partitions_to_read(self) -> list[PartitionFetch]:
-        self.partitions_read = len(self._partitions)
-        return list(self._partitions)
+        partitions = self._unique.get()
+        self.partitions_read = len(partitions)
+        return list(partitions)
 
     def update_and_generate_response(
         self, results: Sequence[PartitionData], now_ms: int
@@ -166,14 +170,13 @@ class FullFetchContext(FetchContext):
         self,
         cache: FetchSessionCache,
         request: FetchRequestData,
-        partitions: list[PartitionFetch],
         watcher: PartitionWatcher,
         client: str = "",
         owner: str = "",
     ) -> None:
         super().__init__(request)
         self._cache = cache
-        self._partitions = partitions
+        self._unique = _UniquePartitions(request)
         self._watcher = watcher
         self._client = client
         self._owner = owner
@@ -185,6 +188,10 @@ class FullFetchContext(FetchContext):
     @property
     def session(self) -> FetchSession | None:
         return self._created
+
+    @property
+    def _partitions(self) -> list[PartitionFetch]:
+        return self._unique.get()
 
     def partitions_to_read(self) -> list[PartitionFetch]:
         self.partitions_read = len(self._partitions)
@@ -200,6 +207,7 @@ class FullFetchContext(FetchContext):
         """
         if self._answered or self._prepared:
             return
+        yield from self._unique.steps()
         self._prepared = True
         self._created = self._cache.maybe_create_session(
             now_ms,
@@ -361,10 +369,9 @@ def new_fetch_context(
             if existing is not None and existing.owner == owner:
                 cache.remove(session_id)
         cache.full_fetches_total += 1
-        partitions = unique_partitions(request.partitions, request.uses_topic_ids)
         if epoch == FINAL_EPOCH:
-            return SessionlessFetchContext(request, partitions)
-        return FullFetchContext(cache, request, partitions, watcher, client, owner)
+            return SessionlessFetchContext(request)
+        return FullFetchContext(cache, request, watcher, client, owner)
 
     session = cache.get(session_id)
     if session is None or session.owner != owner:
@@ -388,9 +395,7 @@ def new_fetch_context(
         # Everything was forgotten: Kafka drops the session and serves sessionless.
         cache.remove(session_id)
         cache.full_fetches_total += 1
-        return SessionlessFetchContext(
-            request, unique_partitions(request.partitions, request.uses_topic_ids)
-        )
+        return SessionlessFetchContext(request)
     cache.incremental_fetches_total += 1
     cache.touch(session, now_ms)
     if cache.retransmit_enabled:
@@ -401,17 +406,53 @@ def new_fetch_context(
 
 
 def unique_partitions(
-    partitions: Iterable[PartitionFetch], uses_topic_ids: bool
+    partitions: Sequence[PartitionFetch], uses_topic_ids: bool
 ) -> list[PartitionFetch]:
     """The request's partitions without repeats, each at its first position.
 
     librdkafka can list a topic twice in one request; a full response must
     name each partition once. A repeat's values win (as in Kafka's map).
     """
+    return drain(unique_partitions_steps(partitions, uses_topic_ids))
+
+
+UNIQUE_STEP = 2048
+
+
+def unique_partitions_steps(
+    partitions: Sequence[PartitionFetch], uses_topic_ids: bool
+) -> Generator[None, None, list[PartitionFetch]]:
+    """:func:`unique_partitions`, yielding every ``UNIQUE_STEP`` partitions."""
     unique: dict[SessionKey, PartitionFetch] = {}
-    for fetch in partitions:
-        unique[session_key(fetch, uses_topic_ids)] = fetch
+    for start in range(0, len(partitions), UNIQUE_STEP):
+        for fetch in partitions[start : start + UNIQUE_STEP]:
+            unique[session_key(fetch, uses_topic_ids)] = fetch
+        yield None
     return list(unique.values())
+
+
+class _UniquePartitions:
+    """A full fetch's partitions without repeats: found in steps by ``prepare_steps``
+    (the broker slices them), or at once when first needed."""
+
+    __slots__ = ("_request", "_unique")
+
+    def __init__(self, request: FetchRequestData) -> None:
+        self._request = request
+        self._unique: list[PartitionFetch] | None = None
+
+    def steps(self) -> Generator[None, None, None]:
+        if self._unique is None:
+            request = self._request
+            self._unique = yield from unique_partitions_steps(
+                request.partitions, request.uses_topic_ids
+            )
+
+    def get(self) -> list[PartitionFetch]:
+        if self._unique is None:
+            drain(self.steps())
+        assert self._unique is not None
+        return self._unique
 
 
 def request_fingerprint(request: FetchRequestData) -> int:

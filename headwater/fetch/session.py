@@ -188,7 +188,7 @@ def _zeros(n: int) -> array[int]:
     return array("i", bytes(4 * n))
 
 
-ADD_STEP = 1024
+ADD_STEP = 256
 """Partitions a session adds or absorbs between two yields of its step generators."""
 
 

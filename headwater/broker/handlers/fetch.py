@@ -30,7 +30,13 @@ from headwater.fetch.types import (
 )
 from headwater.log.log_directory import LogDirectory
 from headwater.log.slice import FileSlice
-from headwater.protocol.fetch_codec import EncodedBody, decode_fetch_request, encode_fetch_response
+from headwater.protocol.fetch_codec import (
+    EncodedBody,
+    decode_fetch_request,
+    decode_fetch_request_steps,
+    encode_fetch_response,
+    encode_fetch_response_steps,
+)
 from headwater.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from headwater.security.quotas import QuotaKey
 
@@ -39,6 +45,10 @@ from headwater.security.quotas import QuotaKey
 #: many files open (and two such responses exhausted the fd limit in the
 #: fetch-session benchmark); past this many slices, data is copied instead.
 MAX_OPEN_SLICES_PER_RESPONSE = 2048
+
+#: Requests at least this large are decoded in time slices (about 10,000
+#: partitions); smaller ones at once, as before.
+LARGE_REQUEST_BYTES = 256 * 1024
 
 
 def bound_open_files(response: FetchResponseData, limit: int) -> int:
@@ -96,8 +106,22 @@ class FetchApi:
                 req.forgotten[i] = f._replace(topic=info.name)
 
     def handle(self, ctx: RequestContext, frame: memoryview, offset: int) -> Awaitable[EncodedBody]:
-        req = decode_fetch_request(frame, offset, ctx.header.api_version)
-        self.metrics.fetch_request_bytes.inc(len(frame) + 4)
+        version = ctx.header.api_version
+        if len(frame) - offset >= LARGE_REQUEST_BYTES:
+            return self._handle_large(ctx, bytes(frame), offset, version)
+        return self._start(ctx, decode_fetch_request(frame, offset, version), len(frame))
+
+    async def _handle_large(
+        self, ctx: RequestContext, frame: bytes, offset: int, version: int
+    ) -> EncodedBody:
+        """Decode in time slices (the frame is a copy: its buffer may be reused meanwhile)."""
+        req = await sliced(decode_fetch_request_steps(frame, offset, version))
+        return await self._start(ctx, req, len(frame))
+
+    def _start(
+        self, ctx: RequestContext, req: FetchRequestData, frame_size: int
+    ) -> Awaitable[EncodedBody]:
+        self.metrics.fetch_request_bytes.inc(frame_size + 4)
         self._resolve_names(req)
         # Consumer byte-rate quota: a client already over it gets an empty,
         # throttled answer before anything is read (followers are not subject).
@@ -218,7 +242,7 @@ class FetchApi:
         self.metrics.bytes_out.inc(sent)
         if quota is not None:
             response.throttle_time_ms = quota.throttle(QuotaKey.CONSUMER_BYTE_RATE, sent)
-        return self._encode(response, req.version)
+        return await self._encode_sliced(response, req.version)
 
     @staticmethod
     def _ready(req: FetchRequestData, result: FetchResult, ctx: FetchContext) -> bool:
@@ -232,5 +256,10 @@ class FetchApi:
 
     def _encode(self, response: FetchResponseData, version: int) -> EncodedBody:
         body = encode_fetch_response(response, version)
+        self.metrics.fetch_response_bytes.inc(body.size + 4)
+        return body
+
+    async def _encode_sliced(self, response: FetchResponseData, version: int) -> EncodedBody:
+        body = await sliced(encode_fetch_response_steps(response, version))
         self.metrics.fetch_response_bytes.inc(body.size + 4)
         return body
