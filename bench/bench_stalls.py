@@ -15,7 +15,7 @@ client waited; the target is under 50 ms. The pinger is a separate process
 so that this process's own Python work cannot delay it.
 
 Run: ``.venv/bin/python bench/bench_stalls.py [--partitions N] [--fresh N]
-[--cases create,produce,metadata,session,stop]`` (``--cases create,session``
+[--cases idle,create,produce,metadata,session,stop]`` (``--cases idle,create,session``
 measures only the topic and the fetch session: seconds instead of a minute).
 The fetch session case also sends one incremental fetch on the new session
 (its answer must carry no partition: the session was filled correctly).
@@ -110,7 +110,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, default=100_000)
     parser.add_argument("--fresh", type=int, default=10_000)
-    parser.add_argument("--cases", default="create,produce,metadata,session,stop")
+    parser.add_argument("--cases", default="idle,create,produce,metadata,session,stop")
     args = parser.parse_args()
     cases = set(args.cases.split(","))
     rows = []
@@ -123,6 +123,8 @@ def main() -> None:
             time.sleep(0.5)
             client = WireClient(broker.bootstrap)
             wide, fresh = "wide", "fresh"
+            if "idle" in cases:  # what this machine's load alone does to a ping
+                rows.append(measure(parent, "Nothing (idle broker, 3 s)", lambda: time.sleep(3)))
             create = measure(
                 parent,
                 f"CreateTopics {args.partitions:,} partitions",
@@ -165,6 +167,16 @@ def main() -> None:
                 incremental = fetcher.next_request()
                 response, _ = client.fetch(incremental)
                 assert response.error_code == 0 and response.partitions == [], response
+                # A second session over the same partitions: the logs are loaded
+                # now, so this is the session work alone.
+                fetcher = TopicFetcher(wide, args.partitions, use_session=True)
+                rows.append(
+                    measure(
+                        parent,
+                        f"Second fetch session of {args.partitions:,} partitions",
+                        session,
+                    )
+                )
             client.close()
             if "stop" in cases:
                 rows.append(measure(parent, "Clean stop (SIGTERM)", broker.stop))

@@ -32,8 +32,7 @@ final read, so no log notification can fall between them.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Generator, Sequence
 
 from headwater.fetch.session import (
     FINAL_EPOCH,
@@ -48,8 +47,7 @@ from headwater.fetch.session import (
 )
 from headwater.fetch.session_cache import FetchSessionCache
 from headwater.fetch.types import FetchRequestData, FetchResponseData, PartitionData, PartitionFetch
-
-T = TypeVar("T")
+from headwater.steps import drain
 
 FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71
@@ -209,16 +207,7 @@ class FullFetchContext(FetchContext):
             return
         yield from self._unique.steps()
         self._prepared = True
-        self._created = self._cache.maybe_create_session(
-            now_ms,
-            privileged=self.request.replica_id >= 0,
-            size=len(self._partitions),
-            uses_topic_ids=self.request.uses_topic_ids,
-            watcher=self._watcher,
-            populate=_nothing,
-            client=self._client,
-            owner=self._owner,
-        )
+        self._created = self._admit(now_ms, _nothing)
         if self._created is not None:
             yield from self._created.add_steps(self._partitions)
             self._read_since = self._created.change_clock
@@ -245,19 +234,22 @@ class FullFetchContext(FetchContext):
             return drain(self.respond_steps(results, now_ms))
         if not self._answered:
             self._answered = True
-            self._created = self._cache.maybe_create_session(
-                now_ms,
-                privileged=self.request.replica_id >= 0,
-                size=len(self._partitions),
-                uses_topic_ids=self.request.uses_topic_ids,
-                watcher=self._watcher,
-                populate=lambda session: self._populate(session, results),
-                client=self._client,
-                owner=self._owner,
-            )
+            self._created = self._admit(now_ms, lambda s: self._populate(s, results))
         created = self._created
         session_id = INVALID_SESSION_ID if created is None or created.closed else created.id
         return FetchResponseData(session_id=session_id, partitions=list(results))
+
+    def _admit(self, now_ms: int, populate: Callable[[FetchSession], None]) -> FetchSession | None:
+        return self._cache.maybe_create_session(
+            now_ms,
+            privileged=self.request.replica_id >= 0,
+            size=len(self._partitions),
+            uses_topic_ids=self.request.uses_topic_ids,
+            watcher=self._watcher,
+            populate=populate,
+            client=self._client,
+            owner=self._owner,
+        )
 
     def _populate(self, session: FetchSession, results: Sequence[PartitionData]) -> None:
         session.populate(self._partitions, results, read_committed=self.read_committed)
@@ -265,15 +257,6 @@ class FullFetchContext(FetchContext):
 
 def _nothing(_session: FetchSession) -> None:
     """The session is filled in steps afterwards (``FullFetchContext.prepare_steps``)."""
-
-
-def drain(steps: Generator[None, None, T]) -> T:
-    """Run a step generator to its end at once; its return value."""
-    while True:
-        try:
-            next(steps)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
 
 
 class IncrementalFetchContext(FetchContext):

@@ -30,6 +30,7 @@ from headwater.fetch.types import (
 )
 from headwater.log.errors import OffsetOutOfRangeError
 from headwater.log.log import Log
+from headwater.steps import drain
 
 NONE = 0
 OFFSET_OUT_OF_RANGE = 1
@@ -135,12 +136,7 @@ def read_partitions(
         serving=serving,
         authorized=authorized,
     )
-    while True:
-        try:
-            next(steps)
-        except StopIteration as stop:
-            result: FetchResult = stop.value
-            return result
+    return drain(steps)
 
 
 def read_partitions_steps(

@@ -19,7 +19,7 @@ import struct
 import uuid
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol, TypeVar
+from typing import Final, Protocol
 
 from headwater.fetch.types import (
     ZERO_UUID,
@@ -51,6 +51,7 @@ from headwater.protocol.wire import (
     write_string,
     write_uvarint,
 )
+from headwater.steps import drain
 
 MIN_VERSION: Final = 4
 MAX_VERSION: Final = 16
@@ -130,15 +131,13 @@ _EMPTY_RESPONSE_PARTITION: Final = {v: _empty_response_partition_struct(v) for v
 # --- request: decode (server) ------------------------------------------------
 
 
-T = TypeVar("T")
-
 #: Partitions decoded or encoded between two yields of the ``*_steps`` generators.
 CODEC_STEP: Final = 1024
 
 
 def decode_fetch_request(buf: Buffer, offset: int, version: int) -> FetchRequestData:
     """Decode a FetchRequest body starting at ``offset`` (after the request header)."""
-    return _drain(decode_fetch_request_steps(buf, offset, version))
+    return drain(decode_fetch_request_steps(buf, offset, version))
 
 
 def decode_fetch_request_steps(
@@ -154,14 +153,6 @@ def decode_fetch_request_steps(
         return (yield from _decode_fetch_request(buf, offset, version))
     except (struct.error, ValueError, IndexError) as exc:
         raise InvalidRequestError(f"bad Fetch v{version} request: {exc}") from exc
-
-
-def _drain(steps: Generator[None, None, T]) -> T:
-    while True:
-        try:
-            next(steps)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
 
 
 def _decode_fetch_request(
@@ -401,7 +392,7 @@ def _group(items: Sequence[_TopicKeyed], uses_ids: bool) -> list[tuple[int, int]
 
 def encode_fetch_response(resp: FetchResponseData, version: int) -> EncodedBody:
     """The FetchResponse body (no frame length, no response header)."""
-    return _drain(encode_fetch_response_steps(resp, version))
+    return drain(encode_fetch_response_steps(resp, version))
 
 
 def encode_fetch_response_steps(

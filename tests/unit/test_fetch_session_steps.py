@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from headwater.fetch.contexts import FullFetchContext, drain, new_fetch_context
+from headwater.fetch.contexts import FullFetchContext, new_fetch_context
 from headwater.fetch.purgatory import SessionPartitionWatcher
 from headwater.fetch.session import FetchSession
 from headwater.fetch.session_cache import FetchSessionCache
@@ -12,6 +12,7 @@ from headwater.log.config import LogConfig
 from headwater.log.handles import FileHandleCache
 from headwater.log.log import Log
 from headwater.records.record import build_batch
+from headwater.steps import drain
 from tests.unit.test_fetch_session import World, fetch, request, tpkey
 
 

@@ -36,6 +36,7 @@ from headwater.protocol.fetch_codec import (
 )
 from headwater.protocol.messages import build_request, build_response, encode_request
 from headwater.protocol.messages import encode_response as kio_encode_response
+from headwater.steps import count_steps
 
 VERSIONS = range(4, 17)
 INT32 = st.integers(-(2**31), 2**31 - 1)
@@ -521,15 +522,7 @@ def test_large_requests_and_responses_come_out_the_same_in_steps(version: int) -
                     for p in range(count)],
     )  # fmt: skip
     raw = encode_fetch_request(req, version)
-    steps = decode_fetch_request_steps(raw, 0, version)
-    yields = 0
-    while True:
-        try:
-            next(steps)
-            yields += 1
-        except StopIteration as stop:
-            decoded = stop.value
-            break
+    decoded, yields = count_steps(decode_fetch_request_steps(raw, 0, version))
     assert yields >= 2
     assert decoded == decode_fetch_request(raw, 0, version)
     assert [p.fetch_offset for p in decoded.partitions] == [p * 3 for p in range(count)]
@@ -539,14 +532,6 @@ def test_large_requests_and_responses_come_out_the_same_in_steps(version: int) -
                     for p in range(count)],
     )  # fmt: skip
     whole = encode_fetch_response(resp, version)
-    steps_out = encode_fetch_response_steps(resp, version)
-    yields = 0
-    while True:
-        try:
-            next(steps_out)
-            yields += 1
-        except StopIteration as stop:
-            sliced = stop.value
-            break
+    sliced, yields = count_steps(encode_fetch_response_steps(resp, version))
     assert yields >= 2
     assert sliced.size == whole.size and sliced.parts == whole.parts
