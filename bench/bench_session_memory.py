@@ -97,6 +97,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, default=100_000)
     parser.add_argument("--sessions", type=int, default=3)
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where to write the JSON")
     args = parser.parse_args()
     with ScratchDir("session-memory") as data:
         result = measure(args.partitions, args.sessions, data)
@@ -108,9 +109,10 @@ def main() -> None:
         f"(first session {result['first_session_bytes_per_partition']:.0f}; "
         f"target <= {TARGET_BYTES})"
     )
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2))
-    print(f"wrote {RESULTS}")
+    results: Path = args.results
+    results.parent.mkdir(exist_ok=True)
+    results.write_text(json.dumps(result, indent=2))
+    print(f"wrote {results}")
 
 
 if __name__ == "__main__":

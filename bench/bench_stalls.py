@@ -111,6 +111,7 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=100_000)
     parser.add_argument("--fresh", type=int, default=10_000)
     parser.add_argument("--cases", default="idle,create,produce,metadata,session,stop")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where to write the JSON")
     args = parser.parse_args()
     cases = set(args.cases.split(","))
     rows = []
@@ -184,8 +185,9 @@ def main() -> None:
             ping.join(5)
         finally:
             broker.stop()  # also when an operation failed: never leave a broker behind
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(
+    results: Path = args.results
+    results.parent.mkdir(exist_ok=True)
+    results.write_text(
         json.dumps(
             {
                 "machine": machine_info(),
@@ -197,7 +199,7 @@ def main() -> None:
             indent=2,
         )
     )
-    print(f"wrote {RESULTS}")
+    print(f"wrote {results}")
 
 
 if __name__ == "__main__":
