@@ -192,6 +192,9 @@ class FullFetchContext(FetchContext):
         return self._unique.get()
 
     def partitions_to_read(self) -> list[PartitionFetch]:
+        if self._created is not None and not self._answered:
+            # A re-read after a long-poll wake-up includes what woke it.
+            self._read_since = self._created.change_clock
         self.partitions_read = len(self._partitions)
         return list(self._partitions)
 

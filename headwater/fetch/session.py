@@ -455,7 +455,9 @@ class FetchSession:
                 if i < 0:
                     continue
                 self._absorb(i, data)
-                if not self._settled(i, data, read_since, read_committed):
+                if self._settled(i, data, read_since, read_committed):
+                    self._unpend(i)  # notified before its read: the read has it
+                else:
                     self._pending.add(i)
             yield None
 

@@ -104,3 +104,20 @@ def test_one_listener_per_log_whatever_the_number_of_sessions(tmp_path: Path) ->
     assert watcher.watching("t", 0) == 1
     sessions[2].close()
     assert watcher.watching("t", 0) == 0 and log._listeners is None
+
+
+def test_a_change_before_a_re_read_is_in_the_read_and_not_left_pending() -> None:
+    # A long-polling full fetch is woken by a change and reads again: what
+    # woke it is in the final read, so the partition is settled afterwards;
+    # only a change after the final read keeps a partition pending.
+    cache, world = FetchSessionCache(), World.with_partitions(4)
+    req = request(0, 0, [fetch("t", p) for p in range(4)])
+    ctx = new_fetch_context(cache, req, 0, world)
+    drain(ctx.prepare_steps(0))
+    world.read(ctx.partitions_to_read())
+    world.notify(("t", 1))  # wakes the long poll (nothing the client lacks)
+    results = world.read(ctx.partitions_to_read())
+    world.notify(("t", 2))  # after the final read
+    session = cache.get(drain(ctx.respond_steps(results, 0)).session_id)
+    assert session is not None
+    assert not session.is_pending(tpkey("t", 1)) and session.is_pending(tpkey("t", 2))
