@@ -47,7 +47,7 @@ CREATE_TIME = 0
 LOG_APPEND_TIME = 1
 LONG_MAX = 2**63 - 1
 #: Default most bytes one compressed batch may inflate to
-#: (``headwater.message.max.decompressed.bytes``). Decompression stops as soon
+#: (``headwater.log.message.max.decompressed.bytes``). Decompression stops as soon
 #: as the output passes it, so a bomb costs at most this much memory.
 MAX_DECOMPRESSED_BYTES = 64 << 20
 

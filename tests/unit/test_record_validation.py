@@ -327,3 +327,17 @@ def test_header_keys_must_be_utf8_for_consumers_to_decode_them() -> None:
     bad = raw.replace(b"trace-id", b"trace\xff\xfeX")
     with pytest.raises(InvalidRecordError, match="UTF-8"):
         check(rewrite(bad))
+
+
+def test_the_log_refuses_a_bomb_past_its_configured_limit_and_appends_nothing(
+    tmp_path: Path, bombs: dict[str, bytes]
+) -> None:
+    config = LogConfig.from_properties(
+        {"headwater.log.message.max.decompressed.bytes": str(1 << 20)}
+    )
+    assert config.max_decompressed_bytes == 1 << 20
+    log = Log(tmp_path / "t-0", config, FileHandleCache(8))
+    log.append(batch(2, Compression.ZSTD), NOW)  # a normal compressed batch passes
+    with pytest.raises(CorruptRecordError, match="1048576 bytes"):
+        log.append(bombs["ZSTD"], NOW)
+    assert log.log_end_offset == 2
