@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 
 from headwater.broker.config import BrokerConfig
 from headwater.broker.connection import RequestContext
@@ -39,6 +39,7 @@ from headwater.protocol.fetch_codec import (
 )
 from headwater.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from headwater.security.quotas import QuotaKey
+from headwater.steps import drain
 
 #: Each record slice in a response keeps its segment file open until sent. A
 #: response carrying data from tens of thousands of partitions would hold as
@@ -49,6 +50,7 @@ MAX_OPEN_SLICES_PER_RESPONSE = 2048
 #: Requests at least this large are decoded in time slices (about 10,000
 #: partitions); smaller ones at once, as before.
 LARGE_REQUEST_BYTES = 256 * 1024
+RESOLVE_STEP = 4096
 
 
 def bound_open_files(response: FetchResponseData, limit: int) -> int:
@@ -91,10 +93,15 @@ class FetchApi:
 
     def _resolve_names(self, req: FetchRequestData) -> None:
         """v13+ addresses topics by id: fill in names; unknown ids keep ''."""
+        drain(self._resolve_names_steps(req))
+
+    def _resolve_names_steps(self, req: FetchRequestData) -> Generator[None, None, None]:
         if not req.uses_topic_ids:
             return
         names: dict[object, str] = {}
-        for p in req.partitions:
+        for n, p in enumerate(req.partitions, 1):
+            if n % RESOLVE_STEP == 0:
+                yield None
             name = names.get(p.topic_id)
             if name is None:
                 info = self.logs.topic_by_id(p.topic_id)
@@ -116,13 +123,20 @@ class FetchApi:
     ) -> EncodedBody:
         """Decode in time slices (the frame is a copy: its buffer may be reused meanwhile)."""
         req = await sliced(decode_fetch_request_steps(frame, offset, version))
-        return await self._start(ctx, req, len(frame))
+        await sliced(self._resolve_names_steps(req))
+        return await self._start(ctx, req, len(frame), names_resolved=True)
 
     def _start(
-        self, ctx: RequestContext, req: FetchRequestData, frame_size: int
+        self,
+        ctx: RequestContext,
+        req: FetchRequestData,
+        frame_size: int,
+        *,
+        names_resolved: bool = False,
     ) -> Awaitable[EncodedBody]:
         self.metrics.fetch_request_bytes.inc(frame_size + 4)
-        self._resolve_names(req)
+        if not names_resolved:
+            self._resolve_names(req)
         # Consumer byte-rate quota: a client already over it gets an empty,
         # throttled answer before anything is read (followers are not subject).
         quota = None if req.replica_id >= 0 else ctx
