@@ -14,7 +14,11 @@ The worst ping round trip during each operation is the longest any other
 client waited; the target is under 50 ms. The pinger is a separate process
 so that this process's own Python work cannot delay it.
 
-Run: ``.venv/bin/python bench/bench_stalls.py [--partitions N] [--fresh N]``.
+Run: ``.venv/bin/python bench/bench_stalls.py [--partitions N] [--fresh N]
+[--cases idle,create,produce,metadata,session,stop]`` (``--cases idle,create,session``
+measures only the topic and the fetch session: seconds instead of a minute).
+The fetch session case also sends one incremental fetch on the new session
+(its answer must carry no partition: the session was filled correctly).
 Prints a table and writes bench/results/stalls.json.
 """
 
@@ -106,7 +110,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, default=100_000)
     parser.add_argument("--fresh", type=int, default=10_000)
+    parser.add_argument("--cases", default="idle,create,produce,metadata,session,stop")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where to write the JSON")
     args = parser.parse_args()
+    cases = set(args.cases.split(","))
     rows = []
     with ScratchDir("stalls") as data:
         broker = Headwater(data, ["num.partitions=1"]).start(timeout=60)
@@ -117,29 +124,35 @@ def main() -> None:
             time.sleep(0.5)
             client = WireClient(broker.bootstrap)
             wide, fresh = "wide", "fresh"
-            rows.append(
-                measure(
-                    parent,
-                    f"CreateTopics {args.partitions:,} partitions",
-                    lambda: client.create_topic(wide, args.partitions),
-                )
+            if "idle" in cases:  # what this machine's load alone does to a ping
+                rows.append(measure(parent, "Nothing (idle broker, 3 s)", lambda: time.sleep(3)))
+            create = measure(
+                parent,
+                f"CreateTopics {args.partitions:,} partitions",
+                lambda: client.create_topic(wide, args.partitions),
             )
-            client.create_topic(fresh, args.fresh)
-            batch = build_batch([(int(time.time() * 1000), None, b"x" * 100)])
-            rows.append(
-                measure(
-                    parent,
-                    f"Produce to {args.fresh:,} fresh partitions",
-                    lambda: client.produce(fresh, range(args.fresh), batch),
+            if "create" in cases:
+                rows.append(create)
+            if "produce" in cases:
+                client.create_topic(fresh, args.fresh)
+                batch = build_batch([(int(time.time() * 1000), None, b"x" * 100)])
+                rows.append(
+                    measure(
+                        parent,
+                        f"Produce to {args.fresh:,} fresh partitions",
+                        lambda: client.produce(fresh, range(args.fresh), batch),
+                    )
                 )
-            )
 
             def metadata() -> None:
                 name = wide.encode()
                 body = struct.pack(">ih", 1, len(name)) + name
                 client.call(ApiKey.METADATA, 1, body)
 
-            rows.append(measure(parent, f"Metadata of {args.partitions:,} partitions", metadata))
+            if "metadata" in cases:
+                rows.append(
+                    measure(parent, f"Metadata of {args.partitions:,} partitions", metadata)
+                )
             fetcher = TopicFetcher(wide, args.partitions, use_session=True)
 
             def session() -> None:
@@ -147,17 +160,34 @@ def main() -> None:
                 response, _ = client.fetch(request)
                 fetcher.handle_response(request, response)
 
-            rows.append(
-                measure(parent, f"Fetch session of {args.partitions:,} partitions", session)
-            )
+            if "session" in cases:
+                rows.append(
+                    measure(parent, f"Fetch session of {args.partitions:,} partitions", session)
+                )
+                assert fetcher.session_id, "the broker declined the session"
+                incremental = fetcher.next_request()
+                response, _ = client.fetch(incremental)
+                assert response.error_code == 0 and response.partitions == [], response
+                # A second session over the same partitions: the logs are loaded
+                # now, so this is the session work alone.
+                fetcher = TopicFetcher(wide, args.partitions, use_session=True)
+                rows.append(
+                    measure(
+                        parent,
+                        f"Second fetch session of {args.partitions:,} partitions",
+                        session,
+                    )
+                )
             client.close()
-            rows.append(measure(parent, "Clean stop (SIGTERM)", broker.stop))
+            if "stop" in cases:
+                rows.append(measure(parent, "Clean stop (SIGTERM)", broker.stop))
             parent.send("stop")
             ping.join(5)
         finally:
             broker.stop()  # also when an operation failed: never leave a broker behind
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(
+    results: Path = args.results
+    results.parent.mkdir(exist_ok=True)
+    results.write_text(
         json.dumps(
             {
                 "machine": machine_info(),
@@ -169,7 +199,7 @@ def main() -> None:
             indent=2,
         )
     )
-    print(f"wrote {RESULTS}")
+    print(f"wrote {results}")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ carried, instead of error 71.
 
 Every context is used the same way by the broker::
 
-    ctx = cache.new_context(request, now_ms, watcher)
+    ctx = new_fetch_context(cache, request, now_ms, watcher)
     if ctx.error_code: ...                      # answer the error, session id 0
     results = planner(ctx.partitions_to_read())  # same order; KIP-74 applied there
     response = ctx.update_and_generate_response(results, now_ms)
@@ -32,8 +32,7 @@ final read, so no log notification can fall between them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Generator, Sequence
 
 from headwater.fetch.session import (
     FINAL_EPOCH,
@@ -46,10 +45,9 @@ from headwater.fetch.session import (
     next_epoch,
     session_key,
 )
+from headwater.fetch.session_cache import FetchSessionCache
 from headwater.fetch.types import FetchRequestData, FetchResponseData, PartitionData, PartitionFetch
-
-if TYPE_CHECKING:
-    from headwater.fetch.session_cache import FetchSessionCache
+from headwater.steps import drain
 
 FETCH_SESSION_ID_NOT_FOUND = 70
 INVALID_FETCH_SESSION_EPOCH = 71
@@ -85,6 +83,17 @@ class FetchContext:
     ) -> FetchResponseData:
         """Fold the planner's results into the session state and build the response."""
         raise NotImplementedError
+
+    def prepare_steps(self, now_ms: int) -> Generator[None, None, None]:
+        """Work before the read, as steps a broker may run in slices (none by default)."""
+        yield from ()
+
+    def respond_steps(
+        self, results: Sequence[PartitionData], now_ms: int
+    ) -> Generator[None, None, FetchResponseData]:
+        """``update_and_generate_response`` as steps a broker may run in slices."""
+        return self.update_and_generate_response(results, now_ms)
+        yield  # a generator
 
     def has_news(self) -> bool:
         """Whether a session partition changed since ``partitions_to_read``.
@@ -129,13 +138,17 @@ class SessionErrorContext(FetchContext):
 class SessionlessFetchContext(FetchContext):
     """A full fetch that neither uses nor creates a session: answer exactly what was asked."""
 
-    def __init__(self, request: FetchRequestData, partitions: list[PartitionFetch]) -> None:
+    def __init__(self, request: FetchRequestData) -> None:
         super().__init__(request)
-        self._partitions = partitions
+        self._unique = _UniquePartitions(request)
+
+    def prepare_steps(self, now_ms: int) -> Generator[None, None, None]:
+        yield from self._unique.steps()
 
     def partitions_to_read(self) -> list[PartitionFetch]:
-        self.partitions_read = len(self._partitions)
-        return list(self._partitions)
+        partitions = self._unique.get()
+        self.partitions_read = len(partitions)
+        return list(partitions)
 
     def update_and_generate_response(
         self, results: Sequence[PartitionData], now_ms: int
@@ -155,48 +168,98 @@ class FullFetchContext(FetchContext):
         self,
         cache: FetchSessionCache,
         request: FetchRequestData,
-        partitions: list[PartitionFetch],
         watcher: PartitionWatcher,
         client: str = "",
         owner: str = "",
     ) -> None:
         super().__init__(request)
         self._cache = cache
-        self._partitions = partitions
+        self._unique = _UniquePartitions(request)
         self._watcher = watcher
         self._client = client
         self._owner = owner
         self._created: FetchSession | None = None
         self._answered = False
+        self._prepared = False
+        self._read_since = 0
 
     @property
     def session(self) -> FetchSession | None:
         return self._created
 
+    @property
+    def _partitions(self) -> list[PartitionFetch]:
+        return self._unique.get()
+
     def partitions_to_read(self) -> list[PartitionFetch]:
+        if self._created is not None and not self._answered:
+            # A re-read after a long-poll wake-up includes what woke it.
+            self._read_since = self._created.change_clock
         self.partitions_read = len(self._partitions)
         return list(self._partitions)
+
+    def prepare_steps(self, now_ms: int) -> Generator[None, None, None]:
+        """Admit the session and add (and watch) its partitions before they are read.
+
+        The broker runs this in slices (a 100,000-partition session takes
+        longer than any client may be kept waiting). Watching before reading
+        means a change that lands after a partition's read reaches the
+        session and keeps that partition pending; see ``respond_steps``.
+        """
+        if self._answered or self._prepared:
+            return
+        yield from self._unique.steps()
+        self._prepared = True
+        self._created = self._admit(now_ms, _nothing)
+        if self._created is not None:
+            yield from self._created.add_steps(self._partitions)
+            self._read_since = self._created.change_clock
+
+    def respond_steps(
+        self, results: Sequence[PartitionData], now_ms: int
+    ) -> Generator[None, None, FetchResponseData]:
+        if not self._prepared:
+            return self.update_and_generate_response(results, now_ms)
+        self._answered = True
+        session = self._created
+        if session is not None:
+            yield from session.absorb_steps(
+                results, read_since=self._read_since, read_committed=self.read_committed
+            )
+        if session is None or session.closed:  # declined, or evicted meanwhile
+            return FetchResponseData(session_id=INVALID_SESSION_ID, partitions=list(results))
+        return FetchResponseData(session_id=session.id, partitions=list(results))
 
     def update_and_generate_response(
         self, results: Sequence[PartitionData], now_ms: int
     ) -> FetchResponseData:
+        if self._prepared and not self._answered:
+            return drain(self.respond_steps(results, now_ms))
         if not self._answered:
             self._answered = True
-            self._created = self._cache.maybe_create_session(
-                now_ms,
-                privileged=self.request.replica_id >= 0,
-                size=len(self._partitions),
-                uses_topic_ids=self.request.uses_topic_ids,
-                watcher=self._watcher,
-                populate=lambda session: self._populate(session, results),
-                client=self._client,
-                owner=self._owner,
-            )
-        session_id = INVALID_SESSION_ID if self._created is None else self._created.id
+            self._created = self._admit(now_ms, lambda s: self._populate(s, results))
+        created = self._created
+        session_id = INVALID_SESSION_ID if created is None or created.closed else created.id
         return FetchResponseData(session_id=session_id, partitions=list(results))
+
+    def _admit(self, now_ms: int, populate: Callable[[FetchSession], None]) -> FetchSession | None:
+        return self._cache.maybe_create_session(
+            now_ms,
+            privileged=self.request.replica_id >= 0,
+            size=len(self._partitions),
+            uses_topic_ids=self.request.uses_topic_ids,
+            watcher=self._watcher,
+            populate=populate,
+            client=self._client,
+            owner=self._owner,
+        )
 
     def _populate(self, session: FetchSession, results: Sequence[PartitionData]) -> None:
         session.populate(self._partitions, results, read_committed=self.read_committed)
+
+
+def _nothing(_session: FetchSession) -> None:
+    """The session is filled in steps afterwards (``FullFetchContext.prepare_steps``)."""
 
 
 class IncrementalFetchContext(FetchContext):
@@ -234,11 +297,11 @@ class IncrementalFetchContext(FetchContext):
     def partitions_to_read(self) -> list[PartitionFetch]:
         session = self._session
         self._read_since = session.change_clock
-        chosen = session.pending_in_order(self._resend)
+        chosen = session.pending_requests(self._resend)
         self.partitions_read = len(chosen)
         session.partitions_read_total += len(chosen)
         self._cache.incremental_partitions_read_total += len(chosen)
-        return [cached.request for cached in chosen]
+        return chosen
 
     def has_news(self) -> bool:
         return self._session.closed or self._session.change_clock > self._read_since
@@ -292,10 +355,9 @@ def new_fetch_context(
             if existing is not None and existing.owner == owner:
                 cache.remove(session_id)
         cache.full_fetches_total += 1
-        partitions = unique_partitions(request.partitions, request.uses_topic_ids)
         if epoch == FINAL_EPOCH:
-            return SessionlessFetchContext(request, partitions)
-        return FullFetchContext(cache, request, partitions, watcher, client, owner)
+            return SessionlessFetchContext(request)
+        return FullFetchContext(cache, request, watcher, client, owner)
 
     session = cache.get(session_id)
     if session is None or session.owner != owner:
@@ -319,9 +381,7 @@ def new_fetch_context(
         # Everything was forgotten: Kafka drops the session and serves sessionless.
         cache.remove(session_id)
         cache.full_fetches_total += 1
-        return SessionlessFetchContext(
-            request, unique_partitions(request.partitions, request.uses_topic_ids)
-        )
+        return SessionlessFetchContext(request)
     cache.incremental_fetches_total += 1
     cache.touch(session, now_ms)
     if cache.retransmit_enabled:
@@ -332,17 +392,53 @@ def new_fetch_context(
 
 
 def unique_partitions(
-    partitions: Iterable[PartitionFetch], uses_topic_ids: bool
+    partitions: Sequence[PartitionFetch], uses_topic_ids: bool
 ) -> list[PartitionFetch]:
     """The request's partitions without repeats, each at its first position.
 
     librdkafka can list a topic twice in one request; a full response must
     name each partition once. A repeat's values win (as in Kafka's map).
     """
+    return drain(unique_partitions_steps(partitions, uses_topic_ids))
+
+
+UNIQUE_STEP = 2048
+
+
+def unique_partitions_steps(
+    partitions: Sequence[PartitionFetch], uses_topic_ids: bool
+) -> Generator[None, None, list[PartitionFetch]]:
+    """:func:`unique_partitions`, yielding every ``UNIQUE_STEP`` partitions."""
     unique: dict[SessionKey, PartitionFetch] = {}
-    for fetch in partitions:
-        unique[session_key(fetch, uses_topic_ids)] = fetch
+    for start in range(0, len(partitions), UNIQUE_STEP):
+        for fetch in partitions[start : start + UNIQUE_STEP]:
+            unique[session_key(fetch, uses_topic_ids)] = fetch
+        yield None
     return list(unique.values())
+
+
+class _UniquePartitions:
+    """A full fetch's partitions without repeats: found in steps by ``prepare_steps``
+    (the broker slices them), or at once when first needed."""
+
+    __slots__ = ("_request", "_unique")
+
+    def __init__(self, request: FetchRequestData) -> None:
+        self._request = request
+        self._unique: list[PartitionFetch] | None = None
+
+    def steps(self) -> Generator[None, None, None]:
+        if self._unique is None:
+            request = self._request
+            self._unique = yield from unique_partitions_steps(
+                request.partitions, request.uses_topic_ids
+            )
+
+    def get(self) -> list[PartitionFetch]:
+        if self._unique is None:
+            drain(self.steps())
+        assert self._unique is not None
+        return self._unique
 
 
 def request_fingerprint(request: FetchRequestData) -> int:

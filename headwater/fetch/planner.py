@@ -19,7 +19,7 @@ them with ``sendfile``.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
 from headwater.fetch.types import (
@@ -30,6 +30,7 @@ from headwater.fetch.types import (
 )
 from headwater.log.errors import OffsetOutOfRangeError
 from headwater.log.log import Log
+from headwater.steps import drain
 
 NONE = 0
 OFFSET_OUT_OF_RANGE = 1
@@ -109,6 +110,10 @@ def divergence(log: Log, p: PartitionFetch) -> tuple[int, int] | None:
     return None
 
 
+READ_STEP = 256
+"""Partitions read between two yields of :func:`read_partitions_steps`."""
+
+
 def read_partitions(
     partitions: Sequence[PartitionFetch],
     lookup: LogLookup,
@@ -120,7 +125,35 @@ def read_partitions(
     serving: ServingCheck | None = None,
     authorized: Callable[[str], bool] | None = None,
 ) -> FetchResult:
-    """Read ``partitions`` in order under the KIP-74 limits.
+    """Read ``partitions`` in order under the KIP-74 limits, all at once."""
+    steps = read_partitions_steps(
+        partitions,
+        lookup,
+        max_bytes=max_bytes,
+        isolation=isolation,
+        topic_id_of=topic_id_of,
+        aborted_list=aborted_list,
+        serving=serving,
+        authorized=authorized,
+    )
+    return drain(steps)
+
+
+def read_partitions_steps(
+    partitions: Sequence[PartitionFetch],
+    lookup: LogLookup,
+    *,
+    max_bytes: int,
+    isolation: Isolation,
+    topic_id_of: Callable[[str], uuid.UUID] | None = None,
+    aborted_list: bool = False,
+    serving: ServingCheck | None = None,
+    authorized: Callable[[str], bool] | None = None,
+) -> Generator[None, None, FetchResult]:
+    """Read ``partitions`` in order under the KIP-74 limits, yielding every ``READ_STEP``.
+
+    The broker runs the steps in time slices (``run_cooperatively``): reading
+    100,000 partitions takes far longer than any other client may wait.
 
     ``aborted_list`` makes read_committed responses carry an empty
     aborted-transactions list (librdkafka expects one) instead of null.
@@ -134,7 +167,9 @@ def read_partitions(
     out: list[PartitionData] = []
     total = 0
     has_error = False
-    for p in partitions:
+    for n, p in enumerate(partitions, 1):
+        if n % READ_STEP == 0:
+            yield None
         if authorized is not None and p.topic and not authorized(p.topic):
             out.append(
                 PartitionData(

@@ -75,33 +75,77 @@ class FetchPurgatory:
                 ctx.remove_change_listener(waiter.wake)
 
 
+class _LogWatch:
+    """The sessions watching one partition's log: one session, or a set of them.
+
+    One such object per watched log, whatever the number of sessions, and no
+    closure per (partition, session): at 1,000 sessions of 1,000 partitions
+    that per-pair cost was most of a session's memory.
+    """
+
+    __slots__ = ("partition", "sessions", "topic")
+
+    def __init__(self, topic: str, partition: int, session: FetchSession) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.sessions: FetchSession | set[FetchSession] = session
+
+
 class SessionPartitionWatcher:
     """Connects fetch sessions to partition logs (the cache's ``PartitionWatcher``).
 
     A session learns which of its partitions changed from the logs' change
-    notifications, so an incremental fetch reads only what changed.
+    notifications, so an incremental fetch reads only what changed. Every
+    watched log gets the same listener (this watcher's ``_log_changed``),
+    which finds the log's sessions in one dict.
     """
 
     def __init__(self, lookup: Callable[[str, int], Log | None]) -> None:
         self._lookup = lookup
-        self._listeners: dict[tuple[TopicIdPartition, int], tuple[Log, Callable[[Log], None]]] = {}
+        self._watches: dict[Log, _LogWatch] = {}
+        self._listener = self._log_changed  # one bound method for every log
 
     def watch(self, key: TopicIdPartition, session: FetchSession) -> None:
         log = self._lookup(key.topic, key.partition) if key.topic else None
         if log is None:
             return
-        session_id = int(session.id)
-
-        def changed(_log: Log) -> None:
-            session.partition_changed(key)
-
-        log.add_listener(changed)
-        old = self._listeners.pop((key, session_id), None)
-        if old is not None:
-            old[0].remove_listener(old[1])
-        self._listeners[(key, session_id)] = (log, changed)
+        w = self._watches.get(log)
+        if w is None:
+            self._watches[log] = _LogWatch(key.topic, key.partition, session)
+            log.add_listener(self._listener)
+        elif isinstance(w.sessions, set):
+            w.sessions.add(session)
+        elif w.sessions is not session:
+            w.sessions = {w.sessions, session}
 
     def unwatch(self, key: TopicIdPartition, session: FetchSession) -> None:
-        entry = self._listeners.pop((key, int(session.id)), None)
-        if entry is not None:
-            entry[0].remove_listener(entry[1])
+        log = self._lookup(key.topic, key.partition) if key.topic else None
+        w = None if log is None else self._watches.get(log)
+        if w is None or log is None:
+            return
+        if isinstance(w.sessions, set):
+            w.sessions.discard(session)
+            if len(w.sessions) == 1:
+                w.sessions = next(iter(w.sessions))
+            return
+        if w.sessions is session:
+            del self._watches[log]
+            log.remove_listener(self._listener)
+
+    def watching(self, topic: str, partition: int) -> int:
+        """How many sessions watch this partition's log (for tests and metrics)."""
+        log = self._lookup(topic, partition)
+        w = None if log is None else self._watches.get(log)
+        if w is None:
+            return 0
+        return len(w.sessions) if isinstance(w.sessions, set) else 1
+
+    def _log_changed(self, log: Log) -> None:
+        w = self._watches.get(log)
+        if w is None:
+            return
+        if isinstance(w.sessions, set):
+            for session in tuple(w.sessions):
+                session.log_changed(w.topic, w.partition)
+        else:
+            w.sessions.log_changed(w.topic, w.partition)

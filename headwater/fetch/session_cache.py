@@ -10,12 +10,21 @@ finds the cache full may evict one session, and only:
    sessions, if the newcomer is bigger by the same ordering. For a follower
    newcomer every consumer session is evictable, and follower sessions
    created longer ago than the eviction time; for a consumer newcomer only
-   sessions created longer ago than the eviction time (so a consumer never
-   evicts a follower, and evicts a consumer only when strictly larger).
+   consumer sessions created longer ago than the eviction time.
 
 Otherwise the newcomer is declined and served without a session (id 0).
-This is Kafka's rule; seed 004 adds an optional minimum session size and a
-separate, smaller pool of slots for consumers.
+
+**Deviation from Kafka (issues 8, 9, 12): a consumer never evicts a follower
+session**, not even an idle or old one. Kafka lets any newcomer take the
+globally least recently used session once it is idle past the eviction time,
+and lets a larger consumer evict an old follower session; a flood of
+consumer sessions can then push replica fetchers to sessionless full
+fetches, which costs the whole cluster. So a consumer newcomer looks only at
+consumer sessions: their own use order for step 1 and their own sorted lists
+for step 2. Followers may still evict anything by Kafka's rule. Likewise the
+per-principal and per-client limits count and replace consumer sessions only
+(followers are exempt from them). Seed 004 adds an optional minimum session
+size and a separate, smaller pool of slots for consumers.
 
 Each of those decisions costs O(log n) compares, not a scan of the sessions:
 an ``OrderedDict`` keeps use order, and per kind of session (consumer,
@@ -31,9 +40,7 @@ import secrets
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
-from headwater.fetch.contexts import FetchContext, new_fetch_context
 from headwater.fetch.session import MAX_EPOCH, FetchSession, PartitionWatcher
-from headwater.fetch.types import FetchRequestData
 
 SizeKey = tuple[int, int]
 """(partition count, session id): eviction order within one kind of session."""
@@ -49,9 +56,9 @@ class _Slot:
 
     __slots__ = ("mature", "removed", "session", "size")
 
-    def __init__(self, session: FetchSession) -> None:
+    def __init__(self, session: FetchSession, size: int) -> None:
         self.session = session
-        self.size = session.size
+        self.size = size
         self.mature = False
         """Created longer ago than the eviction time (as of the last ripening)."""
         self.removed = False
@@ -91,12 +98,12 @@ class _Pool:
 
 
 class FetchSessionCache:
-    """All incremental fetch sessions of a broker, and the fetch-context factory.
+    """All incremental fetch sessions of a broker: admission, use order, eviction.
 
-    ``new_context`` is the entry point for every FetchRequest; the rest of
-    the public methods serve the contexts and tests. Metrics are plain
-    attributes the broker exports (names follow Kafka's FetchSessionCache
-    group).
+    It knows nothing of requests: ``headwater.fetch.contexts.new_fetch_context``
+    serves each FetchRequest against a cache (so the dependency runs one way,
+    contexts -> cache). Metrics are plain attributes the broker exports
+    (names follow Kafka's FetchSessionCache group).
     """
 
     def __init__(
@@ -160,24 +167,6 @@ class FetchSessionCache:
         self.foreign_session_attempts_total = 0
         """Requests naming a live session of another owner (refused with error 70)."""
 
-    # -- the entry point --------------------------------------------------
-
-    def new_context(
-        self,
-        request: FetchRequestData,
-        now_ms: int,
-        watcher: PartitionWatcher,
-        *,
-        client: str = "",
-        owner: str = "",
-    ) -> FetchContext:
-        """The context that serves ``request``: one class per case of the KIP-227 table.
-
-        ``client`` is the requester's address, for the per-client slot limit;
-        ``owner`` (the principal) binds new sessions to their creator.
-        """
-        return new_fetch_context(self, request, now_ms, watcher, client=client, owner=owner)
-
     # -- lookup and metrics -----------------------------------------------
 
     @property
@@ -239,21 +228,24 @@ class FetchSessionCache:
             watcher=watcher,
             owner=owner,
         )
-        populate(session)
-        self._client_of[session.id] = client
-        self._per_client[client] = self._per_client.get(client, 0) + 1
-        slot = _Slot(session)
+        populate(session)  # may be a no-op: the session is then filled to ``size`` later
+        if not privileged:  # followers are exempt from the per-client limit
+            self._client_of[session.id] = client
+            self._per_client[client] = self._per_client.get(client, 0) + 1
+        slot = _Slot(session, size)
         self._slots[session.id] = slot
         self._lru[session.id] = slot
         pool = self._pool(session)
         pool.lru[session.id] = slot
         pool.index(slot)
         self._ripening.append(slot)
-        self._by_owner.setdefault(owner, OrderedDict())[session.id] = slot
+        if not privileged:  # ... and from the per-principal one
+            self._by_owner.setdefault(owner, OrderedDict())[session.id] = slot
         self.num_incremental_fetch_partitions_cached += slot.size
         return session
 
     def sessions_of(self, owner: str) -> int:
+        """Consumer sessions held by ``owner`` (what the per-principal limit counts)."""
         owned = self._by_owner.get(owner)
         return len(owned) if owned else 0
 
@@ -279,7 +271,8 @@ class FetchSessionCache:
             return
         session.last_used_ms = now_ms
         self._lru.move_to_end(session.id)
-        self._by_owner[session.owner].move_to_end(session.id)
+        if not session.privileged:
+            self._by_owner[session.owner].move_to_end(session.id)
         pool = self._pool(session)
         pool.lru.move_to_end(session.id)
         size = session.size
@@ -301,21 +294,21 @@ class FetchSessionCache:
 
     def _make_room(self, privileged: bool, size: int, now_ms: int) -> bool:
         self._ripen(now_ms)
-        consumer_pool_full = len(self._consumers) >= self.consumer_slots
-        if not privileged and consumer_pool_full:
-            return self._evict_for(privileged, size, now_ms, consumers_only=True)
+        if not privileged and len(self._consumers) >= self.consumer_slots:
+            return self._evict_for(privileged, size, now_ms)
         if len(self._slots) < self.max_slots:
             return True
-        return self._evict_for(privileged, size, now_ms, consumers_only=False)
+        return self._evict_for(privileged, size, now_ms)
 
-    def _evict_for(self, privileged: bool, size: int, now_ms: int, *, consumers_only: bool) -> bool:
-        lru = self._consumers.lru if consumers_only else self._lru
+    def _evict_for(self, privileged: bool, size: int, now_ms: int) -> bool:
+        # A consumer newcomer sees consumer sessions only (see the module docstring).
+        lru = self._lru if privileged else self._consumers.lru
         if lru:
             stalest = next(iter(lru.values()))
             if now_ms - stalest.session.last_used_ms > self.eviction_ms:
                 self._evict(stalest)
                 return True
-        victim = self._smallest_evictable(privileged, consumers_only)
+        victim = self._smallest_evictable(privileged)
         if victim is None:
             return False
         newcomer = (privileged, size, 0)
@@ -324,7 +317,7 @@ class FetchSessionCache:
             return True
         return False
 
-    def _smallest_evictable(self, privileged: bool, consumers_only: bool) -> _Slot | None:
+    def _smallest_evictable(self, privileged: bool) -> _Slot | None:
         consumers, followers = self._consumers, self._followers
         if privileged:
             # Every consumer session, and follower sessions past the eviction time.
@@ -332,12 +325,8 @@ class FetchSessionCache:
             if firsts:
                 return self._slots[min(firsts)[1]]
             return self._slots[followers.mature[0][1]] if followers.mature else None
-        # Only sessions past the eviction time; consumers sort before followers.
-        if consumers.mature:
-            return self._slots[consumers.mature[0][1]]
-        if consumers_only or not followers.mature:
-            return None
-        return self._slots[followers.mature[0][1]]
+        # Only consumer sessions past the eviction time: never a follower's.
+        return self._slots[consumers.mature[0][1]] if consumers.mature else None
 
     def _ripen(self, now_ms: int) -> None:
         """Move sessions created longer ago than the eviction time to the mature lists."""
@@ -359,9 +348,8 @@ class FetchSessionCache:
         session = slot.session
         del self._slots[session.id]
         del self._lru[session.id]
-        owned = self._by_owner[session.owner]
-        del owned[session.id]
-        if not owned:
+        owned = self._by_owner.get(session.owner)
+        if owned is not None and owned.pop(session.id, None) is not None and not owned:
             del self._by_owner[session.owner]
         pool = self._pool(session)
         del pool.lru[session.id]

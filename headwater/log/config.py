@@ -30,6 +30,9 @@ class LogConfig:
     flush_interval_messages: int = LONG_MAX  # log.flush.interval.messages
     flush_interval_ms: int | None = None  # log.flush.interval.ms; None: leave it to the OS
     max_message_bytes: int = 1_048_588  # message.max.bytes: the largest batch accepted
+    # headwater.log.message.max.decompressed.bytes: the most one compressed batch
+    # may inflate to; decompression stops there (a bomb costs no more memory).
+    max_decompressed_bytes: int = 64 << 20
     file_handle_cache_size: int = 1024  # headwater.log.open.files.max
     producer_id_expiration_ms: int = _DAY_MS  # producer.id.expiration.ms
     message_timestamp_type: int = 0  # message.timestamp.type: 0 CreateTime, 1 LogAppendTime
@@ -108,6 +111,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], int | None]]] = {
     "log.flush.interval.messages": ("flush_interval_messages", _integer(1)),
     "log.flush.interval.ms": ("flush_interval_ms", _optional_ms),
     "message.max.bytes": ("max_message_bytes", _integer(0)),
+    "headwater.log.message.max.decompressed.bytes": ("max_decompressed_bytes", _integer(0)),
     "headwater.log.open.files.max": ("file_handle_cache_size", _integer(1)),
     "producer.id.expiration.ms": ("producer_id_expiration_ms", _integer(1)),
     "log.message.timestamp.type": ("message_timestamp_type", _timestamp_type),

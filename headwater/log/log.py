@@ -129,7 +129,7 @@ class Log:
         # (segment base offset, file position) where the batch holding the high
         # watermark starts: where capped reads stop. Recomputed when the HW moves.
         self._hw_boundary: tuple[int, int] | None = None
-        self._listeners: list[LogListener] | None = None
+        self._listeners: LogListener | list[LogListener] | None = None
         self._unflushed_messages = 0
         self._unflushed_since_ms: int | None = None
 
@@ -453,27 +453,50 @@ class Log:
     # -- listeners ------------------------------------------------------------------------
 
     def add_listener(self, listener: LogListener) -> None:
-        """Call ``listener(log)`` after every append, log-start change or truncation."""
-        if self._listeners is None:
-            self._listeners = []
-        self._listeners.append(listener)
+        """Call ``listener(log)`` after every append, log-start change or truncation.
+
+        One listener is kept as is, more in a list: most logs have exactly
+        one (the fetch sessions' watcher), and 100,000 logs would otherwise
+        hold 100,000 one-element lists.
+        """
+        current = self._listeners
+        if current is None:
+            self._listeners = listener
+        elif isinstance(current, list):
+            current.append(listener)
+        else:
+            self._listeners = [current, listener]
 
     def remove_listener(self, listener: LogListener) -> None:
-        if self._listeners is not None:
-            self._listeners.remove(listener)
-            if not self._listeners:
-                self._listeners = None
+        current = self._listeners
+        if isinstance(current, list):
+            current.remove(listener)
+            if len(current) == 1:
+                self._listeners = current[0]
+        elif current is not None and current == listener:
+            self._listeners = None
+        else:
+            raise ValueError("not a listener of this log")
 
     def _notify(self) -> None:
-        if self._listeners is not None:
-            for listener in tuple(self._listeners):
+        current = self._listeners
+        if isinstance(current, list):
+            for listener in tuple(current):
                 listener(self)
+        elif current is not None:
+            current(self)
 
     # -- append ---------------------------------------------------------------------------
 
     def append(self, payload: bytes | bytearray | memoryview, now_ms: int) -> AppendResult:
         """Validate, assign offsets and write a producer's batches; all or nothing."""
-        checked = validate_append(payload, self.config.max_message_bytes, self._policy(), now_ms)
+        checked = validate_append(
+            payload,
+            self.config.max_message_bytes,
+            self._policy(),
+            now_ms,
+            max_decompressed_bytes=self.config.max_decompressed_bytes,
+        )
         headers, payload = checked.headers, checked.payload
         if len(payload) > self.config.segment_bytes:
             raise RecordBatchTooLargeError(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -51,6 +51,7 @@ from headwater.protocol.wire import (
     write_string,
     write_uvarint,
 )
+from headwater.steps import drain
 
 MIN_VERSION: Final = 4
 MAX_VERSION: Final = 16
@@ -130,16 +131,33 @@ _EMPTY_RESPONSE_PARTITION: Final = {v: _empty_response_partition_struct(v) for v
 # --- request: decode (server) ------------------------------------------------
 
 
+#: Partitions decoded or encoded between two yields of the ``*_steps`` generators.
+CODEC_STEP: Final = 1024
+
+
 def decode_fetch_request(buf: Buffer, offset: int, version: int) -> FetchRequestData:
     """Decode a FetchRequest body starting at ``offset`` (after the request header)."""
+    return drain(decode_fetch_request_steps(buf, offset, version))
+
+
+def decode_fetch_request_steps(
+    buf: Buffer, offset: int, version: int
+) -> Generator[None, None, FetchRequestData]:
+    """:func:`decode_fetch_request` yielding every ``CODEC_STEP`` partitions.
+
+    A broker runs it in time slices for large requests (100,000 partitions
+    take longer to decode than any other client may wait).
+    """
     _check_version(version)
     try:
-        return _decode_fetch_request(buf, offset, version)
+        return (yield from _decode_fetch_request(buf, offset, version))
     except (struct.error, ValueError, IndexError) as exc:
         raise InvalidRequestError(f"bad Fetch v{version} request: {exc}") from exc
 
 
-def _decode_fetch_request(buf: Buffer, pos: int, version: int) -> FetchRequestData:
+def _decode_fetch_request(
+    buf: Buffer, pos: int, version: int
+) -> Generator[None, None, FetchRequestData]:
     flexible = version >= 12
     uses_ids = version >= 13
     req = FetchRequestData(version=version)
@@ -167,7 +185,10 @@ def _decode_fetch_request(buf: Buffer, pos: int, version: int) -> FetchRequestDa
             end = pos + count * step
             if end > len(view):
                 raise ValueError("partitions run past the end of the buffer")
-            partitions.extend(_partition_fetches(view[pos:end], version, topic_id, topic))
+            for start in range(pos, end, CODEC_STEP * step):
+                stop = min(end, start + CODEC_STEP * step)
+                partitions.extend(_partition_fetches(view[start:stop], version, topic_id, topic))
+                yield None
             pos = end
         else:
             # Each partition ends with a tag section, nearly always one zero
@@ -175,7 +196,11 @@ def _decode_fetch_request(buf: Buffer, pos: int, version: int) -> FetchRequestDa
             end = pos + count * (step + 1)
             chunk = view[pos:end]
             if len(chunk) == end - pos and not any(chunk[step :: step + 1]):
-                partitions.extend(_partition_fetches(chunk, version, topic_id, topic))
+                row = CODEC_STEP * (step + 1)
+                for start in range(0, len(chunk), row):
+                    part = chunk[start : start + row]
+                    partitions.extend(_partition_fetches(part, version, topic_id, topic))
+                    yield None
                 pos = end
             else:
                 pos = _read_tagged_partitions(buf, pos, count, version, topic_id, topic, partitions)
@@ -366,7 +391,14 @@ def _group(items: Sequence[_TopicKeyed], uses_ids: bool) -> list[tuple[int, int]
 
 
 def encode_fetch_response(resp: FetchResponseData, version: int) -> EncodedBody:
-    """The FetchResponse body (no frame length, no response header).
+    """The FetchResponse body (no frame length, no response header)."""
+    return drain(encode_fetch_response_steps(resp, version))
+
+
+def encode_fetch_response_steps(
+    resp: FetchResponseData, version: int
+) -> Generator[None, None, EncodedBody]:
+    """The FetchResponse body, yielding every ``CODEC_STEP`` partitions (for time slices).
 
     Record data stays as ``FileSlice`` parts; the bytes between them are
     joined into as few objects as possible. ``records=None`` is sent as an
@@ -402,6 +434,8 @@ def encode_fetch_response(resp: FetchResponseData, version: int) -> EncodedBody:
         )
         pending_append(write_array_length(last - first, flexible))
         for i in range(first, last):
+            if i % CODEC_STEP == CODEC_STEP - 1:
+                yield None
             p = partitions[i]
             if p.records is None and p.aborted_transactions is None and p.diverging_epoch < 0:
                 # The common case (no data, no transactions) in one pack call.

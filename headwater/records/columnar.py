@@ -23,7 +23,6 @@ import functools
 from collections.abc import Sequence
 from typing import Any, Final
 
-import cramjam
 import numpy as np
 import pyarrow as pa
 
@@ -36,7 +35,7 @@ from headwater.records.batch import (
     batch_crc_is_valid,
     iter_batch_headers,
 )
-from headwater.records.compression import Compression
+from headwater.records.compression import Compression, decompress_into
 from headwater.records.errors import CorruptRecordError
 from headwater.records.record import decode_records
 
@@ -68,9 +67,6 @@ def column_schema(include_headers: bool = False) -> pa.Schema:
 
 
 _SCHEMAS = {False: column_schema(False), True: column_schema(True)}
-
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-_XERIAL_HEADER_SIZE = 16
 
 _MESSAGES = {
     k.TRUNCATED: "ends inside a record (a length or varint runs past the batch)",
@@ -194,48 +190,12 @@ class _Inflater:
             self.room(len(body))[:] = np.frombuffer(body, np.uint8)
             n = len(body)
         else:
-            n = self._decompress(h, body, self.room(self.limit))
+            try:
+                n = decompress_into(codec, body, self.room(self.limit + 1))
+            except CorruptRecordError as exc:
+                raise CorruptRecordError(f"batch at offset {h.base_offset}: {exc}") from exc
         self.used += n
         return n
-
-    def _decompress(self, h: BatchHeader, body: memoryview, out: Any) -> int:
-        codec = h.compression
-        try:
-            if codec == Compression.SNAPPY and bytes(body[:8]) == _XERIAL_MAGIC:
-                return _inflate_xerial(body, out)
-            if codec == Compression.GZIP:
-                return int(cramjam.gzip.decompress_into(body, out))
-            if codec == Compression.SNAPPY:
-                return int(cramjam.snappy.decompress_raw_into(body, out))
-            if codec == Compression.LZ4:
-                return int(cramjam.lz4.decompress_into(body, out))
-            if codec == Compression.ZSTD:
-                return int(cramjam.zstd.decompress_into(body, out))
-        except CorruptRecordError:
-            raise
-        except Exception as exc:  # cramjam.DecompressionError, or the output is full
-            raise CorruptRecordError(
-                f"batch at offset {h.base_offset}: {Compression(codec).name} payload does not "
-                f"decompress within the limit of {self.limit} bytes: {exc}"
-            ) from exc
-        raise CorruptRecordError(
-            f"batch at offset {h.base_offset} uses unknown compression {codec}"
-        )
-
-
-def _inflate_xerial(body: memoryview, out: Any) -> int:
-    pos = _XERIAL_HEADER_SIZE
-    written = 0
-    while pos < len(body):
-        if len(body) - pos < 4:
-            raise CorruptRecordError(f"truncated xerial snappy block length at {pos}")
-        length = int.from_bytes(body[pos : pos + 4], "big", signed=True)
-        pos += 4
-        if length < 0 or pos + length > len(body):
-            raise CorruptRecordError(f"xerial snappy block at {pos} overruns the stream")
-        written += int(cramjam.snappy.decompress_raw_into(body[pos : pos + length], out[written:]))
-        pos += length
-    return written
 
 
 def _decode_compiled(

@@ -6,6 +6,15 @@ gzip comes from the standard library; snappy, LZ4 and zstd from ``cramjam``
 blocks in the xerial "snappy-java" stream format, which no library here
 writes, while librdkafka writes plain raw snappy. We read both and write
 xerial, which every client can read.
+
+Decompression bombs: :func:`decompress_into` and :func:`decompress` with a
+``limit`` never produce more than the limit. Every codec writes straight
+into a fixed output buffer (cramjam's ``*_into`` functions stop with an
+error as soon as it is full; raw snappy checks its declared length first),
+so a 1 KiB zstd frame that claims 1 GiB is refused after at most ``limit``
+bytes of output, instead of being inflated whole and measured afterwards.
+The buffer is a ``numpy.empty`` array: pages that are never written are
+never faulted in, so a large limit costs address space, not memory.
 """
 
 from __future__ import annotations
@@ -13,8 +22,11 @@ from __future__ import annotations
 import enum
 import gzip
 import struct
+from collections.abc import Iterator
+from typing import Any
 
 import cramjam
+import numpy as np
 
 from headwater.records.errors import CorruptRecordError
 
@@ -54,23 +66,101 @@ def compress(codec: Compression | int, data: bytes | bytearray | memoryview) -> 
     return bytes(cramjam.zstd.compress(data, level=ZSTD_LEVEL))
 
 
-def decompress(codec: Compression | int, data: bytes | bytearray | memoryview) -> bytes:
+def decompress(
+    codec: Compression | int, data: bytes | bytearray | memoryview, limit: int | None = None
+) -> bytes:
     """Undo :func:`compress`, or what any real Kafka client wrote.
 
     Any codec failure is a :class:`CorruptRecordError`: to the broker and the
     consumer a batch that does not inflate is simply corrupt, whichever of
-    gzip's, cramjam's or our framing errors caught it.
+    gzip's, cramjam's or our framing errors caught it. With ``limit``, a
+    payload that inflates to more than ``limit`` bytes is refused as soon as
+    its output passes the limit (see the module docstring).
     """
+    codec = _codec(codec)
+    if limit is None:
+        try:
+            return _decompress(codec, data)
+        except CorruptRecordError:
+            raise
+        except Exception as exc:  # the codecs raise unrelated types (OSError, zlib.error, ...)
+            raise CorruptRecordError(f"{codec.name} payload does not decompress: {exc}") from exc
+    return bytes(decompress_bounded(codec, data, limit))
+
+
+_FIRST_TRY_RATIO = 8
+_FIRST_TRY_EXTRA = 64 * 1024
+
+
+def decompress_bounded(
+    codec: Compression | int, data: bytes | bytearray | memoryview, limit: int
+) -> memoryview:
+    """The inflated bytes of ``data``, refused once they pass ``limit``.
+
+    First into room for a typical ratio (8x): touching fresh pages of a
+    limit-sized buffer costs more than the decompression of a small batch.
+    Only a payload that does not fit (or does not inflate at all) is tried
+    again with the full ``limit`` of room.
+    """
+    first = min(limit, _FIRST_TRY_RATIO * len(data) + _FIRST_TRY_EXTRA)
+    if first < limit:
+        out = np.empty(first + 1, np.uint8)
+        try:
+            return out[: decompress_into(codec, data, out)].data
+        except CorruptRecordError:
+            pass  # too little room, or corrupt: the full try below tells which
+    out = np.empty(limit + 1, np.uint8)
+    return out[: decompress_into(codec, data, out)].data
+
+
+def decompress_into(
+    codec: Compression | int, data: bytes | bytearray | memoryview, out: Any
+) -> int:
+    """Inflate ``data`` into the writable buffer ``out``; the number of bytes written.
+
+    A payload that needs all of ``out`` or more is refused with
+    :class:`CorruptRecordError` (pass one byte more room than the largest
+    size allowed): no codec writes past ``out``, so that is all a bomb gets.
+    """
+    codec = _codec(codec)
+    room = len(out)
     try:
-        codec = Compression(codec)
-    except ValueError as exc:
-        raise CorruptRecordError(f"unknown compression codec {codec}") from exc
-    try:
-        return _decompress(codec, data)
+        n = _decompress_into(codec, memoryview(data), out)
     except CorruptRecordError:
         raise
-    except Exception as exc:  # the codecs raise unrelated types (OSError, zlib.error, ...)
-        raise CorruptRecordError(f"{codec.name} payload does not decompress: {exc}") from exc
+    except Exception as exc:  # cramjam.DecompressionError, also when ``out`` is full
+        raise CorruptRecordError(
+            f"{codec.name} payload does not decompress within the limit of {room - 1} bytes: {exc}"
+        ) from exc
+    if n >= room:
+        raise CorruptRecordError(
+            f"{codec.name} payload inflates past the limit of {room - 1} bytes"
+        )
+    return n
+
+
+def _codec(codec: Compression | int) -> Compression:
+    try:
+        return Compression(codec)
+    except ValueError as exc:
+        raise CorruptRecordError(f"unknown compression codec {codec}") from exc
+
+
+def _decompress_into(codec: Compression, data: memoryview, out: Any) -> int:
+    if codec is Compression.NONE:
+        if len(data) >= len(out):
+            raise CorruptRecordError(f"payload of {len(data)} bytes is over the limit")
+        out[: len(data)] = data
+        return len(data)
+    if codec is Compression.GZIP:
+        return int(cramjam.gzip.decompress_into(data, out))
+    if codec is Compression.SNAPPY:
+        if bytes(data[: len(_XERIAL_MAGIC)]) == _XERIAL_MAGIC:
+            return _xerial_snappy_decompress_into(data, out)
+        return int(cramjam.snappy.decompress_raw_into(data, out))
+    if codec is Compression.LZ4:
+        return int(cramjam.lz4.decompress_into(data, out))
+    return int(cramjam.zstd.decompress_into(data, out))
 
 
 def _decompress(codec: Compression, data: bytes | bytearray | memoryview) -> bytes:
@@ -97,10 +187,10 @@ def _xerial_snappy_compress(data: bytes | bytearray | memoryview) -> bytes:
     return b"".join(parts)
 
 
-def _xerial_snappy_decompress(data: bytes | bytearray | memoryview) -> bytes:
+def _xerial_blocks(data: bytes | bytearray | memoryview) -> Iterator[memoryview]:
+    """The raw snappy blocks of an xerial stream, checked against its length."""
     view = memoryview(data)
     pos = len(_XERIAL_HEADER)
-    parts: list[bytes] = []
     while pos < len(view):
         if len(view) - pos < _BLOCK_LENGTH.size:
             raise CorruptRecordError(f"truncated xerial snappy block length at {pos}")
@@ -108,6 +198,16 @@ def _xerial_snappy_decompress(data: bytes | bytearray | memoryview) -> bytes:
         pos += _BLOCK_LENGTH.size
         if length < 0 or pos + length > len(view):
             raise CorruptRecordError(f"xerial snappy block at {pos} overruns the stream")
-        parts.append(bytes(cramjam.snappy.decompress_raw(view[pos : pos + length])))
+        yield view[pos : pos + length]
         pos += length
-    return b"".join(parts)
+
+
+def _xerial_snappy_decompress(data: bytes | bytearray | memoryview) -> bytes:
+    return b"".join(bytes(cramjam.snappy.decompress_raw(block)) for block in _xerial_blocks(data))
+
+
+def _xerial_snappy_decompress_into(data: memoryview, out: Any) -> int:
+    written = 0
+    for block in _xerial_blocks(data):
+        written += int(cramjam.snappy.decompress_raw_into(block, out[written:]))
+    return written

@@ -40,15 +40,16 @@ from headwater.records.batch import (
     validate_batches,
 )
 from headwater.records.compiled_walk import compiled_walk, load_in_background
-from headwater.records.compression import decompress
+from headwater.records.compression import decompress_bounded
 from headwater.records.errors import CorruptRecordError, KafkaApiError
 
 CREATE_TIME = 0
 LOG_APPEND_TIME = 1
 LONG_MAX = 2**63 - 1
-#: A decompressed batch larger than this is refused before it is walked: a
-#: gzip bomb must not turn one 1 MB produce into gigabytes of memory.
-MAX_DECOMPRESSED_BYTES = 256 << 20
+#: Default most bytes one compressed batch may inflate to
+#: (``headwater.log.message.max.decompressed.bytes``). Decompression stops as soon
+#: as the output passes it, so a bomb costs at most this much memory.
+MAX_DECOMPRESSED_BYTES = 64 << 20
 
 _MAX_TIMESTAMP_OFFSET = 35  # position of maxTimestamp in the batch header
 _INT64 = struct.Struct(">q")
@@ -255,16 +256,14 @@ def _skip_headers(data: Buffer, pos: int, index: int) -> int:
     return pos
 
 
-def _records_of(view: memoryview, header: BatchHeader) -> Buffer:
+def _records_of(view: memoryview, header: BatchHeader, limit: int) -> Buffer:
     body = view[header.position + HEADER_SIZE : header.position + header.size]
     if not header.compression:
         return body
-    data = decompress(header.compression, body)
-    if len(data) > MAX_DECOMPRESSED_BYTES:
-        raise CorruptRecordError(
-            f"batch inflates to {len(data)} bytes, more than {MAX_DECOMPRESSED_BYTES}"
-        )
-    return data
+    try:
+        return decompress_bounded(header.compression, body, limit)
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(f"batch at offset {header.base_offset}: {exc}") from exc
 
 
 def _check_batch_fields(header: BatchHeader) -> None:
@@ -342,8 +341,13 @@ def validate_append(
     policy: TimestampPolicy,
     now_ms: int,
     walker: RecordWalker = fast_walk,
+    *,
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
 ) -> ValidatedAppend:
     """Check every batch and record of a producer's payload; all or nothing.
+
+    A compressed batch that inflates to more than ``max_decompressed_bytes``
+    is CORRUPT_MESSAGE, refused once that much output is written.
 
     With CreateTime a batch whose header max timestamp disagrees with its
     records is corrected (and re-CRCed), as Kafka does, so the time index
@@ -355,7 +359,7 @@ def validate_append(
     fixes: list[tuple[BatchHeader, int]] = []  # (batch, new max timestamp)
     for header in headers:
         _check_batch_fields(header)
-        data = _records_of(view, header)
+        data = _records_of(view, header, max_decompressed_bytes)
         walk = walker(data, header.record_count)
         if policy.timestamp_type == LOG_APPEND_TIME:
             if header.max_timestamp != now_ms or header.timestamp_type != LOG_APPEND_TIME:

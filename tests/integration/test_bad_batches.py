@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 import time
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -134,3 +135,31 @@ def test_illegal_topic_names_get_invalid_topic_exception(broker: BrokerProcess, 
         assert error == INVALID_TOPIC_EXCEPTION
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("codec", [Compression.GZIP, Compression.ZSTD, Compression.LZ4])
+def test_a_decompression_bomb_is_corrupt_message_and_the_partition_goes_on(
+    broker_factory: Callable[..., BrokerProcess], codec: Compression
+) -> None:
+    """1 MiB of room for a batch that claims 32 MiB: refused with CORRUPT_MESSAGE."""
+    broker = broker_factory("headwater.log.message.max.decompressed.bytes=1048576")
+    bomb = _batch([bytes(32 << 20)], codec)
+    assert len(bomb) < 1 << 20  # it passes message.max.bytes on the wire
+    client = WireClient(broker.bootstrap)
+    try:
+        assert _produce(client, "bombed", _batch([b"before"], codec))[0] == 0
+        assert _produce(client, "bombed", bomb)[0] == CORRUPT_MESSAGE
+        assert _produce(client, "bombed", _batch([b"after"], codec))[0] == 0
+    finally:
+        client.close()
+    kc = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False)
+    tp = KTopicPartition("bombed", 0)
+    kc.assign([tp])
+    kc.seek(tp, 0)
+    values: list[bytes] = []
+    deadline = time.monotonic() + 20
+    while len(values) < 2 and time.monotonic() < deadline:
+        for records in kc.poll(500).values():
+            values += [r.value for r in records]
+    kc.close()
+    assert values == [b"before", b"after"]

@@ -25,6 +25,7 @@ from headwater.fetch.contexts import (
     IncrementalFetchContext,
     SessionErrorContext,
     SessionlessFetchContext,
+    new_fetch_context,
 )
 from headwater.fetch.session import MAX_EPOCH, FetchSession, next_epoch
 from headwater.fetch.session_cache import FetchSessionCache
@@ -151,7 +152,7 @@ class World:
         self, cache: FetchSessionCache, request: FetchRequestData, now_ms: int = 0
     ) -> tuple[FetchContext, FetchResponseData]:
         """What the broker does with one request, without the long-poll."""
-        ctx = cache.new_context(request, now_ms, self)
+        ctx = new_fetch_context(cache, request, now_ms, self)
         if ctx.error_code:
             return ctx, ctx.update_and_generate_response([], now_ms)
         results = self.read(
@@ -602,7 +603,7 @@ def test_tiny_max_bytes_serves_every_partition_with_data_in_turn() -> None:
 def test_log_change_wakes_listeners_and_sets_has_news() -> None:
     cache, world = FetchSessionCache(), World.with_partitions(2)
     session = new_session(cache, world, [fetch("t", 0), fetch("t", 1)])
-    ctx = cache.new_context(request(session.id, 1), 0, world)
+    ctx = new_fetch_context(cache, request(session.id, 1), 0, world)
     assert ctx.partitions_to_read() == [] and not ctx.has_news()
     woken: list[int] = []
     assert ctx.add_change_listener(lambda: woken.append(1))
@@ -616,7 +617,7 @@ def test_log_change_wakes_listeners_and_sets_has_news() -> None:
 
 def test_full_fetch_contexts_have_no_session_signal() -> None:
     cache, world = FetchSessionCache(), World.with_partitions(1)
-    ctx = cache.new_context(request(0, 0, [fetch("t", 0)]), 0, world)
+    ctx = new_fetch_context(cache, request(0, 0, [fetch("t", 0)]), 0, world)
     assert not ctx.add_change_listener(lambda: None) and not ctx.has_news()
 
 
@@ -624,7 +625,7 @@ def test_change_between_read_and_response_keeps_the_partition_pending() -> None:
     cache, world = FetchSessionCache(), World.with_partitions(1)
     session = new_session(cache, world, [fetch("t", 0)])
     world.notify(("t", 0))
-    ctx = cache.new_context(request(session.id, 1), 0, world)
+    ctx = new_fetch_context(cache, request(session.id, 1), 0, world)
     results = world.read(ctx.partitions_to_read())  # reads nothing new
     world.append(("t", 0))  # lands after the read
     resp = ctx.update_and_generate_response(results, 0)
@@ -636,7 +637,7 @@ def test_change_between_read_and_response_keeps_the_partition_pending() -> None:
 def test_request_overtaken_by_a_newer_one_gets_71_at_completion() -> None:
     cache, world = FetchSessionCache(), World.with_partitions(1)
     session = new_session(cache, world, [fetch("t", 0)])
-    waiting = cache.new_context(request(session.id, 1), 0, world)
+    waiting = new_fetch_context(cache, request(session.id, 1), 0, world)
     to_read = waiting.partitions_to_read()
     world.serve(cache, request(session.id, 2))  # the client gave up and moved on
     assert waiting.completion_error() == INVALID_FETCH_SESSION_EPOCH
@@ -647,7 +648,7 @@ def test_request_overtaken_by_a_newer_one_gets_71_at_completion() -> None:
 def test_request_whose_session_was_closed_while_waiting_gets_70() -> None:
     cache, world = FetchSessionCache(), World.with_partitions(1)
     session = new_session(cache, world, [fetch("t", 0)])
-    waiting = cache.new_context(request(session.id, 1), 0, world)
+    waiting = new_fetch_context(cache, request(session.id, 1), 0, world)
     woken: list[int] = []
     waiting.add_change_listener(lambda: woken.append(1))
     world.serve(cache, request(session.id, -1, [fetch("t", 0)]))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from headwater.fetch.contexts import new_fetch_context
 from headwater.fetch.session import FetchSession
 from headwater.fetch.session_cache import FetchSessionCache
 from tests.unit.test_fetch_session import World, fetch, request
@@ -52,12 +53,53 @@ def test_newcomer_evicts_the_session_idle_longer_than_the_eviction_time() -> Non
     assert b not in WORLD.watching(("t", 5))  # the evicted session stopped watching
 
 
-def test_idle_follower_session_is_evicted_by_a_consumer() -> None:
+def test_consumer_never_evicts_an_idle_follower_session() -> None:
+    # Kafka would evict it (the globally least recently used, idle past the
+    # eviction time); Headwater keeps follower sessions from consumers.
     cache = make_cache(1)
     follower = open_session(cache, 5, 0, follower=True)
-    assert open_session(cache, 9, EVICTION_MS) is None  # idle exactly the limit: not yet
-    assert open_session(cache, 1, EVICTION_MS + 1) is not None
-    assert follower is not None and follower.closed
+    assert open_session(cache, 9, EVICTION_MS) is None
+    assert open_session(cache, 9, 10 * EVICTION_MS) is None
+    assert follower is not None and not follower.closed and cache.evictions_total == 0
+
+
+def test_consumer_evicts_the_idle_consumer_not_the_staler_follower() -> None:
+    cache = make_cache(2)
+    follower = open_session(cache, 5, 0, follower=True)
+    consumer = open_session(cache, 5, 1)
+    assert follower is not None and consumer is not None
+    new = open_session(cache, 1, 10 * EVICTION_MS)  # both idle; the follower is staler
+    assert new is not None and consumer.closed and not follower.closed
+
+
+def test_consumer_never_evicts_an_old_smaller_follower_session() -> None:
+    cache = make_cache(2)
+    follower = open_session(cache, 1, 0, follower=True)
+    consumer = open_session(cache, 3, 0)
+    assert follower is not None and consumer is not None
+    use(cache, follower, EVICTION_MS + 1)
+    use(cache, consumer, EVICTION_MS + 1)
+    # Both old and busy; Kafka's rule would evict neither (consumers sort
+    # first), and a bigger consumer evicts the old consumer, never the follower.
+    new = open_session(cache, 9, EVICTION_MS + 2)
+    assert new is not None and consumer.closed and not follower.closed
+    assert open_session(cache, 99, EVICTION_MS + 3) is None  # only the follower and new
+    assert not follower.closed
+
+
+def test_follower_still_evicts_an_idle_follower_session() -> None:
+    cache = make_cache(1)
+    old = open_session(cache, 5, 0, follower=True)
+    new = open_session(cache, 1, EVICTION_MS + 1, follower=True)
+    assert old is not None and old.closed and new is not None
+
+
+def test_per_client_limit_counts_consumer_sessions_only() -> None:
+    cache = make_cache(5, max_slots_per_client=1)
+    follower = open_session(cache, 2, 0, follower=True)
+    consumer = open_session(cache, 2, 0)  # same client address as the follower
+    assert follower is not None and consumer is not None
+    assert open_session(cache, 2, 0) is None  # the consumer's own limit holds
 
 
 def test_consumer_evicts_an_old_consumer_session_only_when_strictly_larger() -> None:
@@ -185,7 +227,7 @@ def test_metrics_follow_creation_use_and_closing() -> None:
 
 def _open_from(cache: FetchSessionCache, client: str, now_ms: int = 0) -> FetchSession | None:
     req = request(0, 0, [fetch("t", p) for p in range(3)])
-    ctx = cache.new_context(req, now_ms, WORLD, client=client)
+    ctx = new_fetch_context(cache, req, now_ms, WORLD, client=client)
     results = WORLD.read(ctx.partitions_to_read(), max_bytes=req.max_bytes, read_committed=False)
     return cache.get(ctx.update_and_generate_response(results, now_ms).session_id)
 

@@ -77,22 +77,32 @@ class FetchSessionMachine(RuleBasedStateMachine):
     # -- the reference cache ----------------------------------------------
 
     def predict_admission(self, privileged: bool, size: int) -> tuple[bool, int | None]:
-        """(admitted, evicted id) by Kafka's rule, found by brute force."""
+        """(admitted, evicted id) by Headwater's rule, found by brute force.
+
+        Kafka's rule, except that a consumer newcomer only ever considers
+        consumer sessions (issues 8, 9, 12): it never evicts a follower's.
+        """
         if len(self.model) < SLOTS:
             return True, None
-        now, model = self.now, self.model
-        stalest = min(model, key=lambda i: (model[i].last_used_ms, model[i].touched))
-        if now - model[stalest].last_used_ms > EVICTION_MS:
-            return True, stalest
+        now = self.now
+        candidates = {i: m for i, m in self.model.items() if privileged or not m.privileged}
+        if candidates:
+            stalest = min(
+                candidates, key=lambda i: (candidates[i].last_used_ms, candidates[i].touched)
+            )
+            if now - candidates[stalest].last_used_ms > EVICTION_MS:
+                return True, stalest
 
         def old(i: int) -> bool:
-            return now - model[i].created_ms > EVICTION_MS
+            return now - candidates[i].created_ms > EVICTION_MS
 
-        evictable = [i for i, m in model.items() if (old(i) or (privileged and not m.privileged))]
+        evictable = [
+            i for i, m in candidates.items() if (old(i) or (privileged and not m.privileged))
+        ]
         if not evictable:
             return False, None
-        victim = min(evictable, key=lambda i: (model[i].privileged, model[i].size, i))
-        v = model[victim]
+        victim = min(evictable, key=lambda i: (candidates[i].privileged, candidates[i].size, i))
+        v = candidates[victim]
         if (privileged, size, 0) > (v.privileged, v.size, victim):
             return True, victim
         return False, None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from headwater.fetch.contexts import new_fetch_context
 from headwater.fetch.session_cache import FetchSessionCache
 from headwater.fetch.types import FetchRequestData, FetchResponseData
 from tests.unit.test_fetch_session import World, fetch, request
@@ -16,7 +17,7 @@ ALICE, MALLORY = "User:alice", "User:mallory"
 def serve(
     cache: FetchSessionCache, req: FetchRequestData, owner: str, now_ms: int = 0
 ) -> FetchResponseData:
-    ctx = cache.new_context(req, now_ms, WORLD, owner=owner)
+    ctx = new_fetch_context(cache, req, now_ms, WORLD, owner=owner)
     if ctx.error_code:
         return ctx.update_and_generate_response([], now_ms)
     results = WORLD.read(ctx.partitions_to_read(), max_bytes=req.max_bytes)
@@ -88,3 +89,12 @@ def test_no_request_from_mallory_changes_alices_session(
         serve(cache, request(target, epoch, [fetch("t", guess % 10)]), MALLORY, now_ms=1)
     assert cache.get(sid) is session and not session.closed
     assert (session.epoch, session.last_used_ms, session.size) == before
+
+
+def test_a_consumer_at_its_principal_limit_never_replaces_a_follower_session() -> None:
+    # Without authentication followers and consumers share one principal.
+    cache = FetchSessionCache(max_slots=10, slots_per_owner=1)
+    follower = serve(cache, request(0, 0, [fetch("t", 1)], replica_id=1), ALICE).session_id
+    first, second = open_session(cache, ALICE), open_session(cache, ALICE, now_ms=1)
+    assert follower in cache and first not in cache and second in cache
+    assert cache.sessions_of(ALICE) == 1

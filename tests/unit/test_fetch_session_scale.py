@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from headwater.fetch.contexts import new_fetch_context
 from headwater.fetch.session import FetchSession
 from headwater.fetch.session_cache import FetchSessionCache
 from tests.unit.test_fetch_session import RECORD_SIZE, World, fetch, request
@@ -32,7 +33,7 @@ def big() -> tuple[FetchSessionCache, World, FetchSession]:
 
 def idle_fetch(cache: FetchSessionCache, world: World, session: FetchSession) -> int:
     """One empty incremental fetch, as the broker runs it; returns partitions read."""
-    ctx = cache.new_context(request(session.id, session.epoch), 0, world)
+    ctx = new_fetch_context(cache, request(session.id, session.epoch), 0, world)
     to_read = ctx.partitions_to_read()
     resp = ctx.update_and_generate_response(world.read(to_read), 0)
     assert resp.error_code == 0 and resp.partitions == []
@@ -69,7 +70,7 @@ def test_incremental_fetch_with_one_percent_changed_reads_about_a_thousand(
     changed = range(0, BIG, 100)
     for p in changed:
         world.append(("t", p))
-    ctx = cache.new_context(request(session.id, session.epoch), 0, world)
+    ctx = new_fetch_context(cache, request(session.id, session.epoch), 0, world)
     to_read = ctx.partitions_to_read()
     assert [p.partition for p in to_read] == list(changed)  # session order, nothing else
     resp = ctx.update_and_generate_response(world.read(to_read), 0)
@@ -77,7 +78,7 @@ def test_incremental_fetch_with_one_percent_changed_reads_about_a_thousand(
     assert all(p.records_size == RECORD_SIZE for p in resp.partitions)
     # The client names the 1,000 with their new offsets: read once more, then idle.
     advanced = [fetch("t", p, 1) for p in changed]
-    ctx = cache.new_context(request(session.id, session.epoch, advanced), 0, world)
+    ctx = new_fetch_context(cache, request(session.id, session.epoch, advanced), 0, world)
     assert ctx.partitions_read == 0 and len(ctx.partitions_to_read()) == 1000
     assert ctx.update_and_generate_response(world.read(advanced), 0).partitions == []
     assert idle_fetch(cache, world, session) == 0

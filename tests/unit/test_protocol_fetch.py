@@ -26,13 +26,17 @@ from headwater.log.slice import FileSlice
 from headwater.protocol.apis import ApiKey
 from headwater.protocol.errors import InvalidRequestError, UnsupportedVersionError
 from headwater.protocol.fetch_codec import (
+    CODEC_STEP,
     decode_fetch_request,
+    decode_fetch_request_steps,
     decode_fetch_response,
     encode_fetch_request,
     encode_fetch_response,
+    encode_fetch_response_steps,
 )
 from headwater.protocol.messages import build_request, build_response, encode_request
 from headwater.protocol.messages import encode_response as kio_encode_response
+from headwater.steps import count_steps
 
 VERSIONS = range(4, 17)
 INT32 = st.integers(-(2**31), 2**31 - 1)
@@ -502,3 +506,32 @@ def test_request_cut_at_a_partition_boundary_is_invalid_not_shorter(version: int
     partition_size = 16 if version == 4 else 24
     with pytest.raises(InvalidRequestError):
         decode_fetch_request(encoded[:-partition_size], 0, version)
+
+
+@pytest.mark.parametrize("version", [4, 11, 12, 13, 16])
+def test_large_requests_and_responses_come_out_the_same_in_steps(version: int) -> None:
+    """The sliced codec (a broker's 100,000-partition fetches) changes no byte."""
+    count = 2 * CODEC_STEP + 7
+    tid = uuid.uuid4()
+    topic = "" if version >= 13 else "big"
+    req = FetchRequestData(
+        version=version,
+        session_id=0,
+        session_epoch=0,
+        partitions=[PartitionFetch(tid if version >= 13 else ZERO_UUID, topic, p, p * 3, 0, 1000)
+                    for p in range(count)],
+    )  # fmt: skip
+    raw = encode_fetch_request(req, version)
+    decoded, yields = count_steps(decode_fetch_request_steps(raw, 0, version))
+    assert yields >= 2
+    assert decoded == decode_fetch_request(raw, 0, version)
+    assert [p.fetch_offset for p in decoded.partitions] == [p * 3 for p in range(count)]
+    resp = FetchResponseData(
+        session_id=7,
+        partitions=[PartitionData(tid, "big", p, high_watermark=p, records=b"x" * (p % 3))
+                    for p in range(count)],
+    )  # fmt: skip
+    whole = encode_fetch_response(resp, version)
+    sliced, yields = count_steps(encode_fetch_response_steps(resp, version))
+    assert yields >= 2
+    assert sliced.size == whole.size and sliced.parts == whole.parts

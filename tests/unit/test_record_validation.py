@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import cramjam
 import pytest
 
 import headwater.records.validation as validation
@@ -20,7 +23,7 @@ from headwater.records.batch import (
     write_batch_crc,
 )
 from headwater.records.compiled_walk import compiled_walk
-from headwater.records.compression import Compression
+from headwater.records.compression import Compression, compress
 from headwater.records.errors import CorruptRecordError
 from headwater.records.record import RecordBatchBuilder, decode_batches, encode_varint
 from headwater.records.validation import (
@@ -230,11 +233,90 @@ def test_the_finer_window_keys_win_over_the_deprecated_difference() -> None:
     assert config.message_timestamp_type == LOG_APPEND_TIME
 
 
-def test_a_compressed_payload_is_bounded_after_inflating(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(validation, "MAX_DECOMPRESSED_BYTES", 1000)
-    raw = batch(200, Compression.ZSTD)
-    with pytest.raises(CorruptRecordError, match="inflates"):
-        check(raw)
+BOMB_INFLATED = 32 << 20
+CODECS = [Compression.GZIP, Compression.SNAPPY, Compression.LZ4, Compression.ZSTD]
+
+
+def bomb(codec: Compression, inflated: int = BOMB_INFLATED, *, xerial: bool = True) -> bytes:
+    """A valid batch (CRC and all) of one record whose value is ``inflated`` zero bytes."""
+    b = RecordBatchBuilder(Compression.NONE)
+    b.append(NOW, None, bytes(inflated))
+    raw = b.build()
+    records = raw[HEADER_SIZE:]
+    if codec is Compression.SNAPPY and not xerial:  # librdkafka writes raw snappy
+        body = bytes(cramjam.snappy.compress_raw(records))
+    else:
+        body = compress(codec, records)
+    attributes = HEADER_STRUCT.unpack_from(raw, 0)[5] | codec
+    return rewrite(raw, body, attributes=attributes)
+
+
+@pytest.fixture(scope="module")
+def bombs() -> dict[str, bytes]:
+    # Snappy inflates at most ~21x (its copies are short), so its bomb is smaller.
+    made = {codec.name: bomb(codec) for codec in CODECS if codec is not Compression.SNAPPY}
+    made["SNAPPY"] = bomb(Compression.SNAPPY, BOMB_INFLATED // 2)
+    made["SNAPPY-raw"] = bomb(Compression.SNAPPY, BOMB_INFLATED // 2, xerial=False)
+    return made
+
+
+@pytest.mark.parametrize("name", ["GZIP", "SNAPPY", "SNAPPY-raw", "LZ4", "ZSTD"])
+def test_a_decompression_bomb_is_refused_as_corrupt_message(
+    name: str, bombs: dict[str, bytes]
+) -> None:
+    payload = bombs[name]
+    assert len(payload) < MAX  # a real bomb: it passes message.max.bytes on the wire
+    with pytest.raises(CorruptRecordError, match="1048576 bytes"):
+        validate_append(payload, MAX, TimestampPolicy(), NOW, max_decompressed_bytes=1 << 20)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_batch_that_inflates_to_exactly_the_limit_passes(codec: Compression) -> None:
+    payload = bomb(codec, 100_000)
+    inflated = len(bomb(Compression.NONE, 100_000)) - HEADER_SIZE
+    validate_append(payload, MAX, TimestampPolicy(), NOW, max_decompressed_bytes=inflated)
+    with pytest.raises(CorruptRecordError):
+        validate_append(payload, MAX, TimestampPolicy(), NOW, max_decompressed_bytes=inflated - 1)
+
+
+_MEASURE_PEAK = """
+import sys
+from pathlib import Path
+from headwater.records.errors import CorruptRecordError
+from headwater.records.validation import TimestampPolicy, validate_append, walk_records
+
+def peak_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmHWM")
+
+payload = Path(sys.argv[1]).read_bytes()
+before = peak_kib()
+try:
+    validate_append(payload, 1 << 30, TimestampPolicy(), int(sys.argv[2]), walk_records,
+                    max_decompressed_bytes=1 << 20)
+except CorruptRecordError:
+    print(peak_kib() - before)
+"""
+
+
+@pytest.mark.parametrize("name", ["GZIP", "SNAPPY", "SNAPPY-raw", "LZ4", "ZSTD"])
+def test_a_bomb_costs_about_the_limit_in_memory_not_what_it_inflates_to(
+    name: str, bombs: dict[str, bytes], tmp_path: Path, walk_mode: str
+) -> None:
+    if walk_mode == "compiled":
+        pytest.skip("the walk never runs: one measurement per codec is enough")
+    path = tmp_path / "bomb"
+    path.write_bytes(bombs[name])
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURE_PEAK, str(path), str(NOW)],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    grown_kib = int(done.stdout.strip())  # empty (ValueError) if the bomb was accepted
+    # 16-32 MiB inflated whole would raise the peak by as much; bounded
+    # decompression stops at 1 MiB of output (plus codec window buffers).
+    assert grown_kib < 12 * 1024, f"peak RSS grew by {grown_kib} KiB"
 
 
 def test_header_keys_must_be_utf8_for_consumers_to_decode_them() -> None:
@@ -245,3 +327,17 @@ def test_header_keys_must_be_utf8_for_consumers_to_decode_them() -> None:
     bad = raw.replace(b"trace-id", b"trace\xff\xfeX")
     with pytest.raises(InvalidRecordError, match="UTF-8"):
         check(rewrite(bad))
+
+
+def test_the_log_refuses_a_bomb_past_its_configured_limit_and_appends_nothing(
+    tmp_path: Path, bombs: dict[str, bytes]
+) -> None:
+    config = LogConfig.from_properties(
+        {"headwater.log.message.max.decompressed.bytes": str(1 << 20)}
+    )
+    assert config.max_decompressed_bytes == 1 << 20
+    log = Log(tmp_path / "t-0", config, FileHandleCache(8))
+    log.append(batch(2, Compression.ZSTD), NOW)  # a normal compressed batch passes
+    with pytest.raises(CorruptRecordError, match="1048576 bytes"):
+        log.append(bombs["ZSTD"], NOW)
+    assert log.log_end_offset == 2

@@ -11,14 +11,15 @@ from __future__ import annotations
 import functools
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 
 from headwater.broker.config import BrokerConfig
 from headwater.broker.connection import RequestContext
+from headwater.broker.cooperative import sliced
 from headwater.broker.metrics import BrokerMetrics
 from headwater.cluster.replica_manager import ReplicaManager
-from headwater.fetch.contexts import FetchContext
-from headwater.fetch.planner import FetchResult, isolation_for, read_partitions
+from headwater.fetch.contexts import FetchContext, new_fetch_context
+from headwater.fetch.planner import FetchResult, isolation_for, read_partitions_steps
 from headwater.fetch.purgatory import FetchPurgatory, SessionPartitionWatcher
 from headwater.fetch.session_cache import FetchSessionCache
 from headwater.fetch.types import (
@@ -29,15 +30,27 @@ from headwater.fetch.types import (
 )
 from headwater.log.log_directory import LogDirectory
 from headwater.log.slice import FileSlice
-from headwater.protocol.fetch_codec import EncodedBody, decode_fetch_request, encode_fetch_response
+from headwater.protocol.fetch_codec import (
+    EncodedBody,
+    decode_fetch_request,
+    decode_fetch_request_steps,
+    encode_fetch_response,
+    encode_fetch_response_steps,
+)
 from headwater.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from headwater.security.quotas import QuotaKey
+from headwater.steps import drain
 
 #: Each record slice in a response keeps its segment file open until sent. A
 #: response carrying data from tens of thousands of partitions would hold as
 #: many files open (and two such responses exhausted the fd limit in the
 #: fetch-session benchmark); past this many slices, data is copied instead.
 MAX_OPEN_SLICES_PER_RESPONSE = 2048
+
+#: Requests at least this large are decoded in time slices (about 10,000
+#: partitions); smaller ones at once, as before.
+LARGE_REQUEST_BYTES = 256 * 1024
+RESOLVE_STEP = 4096
 
 
 def bound_open_files(response: FetchResponseData, limit: int) -> int:
@@ -80,10 +93,15 @@ class FetchApi:
 
     def _resolve_names(self, req: FetchRequestData) -> None:
         """v13+ addresses topics by id: fill in names; unknown ids keep ''."""
+        drain(self._resolve_names_steps(req))
+
+    def _resolve_names_steps(self, req: FetchRequestData) -> Generator[None, None, None]:
         if not req.uses_topic_ids:
             return
         names: dict[object, str] = {}
-        for p in req.partitions:
+        for n, p in enumerate(req.partitions, 1):
+            if n % RESOLVE_STEP == 0:
+                yield None
             name = names.get(p.topic_id)
             if name is None:
                 info = self.logs.topic_by_id(p.topic_id)
@@ -95,9 +113,30 @@ class FetchApi:
                 req.forgotten[i] = f._replace(topic=info.name)
 
     def handle(self, ctx: RequestContext, frame: memoryview, offset: int) -> Awaitable[EncodedBody]:
-        req = decode_fetch_request(frame, offset, ctx.header.api_version)
-        self.metrics.fetch_request_bytes.inc(len(frame) + 4)
-        self._resolve_names(req)
+        version = ctx.header.api_version
+        if len(frame) - offset >= LARGE_REQUEST_BYTES:
+            return self._handle_large(ctx, bytes(frame), offset, version)
+        return self._start(ctx, decode_fetch_request(frame, offset, version), len(frame))
+
+    async def _handle_large(
+        self, ctx: RequestContext, frame: bytes, offset: int, version: int
+    ) -> EncodedBody:
+        """Decode in time slices (the frame is a copy: its buffer may be reused meanwhile)."""
+        req = await sliced(decode_fetch_request_steps(frame, offset, version))
+        await sliced(self._resolve_names_steps(req))
+        return await self._start(ctx, req, len(frame), names_resolved=True)
+
+    def _start(
+        self,
+        ctx: RequestContext,
+        req: FetchRequestData,
+        frame_size: int,
+        *,
+        names_resolved: bool = False,
+    ) -> Awaitable[EncodedBody]:
+        self.metrics.fetch_request_bytes.inc(frame_size + 4)
+        if not names_resolved:
+            self._resolve_names(req)
         # Consumer byte-rate quota: a client already over it gets an empty,
         # throttled answer before anything is read (followers are not subject).
         quota = None if req.replica_id >= 0 else ctx
@@ -128,12 +167,13 @@ class FetchApi:
             return lambda _topic: follower
         return ctx.topic_check(AclOperation.READ)
 
-    def _read(
+    async def _read(
         self,
         req: FetchRequestData,
         partitions: list[PartitionFetch],
         authorized: Callable[[str], bool] | None = None,
     ) -> FetchResult:
+        """Read in time slices: 100,000 partitions must not stall other clients."""
         max_bytes = req.max_bytes if req.max_bytes > 0 else self.config.fetch_max_bytes
         replication = self.replication
         serving = None
@@ -143,15 +183,17 @@ class FetchApi:
                 if req.replica_id < 0
                 else functools.partial(replication.follower_serving_error, req.replica_id)
             )
-        result = read_partitions(
-            partitions,
-            self.logs.existing_log,
-            max_bytes=min(max_bytes, self.config.fetch_max_bytes),
-            isolation=isolation_for(req.replica_id, req.isolation_level),
-            topic_id_of=self._topic_id_of,
-            aborted_list=req.isolation_level == 1,
-            serving=serving,
-            authorized=authorized,
+        result = await sliced(
+            read_partitions_steps(
+                partitions,
+                self.logs.existing_log,
+                max_bytes=min(max_bytes, self.config.fetch_max_bytes),
+                isolation=isolation_for(req.replica_id, req.isolation_level),
+                topic_id_of=self._topic_id_of,
+                aborted_list=req.isolation_level == 1,
+                serving=serving,
+                authorized=authorized,
+            )
         )
         self.metrics.fetch_partitions_read.inc(len(partitions))
         return result
@@ -167,8 +209,8 @@ class FetchApi:
         now = _now_ms()
         # Sessions belong to the principal that created them (beyond KIP-227);
         # the client address counts against its per-address slot limit.
-        ctx: FetchContext = self.sessions.new_context(
-            req, now, self.watcher, client=client, owner=owner
+        ctx: FetchContext = new_fetch_context(
+            self.sessions, req, now, self.watcher, client=client, owner=owner
         )
         if ctx.error_code:
             return self._encode(
@@ -179,8 +221,11 @@ class FetchApi:
             empty = ctx.update_and_generate_response([], now)
             empty.throttle_time_ms = throttled
             return self._encode(empty, req.version)
+        # A full fetch that creates a session adds and watches its partitions
+        # before reading them, in slices (a no-op for other contexts).
+        await sliced(ctx.prepare_steps(now))
         to_read = ctx.partitions_to_read()
-        result = self._read(req, to_read, authorized)
+        result = await self._read(req, to_read, authorized)
         if req.replica_id >= 0 and self.replication is not None:
             # A follower's fetch offsets say what it has: they move the high
             # watermark and the ISR. An incremental fetch reads only what
@@ -204,14 +249,14 @@ class FetchApi:
                     # Re-read at completion (the chapter's DelayedFetch.onComplete):
                     # more data may have arrived since the wake-up.
                     to_read = ctx.partitions_to_read()
-                    result = self._read(req, to_read, authorized)
-        response = ctx.update_and_generate_response(result.partitions, _now_ms())
+                    result = await self._read(req, to_read, authorized)
+        response = await sliced(ctx.respond_steps(result.partitions, _now_ms()))
         bound_open_files(response, MAX_OPEN_SLICES_PER_RESPONSE)
         sent = sum(p.records_size for p in response.partitions)
         self.metrics.bytes_out.inc(sent)
         if quota is not None:
             response.throttle_time_ms = quota.throttle(QuotaKey.CONSUMER_BYTE_RATE, sent)
-        return self._encode(response, req.version)
+        return await self._encode_sliced(response, req.version)
 
     @staticmethod
     def _ready(req: FetchRequestData, result: FetchResult, ctx: FetchContext) -> bool:
@@ -225,5 +270,10 @@ class FetchApi:
 
     def _encode(self, response: FetchResponseData, version: int) -> EncodedBody:
         body = encode_fetch_response(response, version)
+        self.metrics.fetch_response_bytes.inc(body.size + 4)
+        return body
+
+    async def _encode_sliced(self, response: FetchResponseData, version: int) -> EncodedBody:
+        body = await sliced(encode_fetch_response_steps(response, version))
         self.metrics.fetch_response_bytes.inc(body.size + 4)
         return body
