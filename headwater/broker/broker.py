@@ -45,6 +45,7 @@ from headwater.broker.tls_stream import TlsStream
 from headwater.cluster.node import ClusterNode, ControllerConfig
 from headwater.cluster.replica_fetcher import FetcherConfig
 from headwater.cluster.replica_manager import ReplicationConfig
+from headwater.cluster.zk_security import ZkSecurityStores
 from headwater.fetch.purgatory import FetchPurgatory
 from headwater.fetch.session_cache import FetchSessionCache
 from headwater.group.apis import SUPPORTED_VERSIONS as GROUP_API_VERSIONS
@@ -55,11 +56,11 @@ from headwater.protocol.apis import SUPPORTED, ApiKey
 from headwater.protocol.header import api_versions_error_body
 from headwater.protocol.messages import build_response, decode_request, encode_response
 from headwater.records.validation import prepare as prepare_record_validation
-from headwater.security.acl_store import FileAclStore
+from headwater.security.acl_store import AclStore, FileAclStore
 from headwater.security.authorizer import AclAuthorizer, AllowAllAuthorizer, Authorizer
-from headwater.security.credentials import FileCredentialStore
+from headwater.security.credentials import CredentialStore, FileCredentialStore
 from headwater.security.principal import principal_from_certificate
-from headwater.security.quotas import ClientQuotaManager, FileQuotaStore, QuotaKey
+from headwater.security.quotas import ClientQuotaManager, FileQuotaStore, QuotaKey, QuotaStore
 from headwater.security.tls import server_context
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,19 @@ def _kio(api_key: int, fn: KioHandler) -> RawHandler:
 
             return finish()
         return encode_response(build_response(api_key, version, out))
+
+    return call
+
+
+def _inline(fn: KioHandler) -> KioHandler:
+    return fn
+
+
+def _on_worker_thread(fn: KioHandler) -> KioHandler:
+    """Run a handler that blocks on ZooKeeper off the event loop."""
+
+    def call(ctx: RequestContext, req: Any) -> Awaitable[dict[str, Any]]:
+        return asyncio.get_running_loop().run_in_executor(None, fn, ctx, req)  # type: ignore[arg-type]
 
     return call
 
@@ -266,38 +280,73 @@ class Broker:
         self._build_security_apis()
 
     def _build_security_apis(self) -> None:
-        """SASL, ACL and SCRAM-credential APIs; credentials and ACLs live in the data dir.
+        """SASL, ACL, SCRAM-credential and quota APIs over their stores.
 
-        In a cluster both stores must be ZooKeeper-backed implementations of
-        ``CredentialStore`` / ``AclStore`` (not built yet).
+        A single broker keeps credentials, ACLs and quotas in its data dir; a
+        cluster keeps them in ZooKeeper (Kafka's layout), loaded in ``start``
+        once the session is up, and the APIs that write them run on a worker
+        thread (ZooKeeper round trips must not stall the event loop).
         """
         sec = self.config.security
-        self.credentials = FileCredentialStore.in_dir(self.config.data_dir)
+        acl_store: AclStore
+        quota_store: QuotaStore
+        self.zk_security: ZkSecurityStores | None = None
+        if self.cluster is not None:
+            self.zk_security = ZkSecurityStores(self.cluster.store)
+            self.credentials: CredentialStore = self.zk_security.credentials
+            acl_store, quota_store = self.zk_security.acls, self.zk_security.quotas
+        else:
+            self.credentials = FileCredentialStore.in_dir(self.config.data_dir)
+            acl_store = FileAclStore.in_dir(self.config.data_dir)
+            quota_store = FileQuotaStore.in_dir(self.config.data_dir)
         self.authorizer: Authorizer = AllowAllAuthorizer()
         if sec.acls_enabled:
             self.authorizer = AclAuthorizer(
-                FileAclStore.in_dir(self.config.data_dir),
+                acl_store,
                 super_users=sec.super_users,
                 allow_everyone_if_no_acl_found=sec.allow_everyone_if_no_acl_found,
             )
         self.quotas = ClientQuotaManager(
-            FileQuotaStore.in_dir(self.config.data_dir),
+            quota_store,
             window_ms=sec.quota_window_size_seconds * 1000,
             samples=sec.quota_window_num,
         )
         self.security = SecurityApis(sec, self.credentials, self.authorizer, self.quotas)
         api = self.security
+        writes = _on_worker_thread if self.zk_security is not None else _inline
         self.register_kio(ApiKey.DESCRIBE_CLIENT_QUOTAS, api.describe_client_quotas)
-        self.register_kio(ApiKey.ALTER_CLIENT_QUOTAS, api.alter_client_quotas)
+        self.register_kio(ApiKey.ALTER_CLIENT_QUOTAS, writes(api.alter_client_quotas))
         self.register_kio(ApiKey.SASL_HANDSHAKE, api.sasl_handshake)
         self.register_kio(ApiKey.SASL_AUTHENTICATE, api.sasl_authenticate)
         self.register_kio(ApiKey.DESCRIBE_ACLS, api.describe_acls)
-        self.register_kio(ApiKey.CREATE_ACLS, api.create_acls)
-        self.register_kio(ApiKey.DELETE_ACLS, api.delete_acls)
+        self.register_kio(ApiKey.CREATE_ACLS, writes(api.create_acls))
+        self.register_kio(ApiKey.DELETE_ACLS, writes(api.delete_acls))
         self.register_kio(
             ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, api.describe_user_scram_credentials
         )
-        self.register_kio(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, api.alter_user_scram_credentials)
+        self.register_kio(
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS, writes(api.alter_user_scram_credentials)
+        )
+
+    async def _start_zk_security(self, stores: ZkSecurityStores) -> None:
+        """Load credentials, ACLs and quotas from ZooKeeper and follow their changes.
+
+        Changes arrive on the store's threads; the authorizer's index and the
+        quota settings are rebuilt on the event loop, between requests.
+        """
+        loop = asyncio.get_running_loop()
+
+        def changed() -> None:
+            loop.call_soon_threadsafe(self._security_changed)
+
+        stores.on_change(changed)
+        await loop.run_in_executor(None, stores.start)
+        self._security_changed()
+
+    def _security_changed(self) -> None:
+        if isinstance(self.authorizer, AclAuthorizer):
+            self.authorizer.reload()
+        self.quotas.reload()
 
     def _build_group_apis(self) -> None:
         """The group coordinator over the partitions of ``__consumer_offsets``.
@@ -483,6 +532,8 @@ class Broker:
             if port == 0:
                 port = self.address[1]
             await self.cluster.start(host, port)
+            if self.zk_security is not None:
+                await self._start_zk_security(self.zk_security)
             self._build_group_apis()
             await self.groups.start()
             await self.cluster.replicas.start()
@@ -664,6 +715,9 @@ class Broker:
                 await task
         if hasattr(self, "groups"):
             await self.groups.stop()
+        if getattr(self, "zk_security", None) is not None:
+            assert self.zk_security is not None
+            self.zk_security.stop()
         if self.cluster is not None:
             await self.cluster.stop()
         self.metrics.close()
