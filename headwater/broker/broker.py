@@ -59,6 +59,7 @@ from headwater.records.validation import prepare as prepare_record_validation
 from headwater.security.acl_store import AclStore, FileAclStore
 from headwater.security.authorizer import AclAuthorizer, AllowAllAuthorizer, Authorizer
 from headwater.security.credentials import CredentialStore, FileCredentialStore
+from headwater.security.inter_broker import inter_broker_settings
 from headwater.security.principal import principal_from_certificate
 from headwater.security.quotas import ClientQuotaManager, FileQuotaStore, QuotaKey, QuotaStore
 from headwater.security.tls import server_context
@@ -140,6 +141,18 @@ def _advertise_coordinator(response: dict[str, Any], node_id: int, host: str, po
             answer["host"], answer["port"] = host, port
 
 
+def _advertise_peer_coordinators(
+    response: dict[str, Any], cluster: ClusterNode, listener: str
+) -> None:
+    """A peer coordinator at its endpoint on the client's listener, as in Metadata."""
+    brokers = cluster.view.brokers
+    for answer in response.get("coordinators", [response]):
+        registration = brokers.get(answer.get("node_id", -1))
+        endpoint = registration.endpoint(listener) if registration is not None else None
+        if endpoint is not None:
+            answer["host"], answer["port"] = endpoint
+
+
 def _raise_open_file_limit() -> None:
     """Use the whole hard limit of open files, as Kafka's docs ask operators to.
 
@@ -214,10 +227,14 @@ class Broker:
             )
         if self.cluster is not None:
             self.metrics.bind_replica_manager(self.cluster.replicas)
+            inter_broker = inter_broker_settings(config.security, config.all_listeners)
+            self.cluster.replicas.connector.use(inter_broker.listener.name, inter_broker.security)
         self._server_socks: list[socket.socket] = []
         self.listeners: list[Listener] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._conn_ids = itertools.count(1)
+        #: ``sasl.enabled.mechanisms`` per listener (``listener.name.<l>.`` resolved once).
+        self._sasl_mechanisms: dict[str, tuple[str, ...]] = {}
         self.address: tuple[str, int] = (config.host, config.port)
 
     # -- wiring ---------------------------------------------------------------------
@@ -391,6 +408,8 @@ class Broker:
             )
             if ctx.header.api_key == ApiKey.FIND_COORDINATOR and ctx.listener.port:
                 _advertise_coordinator(response, self.config.node_id, *ctx.listener.advertised)
+                if self.cluster is not None:
+                    _advertise_peer_coordinators(response, self.cluster, ctx.listener.name)
             return response
 
         for api_key, versions in GROUP_API_VERSIONS.items():
@@ -516,9 +535,12 @@ class Broker:
         self._build_handlers()
         if self.cluster is None:
             await self.groups.start()
-        tls = None
-        if any(listener.protocol.uses_tls for listener in self.config.all_listeners):
-            tls = server_context(self.config.security.tls)
+        # One TLS context per TLS listener: its ``listener.name.<l>.ssl.*`` keys win.
+        tls = {
+            listener.name: server_context(self.config.security.for_listener(listener.name).tls)
+            for listener in self.config.all_listeners
+            if listener.protocol.uses_tls
+        }
         bound: list[tuple[socket.socket, Listener]] = []
         for listener in self.config.all_listeners:
             sock = _listen(listener.host, listener.port)
@@ -531,7 +553,11 @@ class Broker:
             host, port = self.config.advertised
             if port == 0:
                 port = self.address[1]
-            await self.cluster.start(host, port)
+            endpoints = tuple(
+                (listener.name, listener.protocol.value, *listener.advertised)
+                for listener in self.listeners
+            )
+            await self.cluster.start(host, port, endpoints)
             if self.zk_security is not None:
                 await self._start_zk_security(self.zk_security)
             self._build_group_apis()
@@ -543,7 +569,10 @@ class Broker:
             )
             log.info("metrics on http://%s:%d/metrics", self.config.metrics_host, port)
         for sock, listener in bound:
-            self._spawn(self._accept_loop(sock, listener, tls), f"accept-{listener.name}")
+            self._spawn(
+                self._accept_loop(sock, listener, tls.get(listener.name)),
+                f"accept-{listener.name}",
+            )
         self._spawn(self._housekeeping(), "housekeeping")
         self._spawn(self._connection_sweep(), "connection-sweep")
         log.info("listening on %s:%d", self.address[0], self.address[1])
@@ -621,7 +650,11 @@ class Broker:
             assert tls is not None
             stream = TlsStream(client, tls)
         if listener.protocol.uses_sasl:
-            security.sasl = self.security.new_sasl_session()
+            mechanisms = self._sasl_mechanisms.get(listener.name)
+            if mechanisms is None:
+                own = self.config.security.for_listener(listener.name)
+                mechanisms = self._sasl_mechanisms[listener.name] = own.sasl_enabled_mechanisms
+            security.sasl = self.security.new_sasl_session(mechanisms)
         conn = Connection(
             client,
             peer,

@@ -18,7 +18,7 @@ from headwater.addresses import split_host_port
 from headwater.broker.connection_limits import ConnectionLimits
 from headwater.broker.listeners import Listener, SecurityProtocol, parse_listeners
 from headwater.log.config import LogConfig
-from headwater.security.config import SecurityConfig
+from headwater.security.config import SecurityConfig, is_security_key
 
 log = logging.getLogger(__name__)
 
@@ -48,19 +48,6 @@ def parse_host_port(text: str, default_port: int = DEFAULT_PORT) -> tuple[str, i
     return host or "0.0.0.0", port
 
 
-_SECURITY_PREFIXES = ("ssl.", "sasl.")
-_SECURITY_KEYS = frozenset(
-    {
-        "listener.security.protocol.map",
-        "connections.max.reauth.ms",
-        "connection.failed.authentication.delay.ms",
-        "authorizer.class.name",
-        "super.users",
-        "allow.everyone.if.no.acl.found",
-        "quota.window.size.seconds",
-        "quota.window.num",
-    }
-)
 
 
 def _bool(value: str) -> bool:
@@ -253,7 +240,7 @@ class BrokerConfig:
                 kw["metrics_host"], kw["metrics_port"] = parse_host_port(value, 9308)
             elif key.startswith(("log.", "message.", "headwater.log.")):
                 log_keys[key] = value
-            elif key.startswith(_SECURITY_PREFIXES) or key in _SECURITY_KEYS:
+            elif is_security_key(key):
                 pass  # read by SecurityConfig above
             else:
                 extra[key] = value

@@ -406,11 +406,15 @@ class ReplicaManager:
                     self._stopping.add(stopping)
                     stopping.add_done_callback(self._stopping.discard)
 
-    def _address_of(self, broker_id: int) -> tuple[str, int] | None:
+    def _address_of(self, broker_id: int, listener: str | None) -> tuple[str, int] | None:
+        """The peer's endpoint on ``listener``; its default address when it registered
+        no endpoints (or no listener is named)."""
         broker = self.view.brokers.get(broker_id)
         if broker is None:
             return None
-        return broker.host, broker.port
+        if listener is None or not broker.endpoints:
+            return broker.host, broker.port
+        return broker.endpoint(listener)
 
     # -- what the request handlers ask ---------------------------------------------------
 

@@ -122,6 +122,16 @@ class BrokerRegistration:
     """Kafka's broker epoch: the registration znode's creation zxid. It changes when
     the broker re-registers (a restart, a session expiry), even if the id list
     looks the same between two reads: the controller treats that as a bounce."""
+    endpoints: tuple[tuple[str, str, str, int], ...] = field(default=(), compare=False)
+    """Every listener: (name, security protocol, advertised host, port); empty for a
+    registration with only ``host``/``port``."""
+
+    def endpoint(self, listener: str | None) -> tuple[str, int] | None:
+        """(host, port) of the named listener; None if the broker does not have it."""
+        for name, _, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -581,7 +591,9 @@ class ZkClusterStore:
         after a session expiry.
         """
         path = zk.broker_path(registration.broker_id)
-        data = zk.encode_broker(registration.host, registration.port, registration.rack)
+        data = zk.encode_broker(
+            registration.host, registration.port, registration.rack, registration.endpoints
+        )
         deadline = time.monotonic() + wait_s
         while True:
             client = self._require()
@@ -632,10 +644,13 @@ class ZkClusterStore:
                 continue
             try:
                 host, port, rack = zk.decode_broker(got[0])
+                endpoints = zk.decode_broker_endpoints(got[0])
             except zk.ZkLayoutError:
                 log.error("ignoring malformed registration of broker %d", broker_id)
                 continue
-            out[broker_id] = BrokerRegistration(broker_id, host, port, rack, got[1].czxid)
+            out[broker_id] = BrokerRegistration(
+                broker_id, host, port, rack, got[1].czxid, endpoints
+            )
         return out
 
     def cluster_id(self, proposed: str) -> str:

@@ -83,3 +83,30 @@ def server_context(cfg: TlsConfig) -> ssl.SSLContext:
         "required": ssl.CERT_REQUIRED,
     }[cfg.client_auth]
     return ctx
+
+
+def client_context(cfg: TlsConfig, *, check_hostname: bool) -> ssl.SSLContext:
+    """The broker as a TLS client of its peers (inter-broker traffic).
+
+    Trusts ``ssl.truststore.location`` (else the system's CAs) and presents the
+    keystore as its certificate, so a peer that requires client certificates
+    accepts it, as Kafka's inter-broker client does with the same keys.
+    """
+    ctx = ssl.create_default_context(cafile=cfg.truststore_location)
+    ctx.check_hostname = check_hostname
+    versions = [_VERSIONS[n] for n in cfg.enabled_protocols if n in _VERSIONS]
+    if versions:
+        ctx.minimum_version, ctx.maximum_version = min(versions), max(versions)
+    try:
+        if cfg.keystore_location:
+            with _as_file(cfg.keystore_location) as path:
+                ctx.load_cert_chain(path, password=cfg.key_password)
+        elif cfg.keystore_key and cfg.keystore_certificate_chain:
+            with (
+                _as_file(cfg.keystore_certificate_chain) as chain,
+                _as_file(cfg.keystore_key) as key,
+            ):
+                ctx.load_cert_chain(chain, key, password=cfg.key_password)
+    except (ssl.SSLError, OSError) as exc:
+        raise ValueError(f"cannot load the TLS keystore: {exc}") from None
+    return ctx
