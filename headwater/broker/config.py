@@ -48,8 +48,6 @@ def parse_host_port(text: str, default_port: int = DEFAULT_PORT) -> tuple[str, i
     return host or "0.0.0.0", port
 
 
-
-
 def _bool(value: str) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
