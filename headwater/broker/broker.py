@@ -34,7 +34,7 @@ from headwater.broker.handlers.group_authorization import authorize_group_reques
 from headwater.broker.handlers.log_dirs import LogDirsApi
 from headwater.broker.handlers.offsets import OffsetApis
 from headwater.broker.handlers.produce import ProduceApi
-from headwater.broker.handlers.security import SecurityApis
+from headwater.broker.handlers.security import SASL_APIS, SecurityApis
 from headwater.broker.listeners import Listener, SecurityProtocol
 from headwater.broker.memory_pool import MemoryPool
 from headwater.broker.metrics import BrokerMetrics
@@ -77,6 +77,19 @@ class ApiEntry:
     call: RawHandler
 
 
+def _with_request_throttle(ctx: RequestContext, out: dict[str, Any]) -> dict[str, Any]:
+    """KIP-124: the request-rate throttle in the response's throttle field (kio names it
+    ``throttle_time_ms`` or ``throttle_time``; a response without one drops both keys)."""
+    ms = ctx.request_throttle_ms()
+    if not ms:
+        return out
+    out = dict(out)
+    for key in ("throttle_time_ms", "throttle_time"):
+        existing = out.get(key)
+        out[key] = max(ms, existing if isinstance(existing, int) else 0)
+    return out
+
+
 def _kio(api_key: int, fn: KioHandler) -> RawHandler:
     """Adapt a dict-returning handler of kio request entities to the raw interface."""
 
@@ -85,12 +98,14 @@ def _kio(api_key: int, fn: KioHandler) -> RawHandler:
         req = decode_request(api_key, version, frame, offset)
         out = fn(ctx, req)
         if inspect.isawaitable(out):
+            pending = out
 
             async def finish() -> bytes:
-                return encode_response(build_response(api_key, version, await out))
+                answer = _with_request_throttle(ctx, await pending)
+                return encode_response(build_response(api_key, version, answer))
 
             return finish()
-        return encode_response(build_response(api_key, version, out))
+        return encode_response(build_response(api_key, version, _with_request_throttle(ctx, out)))
 
     return call
 
@@ -516,9 +531,14 @@ class Broker:
         except ValueError:
             name = str(header.api_key)
         self.metrics.requests.labels(name).inc()
-        if self.quotas.enabled:
-            # request_percentage (KIP-124): handler time on the event loop;
-            # a throttle mutes the connection (responses are already encoded).
+        if (
+            self.quotas.enabled
+            and header.api_key not in SASL_APIS
+            and not ctx.security.quota_exempt
+        ):
+            # request_percentage (KIP-124): handler time on the event loop. The
+            # response carries the throttle earned so far (request_throttle_ms);
+            # this request's own time mutes the connection and shows in the next.
             started = time.perf_counter()
             result = entry.call(ctx, frame, offset)
             ctx.throttle(QuotaKey.REQUEST_PERCENTAGE, (time.perf_counter() - started) * 1000)

@@ -155,6 +155,7 @@ class AdminApis:
             topics,
             cluster_id=self.config.cluster_id,
             controller_id=self.config.node_id,
+            throttle_time_ms=ctx.request_throttle_ms(),
         )
 
     def describe_cluster(self, ctx: RequestContext, req: Any) -> dict[str, Any]:

@@ -157,6 +157,7 @@ class ClusterAdminApis:
             topics,
             cluster_id=self.config.cluster_id,
             controller_id=controller if controller is not None else -1,
+            throttle_time_ms=ctx.request_throttle_ms(),
         )
 
     def _name_of(self, topic_id: uuid.UUID) -> str | None:

@@ -175,9 +175,9 @@ class FetchApi:
                 FetchResponseData(error_code=ctx.error_code, session_id=0), req.version
             )
         throttled = quota.throttled_now(QuotaKey.CONSUMER_BYTE_RATE) if quota else 0
-        if throttled:
+        if throttled and quota is not None:
             empty = ctx.update_and_generate_response([], now)
-            empty.throttle_time_ms = throttled
+            empty.throttle_time_ms = max(throttled, quota.request_throttle_ms())
             return self._encode(empty, req.version)
         to_read = ctx.partitions_to_read()
         result = self._read(req, to_read, authorized)
@@ -210,7 +210,9 @@ class FetchApi:
         sent = sum(p.records_size for p in response.partitions)
         self.metrics.bytes_out.inc(sent)
         if quota is not None:
-            response.throttle_time_ms = quota.throttle(QuotaKey.CONSUMER_BYTE_RATE, sent)
+            response.throttle_time_ms = max(
+                quota.throttle(QuotaKey.CONSUMER_BYTE_RATE, sent), quota.request_throttle_ms()
+            )
         return self._encode(response, req.version)
 
     @staticmethod
