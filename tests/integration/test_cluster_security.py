@@ -39,10 +39,9 @@ from headwater.cluster.zookeeper_server import ZooKeeperServer
 from headwater.protocol.apis import ApiKey
 from headwater.security import acl
 from headwater.security.authorizer import AclAuthorizer
-from headwater.security.scram import SCRAM_SHA_512, ScramCredential
 from tests.integration.broker_process import free_port
 from tests.integration.cluster_process import Cluster, wait_for
-from tests.integration.test_security import request, scram_login
+from tests.integration.test_security import cli, request, scram_login
 from tests.integration.tls_certs import make_certs
 from tests.integration.wire import WireClient
 from tests.integration.zookeeper import fresh_chroot_connect
@@ -54,15 +53,15 @@ PASSWORDS = {"broker": "broker-secret", "admin": "admin-secret"}
 
 def seed(zk_connect: str) -> None:
     """The broker and admin users and ANONYMOUS's ACLs, straight into ZooKeeper."""
+    for user, password in PASSWORDS.items():
+        cli("users", "add", user, "--password", password, "--zookeeper", zk_connect)
+    listed = cli("users", "list", "--zookeeper", zk_connect).stdout
+    assert "broker\t" in listed and "SCRAM-SHA-512" in listed, listed
     store = ZkClusterStore(zk_connect)
     store.start()
     try:
         stores = ZkSecurityStores(store)
         stores.start()
-        for user, password in PASSWORDS.items():
-            stores.credentials.upsert(
-                user, SCRAM_SHA_512, ScramCredential.from_password(SCRAM_SHA_512, password, 4096)
-            )
         anonymous = [
             (acl.ResourceType.CLUSTER, acl.CLUSTER_NAME, acl.AclOperation.CREATE),
             (acl.ResourceType.TOPIC, "*", acl.AclOperation.DESCRIBE),
