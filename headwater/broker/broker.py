@@ -45,6 +45,7 @@ from headwater.broker.tls_stream import TlsStream
 from headwater.cluster.node import ClusterNode, ControllerConfig
 from headwater.cluster.replica_fetcher import FetcherConfig
 from headwater.cluster.replica_manager import ReplicationConfig
+from headwater.cluster.replication_quota import ReplicationQuotaConfig
 from headwater.cluster.zk_security import ZkSecurityStores
 from headwater.fetch.purgatory import FetchPurgatory
 from headwater.fetch.session_cache import FetchSessionCache
@@ -192,6 +193,12 @@ def replication_config(c: BrokerConfig) -> ReplicationConfig:
             min_bytes=c.replica_fetch_min_bytes,
             backoff_ms=c.replica_fetch_backoff_ms,
             sessions=c.replica_fetch_sessions_enable,
+        ),
+        throttles=ReplicationQuotaConfig(
+            leader_rate=c.leader_replication_throttled_rate,
+            follower_rate=c.follower_replication_throttled_rate,
+            window_ms=c.replication_quota_window_size_seconds * 1000,
+            samples=c.replication_quota_window_num,
         ),
     )
 

@@ -109,6 +109,11 @@ class BrokerConfig:
     replica_high_watermark_checkpoint_interval_ms: int = 5000
     request_timeout_ms: int = 30_000
     offsets_commit_timeout_ms: int = 5000
+    # KIP-73 replication throttles (bytes/s; None: unthrottled, Kafka's Long.MAX_VALUE).
+    leader_replication_throttled_rate: int | None = None
+    follower_replication_throttled_rate: int | None = None
+    replication_quota_window_num: int = 11
+    replication_quota_window_size_seconds: int = 1
     log: LogConfig = field(default_factory=LogConfig)
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
     #: Every listener with its security protocol; empty means one PLAINTEXT on host:port.
@@ -195,6 +200,10 @@ class BrokerConfig:
             "request.timeout.ms": "request_timeout_ms",
             "offsets.commit.timeout.ms": "offsets_commit_timeout_ms",
             "headwater.fetch.session.slots.per.client": "fetch_session_slots_per_client",
+            "leader.replication.throttled.rate": "leader_replication_throttled_rate",
+            "follower.replication.throttled.rate": "follower_replication_throttled_rate",
+            "replication.quota.window.num": "replication_quota_window_num",
+            "replication.quota.window.size.seconds": "replication_quota_window_size_seconds",
         }
         bools = {
             "auto.create.topics.enable": "auto_create_topics",

@@ -43,6 +43,7 @@ from headwater.cluster.produce_purgatory import (
     await_acks,
 )
 from headwater.cluster.replica_fetcher import FetcherConfig, ReplicaFetcher
+from headwater.cluster.replication_quota import ReplicationQuotaConfig, ReplicationThrottles
 from headwater.cluster.store import ClusterStore, PartitionState, SessionEvent
 from headwater.fetch.types import PartitionFetch
 from headwater.log.hw_checkpoint import HighWatermarkCheckpoint
@@ -73,6 +74,7 @@ class ReplicationConfig:
     num_replica_fetchers: int = 1
     high_watermark_checkpoint_interval_ms: int = 5_000
     fetcher: FetcherConfig = field(default_factory=FetcherConfig)
+    throttles: ReplicationQuotaConfig = field(default_factory=ReplicationQuotaConfig)
 
 
 class ReplicaManager:
@@ -99,6 +101,8 @@ class ReplicaManager:
         self.leadership_listeners: list[LeadershipListener] = []
         #: How this broker reaches its peers (replica fetchers, transaction markers).
         self.connector = InterBrokerConnector(local_id, self._address_of)
+        #: KIP-73 replication throttles, both sides (the fetch handler applies the leader's).
+        self.throttles = ReplicationThrottles(local_id, self._topic_configs, config.throttles)
         self._checkpoint = HighWatermarkCheckpoint(data_dir / HW_CHECKPOINT_FILE)
         self._checkpointed: dict[PartitionKey, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -391,6 +395,7 @@ class ReplicaManager:
                 self.connector,
                 self.config.fetcher,
                 name=f"replica-fetcher-{self.local_id}-from-{leader}-{index}",
+                throttles=self.throttles,
             )
             self.fetchers[(leader, index)] = fetcher
             fetcher.start()
@@ -405,6 +410,10 @@ class ReplicaManager:
                     stopping = asyncio.ensure_future(fetcher.stop())
                     self._stopping.add(stopping)
                     stopping.add_done_callback(self._stopping.discard)
+
+    def _topic_configs(self, topic: str) -> dict[str, str]:
+        assignment = self.view.topics.get(topic)
+        return assignment.configs if assignment is not None else {}
 
     def _address_of(self, broker_id: int, listener: str | None) -> tuple[str, int] | None:
         """The peer's endpoint on ``listener``; its default address when it registered

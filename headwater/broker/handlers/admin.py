@@ -43,6 +43,9 @@ TOPIC_CONFIG_DEFAULTS: dict[str, str] = {
     "flush.ms": "9223372036854775807",
     "min.insync.replicas": "1",
     "unclean.leader.election.enable": "false",
+    # KIP-73: replicas whose replication is throttled ("partition:broker,..." or "*").
+    "leader.replication.throttled.replicas": "",
+    "follower.replication.throttled.replicas": "",
 }
 
 

@@ -26,6 +26,11 @@ from headwater.broker.connection import RequestContext
 from headwater.broker.handlers.admin import TOPIC_CONFIG_DEFAULTS, AdminApis, is_valid_topic_name
 from headwater.cluster.cluster_view import ClusterView
 from headwater.cluster.controller import add_partitions, create_topic
+from headwater.cluster.replication_quota import (
+    FOLLOWER_REPLICAS,
+    LEADER_REPLICAS,
+    validate_throttled_replicas,
+)
 from headwater.cluster.store import ClusterStore
 from headwater.protocol.metadata_codec import (
     MetadataBroker,
@@ -39,6 +44,16 @@ log = logging.getLogger(__name__)
 
 #: Topics clients may use but not create (Kafka creates them on first use itself).
 INTERNAL_PREFIX = "__"
+
+
+def _bad_throttled_replicas(configs: dict[str, str]) -> str | None:
+    for key in (LEADER_REPLICAS, FOLLOWER_REPLICAS):
+        if key in configs:
+            try:
+                validate_throttled_replicas(configs[key])
+            except ValueError as exc:
+                return f"{key}: {exc}"
+    return None
 
 
 class ClusterAdminApis:
@@ -296,6 +311,9 @@ class ClusterAdminApis:
             elif unknown := sorted(set(configs) - set(TOPIC_CONFIG_DEFAULTS)):
                 result["error_code"] = int(E.invalid_config)
                 result["error_message"] = f"unknown topic config {', '.join(unknown)}"
+            elif bad := _bad_throttled_replicas(configs):
+                result["error_code"] = int(E.invalid_config)
+                result["error_message"] = bad
             elif req.validate_only:
                 result.update(num_partitions=num, replication_factor=rf)
             else:

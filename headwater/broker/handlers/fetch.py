@@ -154,7 +154,40 @@ class FetchApi:
             authorized=authorized,
         )
         self.metrics.fetch_partitions_read.inc(len(partitions))
+        if req.replica_id >= 0 and replication is not None:
+            self._leader_throttle(req.replica_id, result, replication)
         return result
+
+    @staticmethod
+    def _leader_throttle(follower: int, result: FetchResult, replication: ReplicaManager) -> None:
+        """KIP-73, leader side: over ``leader.replication.throttled.rate``, a throttled
+        replica outside the ISR gets no records (and they count for nothing toward
+        ``min_bytes``, so the fetch waits as if there were none)."""
+        throttles = replication.throttles
+        if not throttles.leader.enabled or not throttles.leader.exceeded(time.monotonic() * 1000):
+            return
+        for data in result.partitions:
+            size = data.records_size
+            if not size or not throttles.leader_throttled(data.topic, data.partition):
+                continue
+            replica = replication.replicas.get((data.topic, data.partition))
+            if replica is not None and follower in replica.isr:
+                continue
+            data.records = None
+            result.bytes_read -= size
+
+    @staticmethod
+    def _record_leader_throttled(response: FetchResponseData, replication: ReplicaManager) -> None:
+        """The bytes sent for throttled replicas use up the leader's budget."""
+        throttles = replication.throttles
+        if not throttles.leader.enabled:
+            return
+        sent = sum(
+            p.records_size
+            for p in response.partitions
+            if p.records_size and throttles.leader_throttled(p.topic, p.partition)
+        )
+        throttles.leader.record(sent, time.monotonic() * 1000)
 
     async def _fetch(
         self,
@@ -209,6 +242,8 @@ class FetchApi:
         bound_open_files(response, MAX_OPEN_SLICES_PER_RESPONSE)
         sent = sum(p.records_size for p in response.partitions)
         self.metrics.bytes_out.inc(sent)
+        if req.replica_id >= 0 and self.replication is not None:
+            self._record_leader_throttled(response, self.replication)
         if quota is not None:
             response.throttle_time_ms = max(
                 quota.throttle(QuotaKey.CONSUMER_BYTE_RATE, sent), quota.request_throttle_ms()
