@@ -548,7 +548,8 @@ class Broker:
             # this request's own time mutes the connection and shows in the next.
             started = time.perf_counter()
             result = entry.call(ctx, frame, offset)
-            ctx.throttle(QuotaKey.REQUEST_PERCENTAGE, (time.perf_counter() - started) * 1000)
+            if not ctx.request_quota_exempt:
+                ctx.throttle(QuotaKey.REQUEST_PERCENTAGE, (time.perf_counter() - started) * 1000)
             return result
         return entry.call(ctx, frame, offset)
 

@@ -87,6 +87,9 @@ class RequestContext:
     connection_id: int
     #: The connection's security state (listener, principal, SASL exchange).
     security: ConnectionSecurity = field(default_factory=ConnectionSecurity)
+    #: Set by a handler for requests outside client request quotas (follower
+    #: fetches: replication has its own throttles, KIP-73).
+    request_quota_exempt: bool = False
 
     @property
     def principal(self) -> KafkaPrincipal:
@@ -132,7 +135,7 @@ class RequestContext:
         """
         sec = self.security
         quotas = sec.quotas
-        if quotas is None or not quotas.enabled or sec.quota_exempt:
+        if quotas is None or not quotas.enabled or sec.quota_exempt or self.request_quota_exempt:
             return 0
         user, client = sec.principal.name, self.header.client_id or ""
         return quotas.throttle_ms(

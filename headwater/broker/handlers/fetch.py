@@ -101,6 +101,7 @@ class FetchApi:
         # Consumer byte-rate quota: a client already over it gets an empty,
         # throttled answer before anything is read (followers are not subject).
         quota = None if req.replica_id >= 0 else ctx
+        ctx.request_quota_exempt = req.replica_id >= 0
         if quota is not None:
             limit = ctx.quota_window_bytes(QuotaKey.CONSUMER_BYTE_RATE)
             if limit is not None and (req.max_bytes <= 0 or req.max_bytes > limit):
