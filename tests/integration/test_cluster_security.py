@@ -33,12 +33,8 @@ from confluent_kafka.admin import (
 )
 from kazoo.client import KazooClient
 
-from headwater.cluster.store import ZkClusterStore
-from headwater.cluster.zk_security import ZkSecurityStores
 from headwater.cluster.zookeeper_server import ZooKeeperServer
 from headwater.protocol.apis import ApiKey
-from headwater.security import acl
-from headwater.security.authorizer import AclAuthorizer
 from tests.integration.broker_process import free_port
 from tests.integration.cluster_process import Cluster, wait_for
 from tests.integration.test_security import cli, request, scram_login
@@ -57,27 +53,12 @@ def seed(zk_connect: str) -> None:
         cli("users", "add", user, "--password", password, "--zookeeper", zk_connect)
     listed = cli("users", "list", "--zookeeper", zk_connect).stdout
     assert "broker\t" in listed and "SCRAM-SHA-512" in listed, listed
-    store = ZkClusterStore(zk_connect)
-    store.start()
-    try:
-        stores = ZkSecurityStores(store)
-        stores.start()
-        anonymous = [
-            (acl.ResourceType.CLUSTER, acl.CLUSTER_NAME, acl.AclOperation.CREATE),
-            (acl.ResourceType.TOPIC, "*", acl.AclOperation.DESCRIBE),
-        ]
-        AclAuthorizer(stores.acls).create_acls(
-            [
-                acl.AclBinding(
-                    acl.ResourcePattern(kind, name, acl.PatternType.LITERAL),
-                    acl.AccessControlEntry("User:ANONYMOUS", "*", op, acl.AclPermissionType.ALLOW),
-                )
-                for kind, name, op in anonymous
-            ]
-        )
-        stores.stop()
-    finally:
-        store.close()
+    # ANONYMOUS (the harness's PLAINTEXT admin client) may create and see topics only.
+    cli("acls", "add", "--zookeeper", zk_connect, "--allow-principal", "User:ANONYMOUS",
+        "--operation", "CREATE", "--cluster")  # fmt: skip
+    added = cli("acls", "add", "--zookeeper", zk_connect, "--allow-principal", "User:ANONYMOUS",
+                "--operation", "DESCRIBE", "--topic", "*").stdout  # fmt: skip
+    assert "ALLOW\tUser:ANONYMOUS\tDESCRIBE\thost=*\tTOPIC:LITERAL:*" in added, added
 
 
 class SecureCluster(Cluster):
