@@ -39,6 +39,14 @@ _QUOTA_KEYS = frozenset(k.value for k in QuotaKey)
 Listener = Callable[[], None]
 
 
+def _notify(listeners: list[Listener]) -> None:
+    for listener in list(listeners):
+        try:
+            listener()
+        except Exception:
+            log.exception("security store listener failed")
+
+
 class _Notifications:
     """Follows one sequential change-notification path; hands new entries to ``handle``.
 
@@ -190,11 +198,7 @@ class ZkEntityConfigs:
         else:
             configs.pop(path, None)
         self._configs = configs  # one assignment: readers on other threads see old or new
-        for listener in list(self.listeners):
-            try:
-                listener()
-            except Exception:
-                log.exception("entity config listener failed")
+        _notify(self.listeners)
 
 
 class ZkCredentialStore:
@@ -415,11 +419,7 @@ class ZkAclStore:
         else:
             acls.pop(pattern, None)
         self._acls = acls
-        for listener in list(self.listeners):
-            try:
-                listener()
-            except Exception:
-                log.exception("ACL listener failed")
+        _notify(self.listeners)
 
 
 class ZkSecurityStores:
