@@ -3,6 +3,9 @@
 Options follow Kafka's ``kafka-acls.sh``: ``--allow-principal User:alice
 --operation READ --topic orders``, ``--resource-pattern-type prefixed``,
 ``--group``, ``--cluster``, ``--transactional-id``, ``--allow-host``.
+``acls add --zookeeper HOST:PORT/CHROOT`` writes a cluster's ACLs straight
+into ZooKeeper (Kafka's ``kafka-acls --authorizer-properties
+zookeeper.connect=...``): the first ACLs, before any principal may create them.
 """
 
 from __future__ import annotations
@@ -51,12 +54,45 @@ def _pattern(args: argparse.Namespace, default: PatternType) -> PatternType:
     return PatternType[args.resource_pattern_type.upper()]
 
 
+def _add_in_zookeeper(connect: str, creations: list[dict[str, Any]]) -> None:
+    from headwater.cluster.store import ZkClusterStore
+    from headwater.cluster.zk_security import ZkSecurityStores
+    from headwater.security.acl import AccessControlEntry, AclBinding, ResourcePattern
+    from headwater.security.authorizer import AclAuthorizer
+
+    bindings = [
+        AclBinding(
+            ResourcePattern(
+                ResourceType(c["resource_type"]),
+                c["resource_name"],
+                PatternType(c["resource_pattern_type"]),
+            ),
+            AccessControlEntry(
+                c["principal"],
+                c["host"],
+                AclOperation(c["operation"]),
+                AclPermissionType(c["permission_type"]),
+            ),
+        )
+        for c in creations
+    ]
+    store = ZkClusterStore(connect)
+    store.start(timeout=15)
+    try:
+        stores = ZkSecurityStores(store)
+        stores.start()
+        AclAuthorizer(stores.acls).create_acls(bindings)
+        stores.stop()
+    finally:
+        store.close()
+
+
 def cmd_add(args: argparse.Namespace) -> int:
     resources, principals = _resources(args), _principals(args)
     if not resources or not principals:
         raise SystemExit("error: add needs a resource and --allow-principal or --deny-principal")
     pattern = _pattern(args, PatternType.LITERAL)
-    creations = [
+    creations: list[dict[str, Any]] = [
         {
             "resource_type": int(rt),
             "resource_name": name,
@@ -71,6 +107,14 @@ def cmd_add(args: argparse.Namespace) -> int:
         for host in hosts
         for op in _operations(args, AclOperation.ALL)
     ]
+    if args.zookeeper:
+        _add_in_zookeeper(args.zookeeper, creations)
+        for c in creations:
+            print("added\t" + _describe_line(
+                c["resource_type"], c["resource_name"], c["resource_pattern_type"],
+                argparse.Namespace(**c),
+            ))  # fmt: skip
+        return 0
     resp = asyncio.run(
         admin_request(
             args.bootstrap, ApiKey.CREATE_ACLS, {"creations": creations}, command_security(args)
@@ -172,6 +216,11 @@ def add_acl_commands(sub: Any) -> None:
         p.add_argument("--operation", action="append", default=[], metavar="READ|WRITE|...")
         p.add_argument("--principal", help="filter by principal (list, remove)")
         add_connection_args(p)
+    add.add_argument(
+        "--zookeeper",
+        metavar="HOST:PORT[/CHROOT]",
+        help="write a cluster's ACLs straight into ZooKeeper (zookeeper.connect)",
+    )
     add.set_defaults(func=guarded(cmd_add))
     lst.set_defaults(func=guarded(cmd_list))
     remove.set_defaults(func=guarded(cmd_remove))

@@ -4,17 +4,22 @@ Through a running broker (``--bootstrap``) the commands use
 AlterUserScramCredentials and DescribeUserScramCredentials (KIP-554): the
 password is salted and iterated here, only the salted password travels.
 ``--data-dir`` edits the credential file of a *stopped* broker instead, to
-create the first (super) user before any listener requires SASL.
+create the first (super) user before any listener requires SASL;
+``--zookeeper`` does the same for a cluster (Kafka's ``kafka-configs
+--zookeeper``), e.g. the broker user of a SASL inter-broker listener, which
+must exist before the brokers start.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import getpass
 import os
 import secrets
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +28,7 @@ from headwater.client.cluster import ClusterClient
 from headwater.client.errors import KafkaError
 from headwater.protocol.apis import ApiKey
 from headwater.security.client_security import ClientSecurity
-from headwater.security.credentials import FileCredentialStore
+from headwater.security.credentials import CredentialStore, FileCredentialStore
 from headwater.security.scram import (
     DEFAULT_ITERATIONS,
     ScramCredential,
@@ -69,6 +74,29 @@ async def admin_request(
         await cluster.close()
 
 
+@contextlib.contextmanager
+def _direct_store(args: argparse.Namespace) -> Iterator[CredentialStore | None]:
+    """The credential store itself (``--data-dir`` or ``--zookeeper``), else None."""
+    if args.data_dir:
+        yield FileCredentialStore.in_dir(Path(args.data_dir))
+        return
+    if not getattr(args, "zookeeper", None):
+        yield None
+        return
+    from headwater.cluster.store import ZkClusterStore
+    from headwater.cluster.zk_security import ZkSecurityStores
+
+    store = ZkClusterStore(args.zookeeper)
+    store.start(timeout=15)
+    try:
+        stores = ZkSecurityStores(store)
+        stores.start()
+        yield stores.credentials
+        stores.stop()
+    finally:
+        store.close()
+
+
 def _check(results: Any) -> None:
     for r in results:
         if int(r.error_code):
@@ -79,11 +107,12 @@ def cmd_add(args: argparse.Namespace) -> int:
     password = _password(args)
     check_iterations(args.iterations)
     mechs = _mechanisms(args.mechanism)
-    if args.data_dir:
-        store = FileCredentialStore.in_dir(Path(args.data_dir))
-        for m in mechs:
-            store.upsert(args.user, m, ScramCredential.from_password(m, password, args.iterations))
-    else:
+    with _direct_store(args) as store:
+        if store is not None:
+            for m in mechs:
+                cred = ScramCredential.from_password(m, password, args.iterations)
+                store.upsert(args.user, m, cred)
+    if store is None:
         upsertions = []
         for m in mechs:
             salt = secrets.token_bytes(32)
@@ -110,13 +139,11 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 def cmd_delete(args: argparse.Namespace) -> int:
     mechs = _mechanisms(args.mechanism)
-    if args.data_dir:
-        store = FileCredentialStore.in_dir(Path(args.data_dir))
-        removed = [m for m in mechs if store.delete(args.user, m)]
-        if not removed:
+    with _direct_store(args) as store:
+        if store is not None and not [m for m in mechs if store.delete(args.user, m)]:
             print(f"error: {args.user} has no such credential", file=sys.stderr)
             return 1
-    else:
+    if store is None:
         known = asyncio.run(_describe(args.bootstrap, command_security(args))).get(args.user, {})
         targets = [m for m in mechs if m.mechanism_name in known] if not args.mechanism else mechs
         if not targets:
@@ -153,9 +180,9 @@ async def _describe(bootstrap: str, security: ClientSecurity | None) -> dict[str
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    if args.data_dir:
-        users = FileCredentialStore.in_dir(Path(args.data_dir)).describe()
-    else:
+    with _direct_store(args) as store:
+        users = store.describe() if store is not None else None
+    if users is None:
         users = asyncio.run(_describe(args.bootstrap, command_security(args)))
     for name, creds in sorted(users.items()):
         listed = ", ".join(f"{m} (iterations={n})" for m, n in sorted(creds.items()))
@@ -210,6 +237,11 @@ def add_user_commands(sub: Any) -> None:
         where.add_argument("--bootstrap", default="127.0.0.1:9092", metavar="HOST:PORT")
         where.add_argument(
             "--data-dir", metavar="DIR", help="edit a stopped broker's credential file directly"
+        )
+        where.add_argument(
+            "--zookeeper",
+            metavar="HOST:PORT[/CHROOT]",
+            help="edit a cluster's credentials in ZooKeeper directly (zookeeper.connect)",
         )
         add_connection_args(p)
     add.set_defaults(func=guarded(cmd_add))

@@ -34,7 +34,7 @@ from headwater.broker.handlers.group_authorization import authorize_group_reques
 from headwater.broker.handlers.log_dirs import LogDirsApi
 from headwater.broker.handlers.offsets import OffsetApis
 from headwater.broker.handlers.produce import ProduceApi
-from headwater.broker.handlers.security import SecurityApis
+from headwater.broker.handlers.security import SASL_APIS, SecurityApis
 from headwater.broker.listeners import Listener, SecurityProtocol
 from headwater.broker.memory_pool import MemoryPool
 from headwater.broker.metrics import BrokerMetrics
@@ -45,6 +45,8 @@ from headwater.broker.tls_stream import TlsStream
 from headwater.cluster.node import ClusterNode, ControllerConfig
 from headwater.cluster.replica_fetcher import FetcherConfig
 from headwater.cluster.replica_manager import ReplicationConfig
+from headwater.cluster.replication_quota import ReplicationQuotaConfig
+from headwater.cluster.zk_security import ZkSecurityStores
 from headwater.fetch.purgatory import FetchPurgatory
 from headwater.fetch.session_cache import FetchSessionCache
 from headwater.group.apis import SUPPORTED_VERSIONS as GROUP_API_VERSIONS
@@ -55,11 +57,12 @@ from headwater.protocol.apis import SUPPORTED, ApiKey
 from headwater.protocol.header import api_versions_error_body
 from headwater.protocol.messages import build_response, decode_request, encode_response
 from headwater.records.validation import prepare as prepare_record_validation
-from headwater.security.acl_store import FileAclStore
+from headwater.security.acl_store import AclStore, FileAclStore
 from headwater.security.authorizer import AclAuthorizer, AllowAllAuthorizer, Authorizer
-from headwater.security.credentials import FileCredentialStore
+from headwater.security.credentials import CredentialStore, FileCredentialStore
+from headwater.security.inter_broker import inter_broker_settings
 from headwater.security.principal import principal_from_certificate
-from headwater.security.quotas import ClientQuotaManager, FileQuotaStore, QuotaKey
+from headwater.security.quotas import ClientQuotaManager, FileQuotaStore, QuotaKey, QuotaStore
 from headwater.security.tls import server_context
 
 log = logging.getLogger(__name__)
@@ -75,6 +78,19 @@ class ApiEntry:
     call: RawHandler
 
 
+def _with_request_throttle(ctx: RequestContext, out: dict[str, Any]) -> dict[str, Any]:
+    """KIP-124: the request-rate throttle in the response's throttle field (kio names it
+    ``throttle_time_ms`` or ``throttle_time``; a response without one drops both keys)."""
+    ms = ctx.request_throttle_ms()
+    if not ms:
+        return out
+    out = dict(out)
+    for key in ("throttle_time_ms", "throttle_time"):
+        existing = out.get(key)
+        out[key] = max(ms, existing if isinstance(existing, int) else 0)
+    return out
+
+
 def _kio(api_key: int, fn: KioHandler) -> RawHandler:
     """Adapt a dict-returning handler of kio request entities to the raw interface."""
 
@@ -83,12 +99,27 @@ def _kio(api_key: int, fn: KioHandler) -> RawHandler:
         req = decode_request(api_key, version, frame, offset)
         out = fn(ctx, req)
         if inspect.isawaitable(out):
+            pending = out
 
             async def finish() -> bytes:
-                return encode_response(build_response(api_key, version, await out))
+                answer = _with_request_throttle(ctx, await pending)
+                return encode_response(build_response(api_key, version, answer))
 
             return finish()
-        return encode_response(build_response(api_key, version, out))
+        return encode_response(build_response(api_key, version, _with_request_throttle(ctx, out)))
+
+    return call
+
+
+def _inline(fn: KioHandler) -> KioHandler:
+    return fn
+
+
+def _on_worker_thread(fn: KioHandler) -> KioHandler:
+    """Run a handler that blocks on ZooKeeper off the event loop."""
+
+    def call(ctx: RequestContext, req: Any) -> Awaitable[dict[str, Any]]:
+        return asyncio.get_running_loop().run_in_executor(None, fn, ctx, req)  # type: ignore[arg-type]
 
     return call
 
@@ -126,6 +157,18 @@ def _advertise_coordinator(response: dict[str, Any], node_id: int, host: str, po
             answer["host"], answer["port"] = host, port
 
 
+def _advertise_peer_coordinators(
+    response: dict[str, Any], cluster: ClusterNode, listener: str
+) -> None:
+    """A peer coordinator at its endpoint on the client's listener, as in Metadata."""
+    brokers = cluster.view.brokers
+    for answer in response.get("coordinators", [response]):
+        registration = brokers.get(answer.get("node_id", -1))
+        endpoint = registration.endpoint(listener) if registration is not None else None
+        if endpoint is not None:
+            answer["host"], answer["port"] = endpoint
+
+
 def _raise_open_file_limit() -> None:
     """Use the whole hard limit of open files, as Kafka's docs ask operators to.
 
@@ -150,6 +193,12 @@ def replication_config(c: BrokerConfig) -> ReplicationConfig:
             min_bytes=c.replica_fetch_min_bytes,
             backoff_ms=c.replica_fetch_backoff_ms,
             sessions=c.replica_fetch_sessions_enable,
+        ),
+        throttles=ReplicationQuotaConfig(
+            leader_rate=c.leader_replication_throttled_rate,
+            follower_rate=c.follower_replication_throttled_rate,
+            window_ms=c.replication_quota_window_size_seconds * 1000,
+            samples=c.replication_quota_window_num,
         ),
     )
 
@@ -200,10 +249,14 @@ class Broker:
             )
         if self.cluster is not None:
             self.metrics.bind_replica_manager(self.cluster.replicas)
+            inter_broker = inter_broker_settings(config.security, config.all_listeners)
+            self.cluster.replicas.connector.use(inter_broker.listener.name, inter_broker.security)
         self._server_socks: list[socket.socket] = []
         self.listeners: list[Listener] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._conn_ids = itertools.count(1)
+        #: ``sasl.enabled.mechanisms`` per listener (``listener.name.<l>.`` resolved once).
+        self._sasl_mechanisms: dict[str, tuple[str, ...]] = {}
         self.address: tuple[str, int] = (config.host, config.port)
 
     # -- wiring ---------------------------------------------------------------------
@@ -268,38 +321,73 @@ class Broker:
         self._build_security_apis()
 
     def _build_security_apis(self) -> None:
-        """SASL, ACL and SCRAM-credential APIs; credentials and ACLs live in the data dir.
+        """SASL, ACL, SCRAM-credential and quota APIs over their stores.
 
-        In a cluster both stores must be ZooKeeper-backed implementations of
-        ``CredentialStore`` / ``AclStore`` (not built yet).
+        A single broker keeps credentials, ACLs and quotas in its data dir; a
+        cluster keeps them in ZooKeeper (Kafka's layout), loaded in ``start``
+        once the session is up, and the APIs that write them run on a worker
+        thread (ZooKeeper round trips must not stall the event loop).
         """
         sec = self.config.security
-        self.credentials = FileCredentialStore.in_dir(self.config.data_dir)
+        acl_store: AclStore
+        quota_store: QuotaStore
+        self.zk_security: ZkSecurityStores | None = None
+        if self.cluster is not None:
+            self.zk_security = ZkSecurityStores(self.cluster.store)
+            self.credentials: CredentialStore = self.zk_security.credentials
+            acl_store, quota_store = self.zk_security.acls, self.zk_security.quotas
+        else:
+            self.credentials = FileCredentialStore.in_dir(self.config.data_dir)
+            acl_store = FileAclStore.in_dir(self.config.data_dir)
+            quota_store = FileQuotaStore.in_dir(self.config.data_dir)
         self.authorizer: Authorizer = AllowAllAuthorizer()
         if sec.acls_enabled:
             self.authorizer = AclAuthorizer(
-                FileAclStore.in_dir(self.config.data_dir),
+                acl_store,
                 super_users=sec.super_users,
                 allow_everyone_if_no_acl_found=sec.allow_everyone_if_no_acl_found,
             )
         self.quotas = ClientQuotaManager(
-            FileQuotaStore.in_dir(self.config.data_dir),
+            quota_store,
             window_ms=sec.quota_window_size_seconds * 1000,
             samples=sec.quota_window_num,
         )
         self.security = SecurityApis(sec, self.credentials, self.authorizer, self.quotas)
         api = self.security
+        writes = _on_worker_thread if self.zk_security is not None else _inline
         self.register_kio(ApiKey.DESCRIBE_CLIENT_QUOTAS, api.describe_client_quotas)
-        self.register_kio(ApiKey.ALTER_CLIENT_QUOTAS, api.alter_client_quotas)
+        self.register_kio(ApiKey.ALTER_CLIENT_QUOTAS, writes(api.alter_client_quotas))
         self.register_kio(ApiKey.SASL_HANDSHAKE, api.sasl_handshake)
         self.register_kio(ApiKey.SASL_AUTHENTICATE, api.sasl_authenticate)
         self.register_kio(ApiKey.DESCRIBE_ACLS, api.describe_acls)
-        self.register_kio(ApiKey.CREATE_ACLS, api.create_acls)
-        self.register_kio(ApiKey.DELETE_ACLS, api.delete_acls)
+        self.register_kio(ApiKey.CREATE_ACLS, writes(api.create_acls))
+        self.register_kio(ApiKey.DELETE_ACLS, writes(api.delete_acls))
         self.register_kio(
             ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, api.describe_user_scram_credentials
         )
-        self.register_kio(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, api.alter_user_scram_credentials)
+        self.register_kio(
+            ApiKey.ALTER_USER_SCRAM_CREDENTIALS, writes(api.alter_user_scram_credentials)
+        )
+
+    async def _start_zk_security(self, stores: ZkSecurityStores) -> None:
+        """Load credentials, ACLs and quotas from ZooKeeper and follow their changes.
+
+        Changes arrive on the store's threads; the authorizer's index and the
+        quota settings are rebuilt on the event loop, between requests.
+        """
+        loop = asyncio.get_running_loop()
+
+        def changed() -> None:
+            loop.call_soon_threadsafe(self._security_changed)
+
+        stores.on_change(changed)
+        await loop.run_in_executor(None, stores.start)
+        self._security_changed()
+
+    def _security_changed(self) -> None:
+        if isinstance(self.authorizer, AclAuthorizer):
+            self.authorizer.reload()
+        self.quotas.reload()
 
     def _build_group_apis(self) -> None:
         """The group coordinator over the partitions of ``__consumer_offsets``.
@@ -344,6 +432,8 @@ class Broker:
             )
             if ctx.header.api_key == ApiKey.FIND_COORDINATOR and ctx.listener.port:
                 _advertise_coordinator(response, self.config.node_id, *ctx.listener.advertised)
+                if self.cluster is not None:
+                    _advertise_peer_coordinators(response, self.cluster, ctx.listener.name)
             return response
 
         for api_key, versions in GROUP_API_VERSIONS.items():
@@ -450,12 +540,18 @@ class Broker:
         except ValueError:
             name = str(header.api_key)
         self.metrics.requests.labels(name).inc()
-        if self.quotas.enabled:
-            # request_percentage (KIP-124): handler time on the event loop;
-            # a throttle mutes the connection (responses are already encoded).
+        if (
+            self.quotas.enabled
+            and header.api_key not in SASL_APIS
+            and not ctx.security.quota_exempt
+        ):
+            # request_percentage (KIP-124): handler time on the event loop. The
+            # response carries the throttle earned so far (request_throttle_ms);
+            # this request's own time mutes the connection and shows in the next.
             started = time.perf_counter()
             result = entry.call(ctx, frame, offset)
-            ctx.throttle(QuotaKey.REQUEST_PERCENTAGE, (time.perf_counter() - started) * 1000)
+            if not ctx.request_quota_exempt:
+                ctx.throttle(QuotaKey.REQUEST_PERCENTAGE, (time.perf_counter() - started) * 1000)
             return result
         return entry.call(ctx, frame, offset)
 
@@ -469,9 +565,12 @@ class Broker:
         self._build_handlers()
         if self.cluster is None:
             await self.groups.start()
-        tls = None
-        if any(listener.protocol.uses_tls for listener in self.config.all_listeners):
-            tls = server_context(self.config.security.tls)
+        # One TLS context per TLS listener: its ``listener.name.<l>.ssl.*`` keys win.
+        tls = {
+            listener.name: server_context(self.config.security.for_listener(listener.name).tls)
+            for listener in self.config.all_listeners
+            if listener.protocol.uses_tls
+        }
         bound: list[tuple[socket.socket, Listener]] = []
         for listener in self.config.all_listeners:
             sock = _listen(listener.host, listener.port)
@@ -484,7 +583,13 @@ class Broker:
             host, port = self.config.advertised
             if port == 0:
                 port = self.address[1]
-            await self.cluster.start(host, port)
+            endpoints = tuple(
+                (listener.name, listener.protocol.value, *listener.advertised)
+                for listener in self.listeners
+            )
+            await self.cluster.start(host, port, endpoints)
+            if self.zk_security is not None:
+                await self._start_zk_security(self.zk_security)
             self._build_group_apis()
             await self.groups.start()
             await self.cluster.replicas.start()
@@ -494,7 +599,10 @@ class Broker:
             )
             log.info("metrics on http://%s:%d/metrics", self.config.metrics_host, port)
         for sock, listener in bound:
-            self._spawn(self._accept_loop(sock, listener, tls), f"accept-{listener.name}")
+            self._spawn(
+                self._accept_loop(sock, listener, tls.get(listener.name)),
+                f"accept-{listener.name}",
+            )
         self._spawn(self._housekeeping(), "housekeeping")
         self._spawn(self._connection_sweep(), "connection-sweep")
         log.info("listening on %s:%d", self.address[0], self.address[1])
@@ -572,7 +680,11 @@ class Broker:
             assert tls is not None
             stream = TlsStream(client, tls)
         if listener.protocol.uses_sasl:
-            security.sasl = self.security.new_sasl_session()
+            mechanisms = self._sasl_mechanisms.get(listener.name)
+            if mechanisms is None:
+                own = self.config.security.for_listener(listener.name)
+                mechanisms = self._sasl_mechanisms[listener.name] = own.sasl_enabled_mechanisms
+            security.sasl = self.security.new_sasl_session(mechanisms)
         conn = Connection(
             client,
             peer,
@@ -666,6 +778,9 @@ class Broker:
                 await task
         if hasattr(self, "groups"):
             await self.groups.stop()
+        if getattr(self, "zk_security", None) is not None:
+            assert self.zk_security is not None
+            self.zk_security.stop()
         if self.cluster is not None:
             await self.cluster.stop()
         self.metrics.close()

@@ -18,7 +18,7 @@ from headwater.addresses import split_host_port
 from headwater.broker.connection_limits import ConnectionLimits
 from headwater.broker.listeners import Listener, SecurityProtocol, parse_listeners
 from headwater.log.config import LogConfig
-from headwater.security.config import SecurityConfig
+from headwater.security.config import SecurityConfig, is_security_key
 
 log = logging.getLogger(__name__)
 
@@ -46,21 +46,6 @@ def parse_host_port(text: str, default_port: int = DEFAULT_PORT) -> tuple[str, i
     """The first listener of ``text``; an empty host means every interface."""
     host, port = split_host_port(text.split(",")[0], default_port)
     return host or "0.0.0.0", port
-
-
-_SECURITY_PREFIXES = ("ssl.", "sasl.")
-_SECURITY_KEYS = frozenset(
-    {
-        "listener.security.protocol.map",
-        "connections.max.reauth.ms",
-        "connection.failed.authentication.delay.ms",
-        "authorizer.class.name",
-        "super.users",
-        "allow.everyone.if.no.acl.found",
-        "quota.window.size.seconds",
-        "quota.window.num",
-    }
-)
 
 
 def _bool(value: str) -> bool:
@@ -124,6 +109,11 @@ class BrokerConfig:
     replica_high_watermark_checkpoint_interval_ms: int = 5000
     request_timeout_ms: int = 30_000
     offsets_commit_timeout_ms: int = 5000
+    # KIP-73 replication throttles (bytes/s; None: unthrottled, Kafka's Long.MAX_VALUE).
+    leader_replication_throttled_rate: int | None = None
+    follower_replication_throttled_rate: int | None = None
+    replication_quota_window_num: int = 11
+    replication_quota_window_size_seconds: int = 1
     log: LogConfig = field(default_factory=LogConfig)
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
     #: Every listener with its security protocol; empty means one PLAINTEXT on host:port.
@@ -210,6 +200,10 @@ class BrokerConfig:
             "request.timeout.ms": "request_timeout_ms",
             "offsets.commit.timeout.ms": "offsets_commit_timeout_ms",
             "headwater.fetch.session.slots.per.client": "fetch_session_slots_per_client",
+            "leader.replication.throttled.rate": "leader_replication_throttled_rate",
+            "follower.replication.throttled.rate": "follower_replication_throttled_rate",
+            "replication.quota.window.num": "replication_quota_window_num",
+            "replication.quota.window.size.seconds": "replication_quota_window_size_seconds",
         }
         bools = {
             "auto.create.topics.enable": "auto_create_topics",
@@ -253,7 +247,7 @@ class BrokerConfig:
                 kw["metrics_host"], kw["metrics_port"] = parse_host_port(value, 9308)
             elif key.startswith(("log.", "message.", "headwater.log.")):
                 log_keys[key] = value
-            elif key.startswith(_SECURITY_PREFIXES) or key in _SECURITY_KEYS:
+            elif is_security_key(key):
                 pass  # read by SecurityConfig above
             else:
                 extra[key] = value

@@ -87,6 +87,9 @@ class RequestContext:
     connection_id: int
     #: The connection's security state (listener, principal, SASL exchange).
     security: ConnectionSecurity = field(default_factory=ConnectionSecurity)
+    #: Set by a handler for requests outside client request quotas (follower
+    #: fetches: replication has its own throttles, KIP-73).
+    request_quota_exempt: bool = False
 
     @property
     def principal(self) -> KafkaPrincipal:
@@ -121,6 +124,23 @@ class RequestContext:
         if ms > 0:
             self.security.muted_until = max(self.security.muted_until, now + ms / 1000)
         return ms
+
+    def request_throttle_ms(self) -> int:
+        """The request-rate throttle (KIP-124) to put in this response's ``throttle_time_ms``.
+
+        The client's handler time is recorded once its request is handled
+        (``Broker.dispatch``); this is the throttle that time adds up to so far,
+        recording nothing. Super users (the brokers themselves) are exempt, as
+        Kafka exempts inter-broker requests.
+        """
+        sec = self.security
+        quotas = sec.quotas
+        if quotas is None or not quotas.enabled or sec.quota_exempt or self.request_quota_exempt:
+            return 0
+        user, client = sec.principal.name, self.header.client_id or ""
+        return quotas.throttle_ms(
+            QuotaKey.REQUEST_PERCENTAGE, user, client, time.monotonic() * 1000
+        )
 
     def quota_window_bytes(self, key: QuotaKey) -> int | None:
         """The most bytes one response may carry under the client's quota, if any."""

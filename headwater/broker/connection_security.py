@@ -35,3 +35,8 @@ class ConnectionSecurity:
     #: KIP-219: a throttled client's next request is not read before this
     #: (``time.monotonic()`` seconds).
     muted_until: float = 0.0
+
+    @property
+    def quota_exempt(self) -> bool:
+        """Super users (the brokers' own principal among them) are not throttled."""
+        return str(self.principal) in getattr(self.authorizer, "super_users", ())

@@ -14,8 +14,10 @@ unit tests deterministic.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +45,7 @@ class _Node:
     czxid: int = 0
     mzxid: int = 0
     children: set[str] = field(default_factory=set)
+    ctime: int = 0  # creation time, ms since the epoch
 
 
 def _parent(path: str) -> str:
@@ -103,7 +106,7 @@ class FakeZooKeeper:
 
     def _stat(self, node: _Node) -> ZnodeStat:
         return ZnodeStat(
-            node.czxid, node.mzxid, 0, 0, node.version, node.cversion, 0,
+            node.czxid, node.mzxid, node.ctime, 0, node.version, node.cversion, 0,
             node.owner, len(node.data), len(node.children), node.mzxid,
         )  # fmt: skip
 
@@ -136,8 +139,9 @@ class FakeZooKeeper:
         """Apply all operations or none; results as kazoo's ``commit`` reports them."""
         fired: list[tuple[Watcher, WatchedEvent]] = []
         with self._lock:
-            saved = {p: _Node(n.data, n.version, n.cversion, n.owner, n.czxid, n.mzxid,
-                              set(n.children)) for p, n in self._nodes.items()}  # fmt: skip
+            saved = {
+                p: dataclasses.replace(n, children=set(n.children)) for p, n in self._nodes.items()
+            }
             results: list[Any] = []
             failed = -1
             for i, op in enumerate(ops):
@@ -158,7 +162,10 @@ class FakeZooKeeper:
     ) -> Any:
         kind = op[0]
         if kind == "create":
-            _, path, data, ephemeral = op
+            _, path, data, ephemeral, sequence = op
+            if sequence:  # ZooKeeper's suffix: the parent's child version, 10 digits
+                parent = self._nodes.get(_parent(path))
+                path += f"{parent.cversion if parent else 0:010d}"
             return self._create_locked(path, data, session_id if ephemeral else 0, fired)
         if kind == "set":
             _, path, data, version = op
@@ -188,7 +195,9 @@ class FakeZooKeeper:
         if parent.owner:
             raise NoNodeError(f"{_parent(path)} is ephemeral and cannot have children")
         zxid = next(self._zxid)
-        self._nodes[path] = _Node(bytes(data), owner=owner, czxid=zxid, mzxid=zxid)
+        self._nodes[path] = _Node(
+            bytes(data), owner=owner, czxid=zxid, mzxid=zxid, ctime=int(time.time() * 1000)
+        )
         parent.children.add(_name(path))
         parent.cversion += 1
         self._take(self._data_watches, path, EventType.CREATED, fired)
@@ -251,7 +260,7 @@ class _FakeTransaction:
         self, path: str, value: bytes = b"", acl: Any = None, ephemeral: bool = False,
         sequence: bool = False,
     ) -> None:  # fmt: skip
-        self._ops.append(("create", self._client._full(path), value, ephemeral))
+        self._ops.append(("create", self._client._full(path), value, ephemeral, sequence))
 
     def set_data(self, path: str, value: bytes, version: int = -1) -> None:
         self._ops.append(("set", self._client._full(path), value, version))
@@ -393,13 +402,18 @@ class FakeKazooClient:
         return self._run(lambda: self.zk.get_children(self._full(path), self._watcher(watch)))
 
     def create_async(
-        self, path: str, value: bytes = b"", ephemeral: bool = False, makepath: bool = False
+        self,
+        path: str,
+        value: bytes = b"",
+        ephemeral: bool = False,
+        makepath: bool = False,
+        sequence: bool = False,
     ) -> FakeAsyncResult:
         def create() -> Any:
             if makepath:
                 self._ensure(_parent(path))
             result = self.zk.multi(
-                [("create", self._full(path), value, ephemeral)], self.session_id
+                [("create", self._full(path), value, ephemeral, sequence)], self.session_id
             )[0]
             if isinstance(result, BaseException):
                 raise result
@@ -430,7 +444,7 @@ class FakeKazooClient:
             return
         self._ensure(_parent(path))
         # A NodeExistsError result is a concurrent creator winning: fine.
-        self.zk.multi([("create", self._full(path), b"", False)], self.session_id)
+        self.zk.multi([("create", self._full(path), b"", False, False)], self.session_id)
 
     def ensure_path_async(self, path: str) -> FakeAsyncResult:
         def ensure() -> bool:

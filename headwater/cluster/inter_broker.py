@@ -14,18 +14,34 @@ from headwater.client.connection import BrokerConnection
 from headwater.client.errors import KafkaConnectionError
 from headwater.security.client_security import ClientSecurity
 
-#: broker id -> (host, port) of the listener brokers use to reach it, or None if unknown.
-AddressOf = Callable[[int], "tuple[str, int] | None"]
+#: (broker id, listener name or None for its default address) -> (host, port), or None
+#: when the broker (or its listener of that name) is unknown.
+AddressOf = Callable[[int, "str | None"], "tuple[str, int] | None"]
 
 
 class InterBrokerConnector:
-    """Opens authenticated connections to peer brokers by broker id."""
+    """Opens authenticated connections to peer brokers by broker id.
+
+    ``listener`` is ``inter.broker.listener.name``: peers are dialled at their
+    registered endpoint of that name, with ``security`` (TLS and the broker's
+    SASL credentials; see ``headwater.security.inter_broker``).
+    """
 
     def __init__(
-        self, local_id: int, address_of: AddressOf, security: ClientSecurity | None = None
+        self,
+        local_id: int,
+        address_of: AddressOf,
+        security: ClientSecurity | None = None,
+        listener: str | None = None,
     ) -> None:
         self.local_id = local_id
         self.address_of = address_of
+        self.security = security
+        self.listener = listener
+
+    def use(self, listener: str | None, security: ClientSecurity | None) -> None:
+        """Set the inter-broker listener and credentials (before the first ``open``)."""
+        self.listener = listener
         self.security = security
 
     async def open(
@@ -37,9 +53,10 @@ class InterBrokerConnector:
         ``<purpose>-<local id>``), so an operator can tell fetchers from
         marker senders.
         """
-        address = self.address_of(broker_id)
+        address = self.address_of(broker_id, self.listener)
         if address is None:
-            raise KafkaConnectionError(f"broker {broker_id} has no known address")
+            where = f" on listener {self.listener}" if self.listener else ""
+            raise KafkaConnectionError(f"broker {broker_id} has no known address{where}")
         return await BrokerConnection.open(
             address[0],
             address[1],

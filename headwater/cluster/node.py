@@ -75,7 +75,12 @@ class ClusterNode:
             broker_id, logs, self.view, self.store, replication, data_dir=data_dir
         )
 
-    async def start(self, host: str, port: int) -> None:
+    async def start(
+        self, host: str, port: int, endpoints: tuple[tuple[str, str, str, int], ...] = ()
+    ) -> None:
+        """Join: ``host:port`` is the default address, ``endpoints`` every listener's
+        (name, security protocol, advertised host, port), as registered for peers
+        and clients."""
         loop = asyncio.get_running_loop()
         deadline = time.monotonic() + self.connect_timeout_ms / 1000
         while True:
@@ -91,7 +96,7 @@ class ClusterNode:
                     "ZooKeeper at %s is unreachable (%s); retrying", self.zookeeper_connect, exc
                 )
                 await asyncio.sleep(1.0)
-        registration = BrokerRegistration(self.broker_id, host, port)
+        registration = BrokerRegistration(self.broker_id, host, port, endpoints=endpoints)
         try:
             # A broker restarted right after a kill -9 finds its own old registration
             # until that session expires: wait for it rather than refuse at once.

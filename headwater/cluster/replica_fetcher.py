@@ -27,6 +27,7 @@ from headwater.client.errors import KafkaConnectionError, KafkaError
 from headwater.client.session_handler import FetchSessionHandler
 from headwater.cluster.inter_broker import InterBrokerConnector
 from headwater.cluster.partition import PartitionReplica
+from headwater.cluster.replication_quota import ReplicationThrottles
 from headwater.fetch.types import ZERO_UUID, PartitionData, PartitionFetch
 from headwater.log.errors import KafkaApiError
 from headwater.log.log import Log
@@ -83,12 +84,14 @@ class ReplicaFetcher:
         *,
         on_progress: Callable[[PartitionReplica], None] | None = None,
         name: str = "",
+        throttles: ReplicationThrottles | None = None,
     ) -> None:
         self.local_id = local_id
         self.leader_id = leader_id
         self.connector = connector
         self.config = config
         self.on_progress = on_progress
+        self.throttles = throttles
         self.name = name or f"replica-fetcher-{leader_id}"
         self.partitions: dict[PartitionKey, PartitionReplica] = {}
         self._delayed: dict[PartitionKey, float] = {}
@@ -177,6 +180,14 @@ class ReplicaFetcher:
         wanted: list[PartitionFetch] = []
         delayed = self._delayed
         requests = self._requests
+        throttles = self.throttles
+        # KIP-73: over the follower budget, throttled replicas that are not in
+        # the ISR sit out (until the backoff) and the rest fetch on.
+        over_budget = (
+            throttles is not None
+            and throttles.follower.enabled
+            and throttles.follower.exceeded(now * 1000)
+        )
         for key, replica in self.partitions.items():
             if delayed:
                 until = delayed.get(key)
@@ -184,6 +195,14 @@ class ReplicaFetcher:
                     if until > now:
                         continue
                     del delayed[key]
+            if (
+                over_budget
+                and throttles is not None
+                and self.local_id not in replica.isr
+                and throttles.follower_throttled(*key)
+            ):
+                self._delay(key)
+                continue
             request = requests.get(key)
             if request is None or request.current_leader_epoch != replica.leader_epoch:
                 plog = replica.log
@@ -224,10 +243,17 @@ class ReplicaFetcher:
             if response.error_code:
                 await asyncio.sleep(self.config.backoff_ms / 1000)
             return
+        throttles = self.throttles
         for data in response.partitions:
             replica = self.partitions.get((data.topic, data.partition))
             if replica is None or replica.leader != self.leader_id:
                 continue
+            if (
+                throttles is not None
+                and throttles.follower.enabled
+                and throttles.follower_throttled(data.topic, data.partition)
+            ):
+                throttles.follower.record(data.records_size, time.monotonic() * 1000)
             try:
                 self._apply(replica, data)
             except KafkaApiError as exc:

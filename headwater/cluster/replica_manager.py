@@ -43,6 +43,7 @@ from headwater.cluster.produce_purgatory import (
     await_acks,
 )
 from headwater.cluster.replica_fetcher import FetcherConfig, ReplicaFetcher
+from headwater.cluster.replication_quota import ReplicationQuotaConfig, ReplicationThrottles
 from headwater.cluster.store import ClusterStore, PartitionState, SessionEvent
 from headwater.fetch.types import PartitionFetch
 from headwater.log.errors import KafkaApiError
@@ -74,6 +75,7 @@ class ReplicationConfig:
     num_replica_fetchers: int = 1
     high_watermark_checkpoint_interval_ms: int = 5_000
     fetcher: FetcherConfig = field(default_factory=FetcherConfig)
+    throttles: ReplicationQuotaConfig = field(default_factory=ReplicationQuotaConfig)
 
 
 class ReplicaManager:
@@ -100,6 +102,8 @@ class ReplicaManager:
         self.leadership_listeners: list[LeadershipListener] = []
         #: How this broker reaches its peers (replica fetchers, transaction markers).
         self.connector = InterBrokerConnector(local_id, self._address_of)
+        #: KIP-73 replication throttles, both sides (the fetch handler applies the leader's).
+        self.throttles = ReplicationThrottles(local_id, self._topic_configs, config.throttles)
         self._checkpoint = HighWatermarkCheckpoint(data_dir / HW_CHECKPOINT_FILE)
         self._checkpointed: dict[PartitionKey, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
@@ -409,6 +413,7 @@ class ReplicaManager:
                 self.connector,
                 self.config.fetcher,
                 name=f"replica-fetcher-{self.local_id}-from-{leader}-{index}",
+                throttles=self.throttles,
             )
             self.fetchers[(leader, index)] = fetcher
             fetcher.start()
@@ -424,11 +429,19 @@ class ReplicaManager:
                     self._stopping.add(stopping)
                     stopping.add_done_callback(self._stopping.discard)
 
-    def _address_of(self, broker_id: int) -> tuple[str, int] | None:
+    def _topic_configs(self, topic: str) -> dict[str, str]:
+        assignment = self.view.topics.get(topic)
+        return assignment.configs if assignment is not None else {}
+
+    def _address_of(self, broker_id: int, listener: str | None) -> tuple[str, int] | None:
+        """The peer's endpoint on ``listener``; its default address when it registered
+        no endpoints (or no listener is named)."""
         broker = self.view.brokers.get(broker_id)
         if broker is None:
             return None
-        return broker.host, broker.port
+        if listener is None or not broker.endpoints:
+            return broker.host, broker.port
+        return broker.endpoint(listener)
 
     # -- what the request handlers ask ---------------------------------------------------
 

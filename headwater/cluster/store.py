@@ -122,6 +122,16 @@ class BrokerRegistration:
     """Kafka's broker epoch: the registration znode's creation zxid. It changes when
     the broker re-registers (a restart, a session expiry), even if the id list
     looks the same between two reads: the controller treats that as a bounce."""
+    endpoints: tuple[tuple[str, str, str, int], ...] = field(default=(), compare=False)
+    """Every listener: (name, security protocol, advertised host, port); empty for a
+    registration with only ``host``/``port``."""
+
+    def endpoint(self, listener: str | None) -> tuple[str, int] | None:
+        """(host, port) of the named listener; None if the broker does not have it."""
+        for name, _, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -581,7 +591,9 @@ class ZkClusterStore:
         after a session expiry.
         """
         path = zk.broker_path(registration.broker_id)
-        data = zk.encode_broker(registration.host, registration.port, registration.rack)
+        data = zk.encode_broker(
+            registration.host, registration.port, registration.rack, registration.endpoints
+        )
         deadline = time.monotonic() + wait_s
         while True:
             client = self._require()
@@ -632,10 +644,13 @@ class ZkClusterStore:
                 continue
             try:
                 host, port, rack = zk.decode_broker(got[0])
+                endpoints = zk.decode_broker_endpoints(got[0])
             except zk.ZkLayoutError:
                 log.error("ignoring malformed registration of broker %d", broker_id)
                 continue
-            out[broker_id] = BrokerRegistration(broker_id, host, port, rack, got[1].czxid)
+            out[broker_id] = BrokerRegistration(
+                broker_id, host, port, rack, got[1].czxid, endpoints
+            )
         return out
 
     def cluster_id(self, proposed: str) -> str:
@@ -1137,6 +1152,59 @@ class ZkClusterStore:
                 log.error("malformed state of %s-%d", topic, partition)
 
         return self._watch(zk.partition_state_path(topic, partition), False, deliver)
+
+    # -- plain znodes (the security metadata of ``zk_security`` lives beside the cluster's) --
+
+    def read_znode(self, path: str) -> tuple[bytes, int] | None:
+        """(data, version), or None when the znode does not exist."""
+        return self._get(path)
+
+    def read_znodes(self, paths: Sequence[str]) -> list[tuple[bytes, Any] | None]:
+        """Pipelined reads: (data, stat) per path, None where missing."""
+        return self._get_many_with_stat(paths)
+
+    def read_children(self, path: str) -> list[str]:
+        return self._children(path)
+
+    def write_znode(self, path: str, data: bytes, expected_version: int | None) -> bool:
+        """Compare-and-set ``path`` (None: create it, with its parents).
+
+        False when the compare-and-set lost (or the znode appeared/vanished
+        meanwhile): re-read and try again.
+        """
+        client = self._require()
+        try:
+            if expected_version is None:
+                self._wait(client.create_async(path, data, makepath=True), path)
+            else:
+                self._wait(client.set_async(path, data, expected_version), path)
+        except (BadVersionError, NodeExistsError, NoNodeError):
+            return False
+        return True
+
+    def create_sequential(self, prefix: str, data: bytes) -> str:
+        """A persistent sequential znode ``<prefix><10 digits>``; returns its path."""
+        client = self._require()
+        return str(
+            self._wait(client.create_async(prefix, data, makepath=True, sequence=True), prefix)
+        )
+
+    def delete_znode(self, path: str, expected_version: int = -1) -> bool:
+        """Delete ``path`` (at ``expected_version``; -1: any); False if it was not deleted."""
+        try:
+            self._wait(self._require().delete_async(path, expected_version), path)
+        except (NoNodeError, NotEmptyError, BadVersionError):
+            return False
+        return True
+
+    def ensure_path(self, path: str) -> None:
+        self._wait(self._require().ensure_path_async(path), path)
+
+    def watch_children(
+        self, path: str, callback: Callable[[tuple[str, ...] | None], None]
+    ) -> WatchHandle:
+        """The sorted children of ``path`` on every change (None while it does not exist)."""
+        return self._watch(path, True, callback)
 
 
 class InMemoryClusterStore(ZkClusterStore):

@@ -121,12 +121,27 @@ def _now_ms() -> str:
     return str(int(time.time() * 1000))
 
 
-def encode_broker(host: str, port: int, rack: str | None) -> bytes:
-    """``/brokers/ids/<id>`` as Kafka's version 4 registration (one PLAINTEXT listener)."""
+def _endpoint_text(name: str, host: str, port: int) -> str:
+    return f"{name}://[{host}]:{port}" if ":" in host else f"{name}://{host}:{port}"
+
+
+def encode_broker(
+    host: str,
+    port: int,
+    rack: str | None,
+    endpoints: tuple[tuple[str, str, str, int], ...] = (),
+) -> bytes:
+    """``/brokers/ids/<id>`` as Kafka's version 4 registration.
+
+    ``endpoints`` are (listener, protocol, host, port), every listener the
+    broker has; without them the broker has one PLAINTEXT listener at
+    ``host:port``. Like Kafka, ``host``/``port`` are the first endpoint's.
+    """
+    listed = endpoints or (("PLAINTEXT", "PLAINTEXT", host, port),)
     return _dump(
         {
-            "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
-            "endpoints": [f"PLAINTEXT://{host}:{port}"],
+            "listener_security_protocol_map": {name: proto for name, proto, _, _ in listed},
+            "endpoints": [_endpoint_text(name, h, p) for name, _, h, p in listed],
             "jmx_port": -1,
             "host": host,
             "timestamp": _now_ms(),
@@ -135,6 +150,22 @@ def encode_broker(host: str, port: int, rack: str | None) -> bytes:
             "version": 4,
         }
     )
+
+
+def decode_broker_endpoints(data: bytes) -> tuple[tuple[str, str, str, int], ...]:
+    """Every (listener, protocol, host, port) of a registration; protocol defaults to
+    the listener's name (Kafka's default map)."""
+    value = _load(data, "broker registration")
+    try:
+        protocols = value.get("listener_security_protocol_map") or {}
+        out = []
+        for text in value.get("endpoints") or []:
+            name, _, address = str(text).partition("://")
+            host, _, port = address.rpartition(":")
+            out.append((name, str(protocols.get(name, name)), host.strip("[]"), int(port)))
+        return tuple(out)
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise ZkLayoutError(f"broker registration: {exc!r}") from None
 
 
 def decode_broker(data: bytes) -> tuple[str, int, str | None]:

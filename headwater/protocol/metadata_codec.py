@@ -108,12 +108,13 @@ def encode_metadata_response(
     cluster_id: str | None,
     controller_id: int,
     error_code: int = 0,
+    throttle_time_ms: int = 0,
 ) -> bytes:
     """The response body (no header) for Metadata ``version`` 0..13."""
     flexible = version >= FLEXIBLE_FROM
     out = bytearray()
     if version >= 3:
-        out += struct.pack(">i", 0)  # throttle time
+        out += struct.pack(">i", throttle_time_ms)
     out += write_array_length(len(brokers), flexible)
     for b in brokers:
         out += struct.pack(">i", b.node_id) + write_string(b.host, flexible)

@@ -129,6 +129,10 @@ class AclAuthorizer:
         self._prefix_lengths: dict[ResourceType, list[int]] = {}
         self._reindex(store.load())
 
+    def reload(self) -> None:
+        """Rebuild the index from the store (another broker changed the ACLs)."""
+        self._reindex(self.store.load())
+
     # -- the decision --------------------------------------------------------------
 
     def authorize(
@@ -269,6 +273,7 @@ class AclAuthorizer:
 
     def create_acls(self, bindings: Sequence[AclBinding]) -> None:
         """Adds what is new (adding an existing ACL is not an error, as in Kafka)."""
+        self.reload()  # a shared store may have changed since the index was built
         known = set(self._bindings)
         new: list[AclBinding] = []
         for b in bindings:
@@ -282,6 +287,7 @@ class AclAuthorizer:
 
     def delete_acls(self, filters: Sequence[AclBindingFilter]) -> list[list[AclBinding]]:
         """For each filter, the bindings it removed (a binding goes to the first match)."""
+        self.reload()
         removed: list[list[AclBinding]] = [[] for _ in filters]
         keep: list[AclBinding] = []
         for b in self._bindings:

@@ -4,9 +4,40 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from headwater.security.authorizer import KNOWN_AUTHORIZERS, parse_super_users
 from headwater.security.sasl import DEFAULT_MAX_TOKEN_BYTES, KNOWN_MECHANISMS
+
+LISTENER_PREFIX = "listener.name."
+INTER_BROKER_KEYS = frozenset(
+    {
+        "inter.broker.listener.name",
+        "security.inter.broker.protocol",
+        "sasl.mechanism.inter.broker.protocol",
+    }
+)
+_OTHER_KEYS = frozenset(
+    {
+        "listener.security.protocol.map",
+        "connections.max.reauth.ms",
+        "connection.failed.authentication.delay.ms",
+        "authorizer.class.name",
+        "super.users",
+        "allow.everyone.if.no.acl.found",
+        "quota.window.size.seconds",
+        "quota.window.num",
+    }
+)
+
+
+def is_security_key(key: str) -> bool:
+    """Read by the security settings (the broker's config leaves these to them)."""
+    return (
+        key.startswith(("ssl.", "sasl.", LISTENER_PREFIX))
+        or key in INTER_BROKER_KEYS
+        or key in _OTHER_KEYS
+    )
 
 
 def _bool(value: str) -> bool:
@@ -49,13 +80,30 @@ class SecurityConfig:
     allow_everyone_if_no_acl_found: bool = False
     quota_window_size_seconds: int = 1
     quota_window_num: int = 11
+    #: The security keys as given (``ssl.*``, ``sasl.*``, ``listener.name.*``, inter-broker
+    #: keys), for per-listener resolution and the inter-broker client.
+    raw: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def acls_enabled(self) -> bool:
         return bool(self.authorizer_class_name)
 
+    def for_listener(self, name: str) -> SecurityConfig:
+        """The settings of one listener: ``listener.name.<listener>.<key>`` (listener
+        name in lower case) wins over ``<key>``, as in Kafka's config resolution.
+
+        Per listener: the ``ssl.*`` keys and ``sasl.enabled.mechanisms`` (and any
+        other key of this class, though Kafka only documents those).
+        """
+        prefix = f"{LISTENER_PREFIX}{name.lower()}."
+        overrides = {k[len(prefix) :]: v for k, v in self.raw.items() if k.startswith(prefix)}
+        if not overrides:
+            return self
+        return SecurityConfig.from_properties({**self.raw, **overrides})
+
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> SecurityConfig:
+        raw = {k: v for k, v in props.items() if is_security_key(k)}
         client_auth = props.get("ssl.client.auth", "none").strip().lower()
         if client_auth not in ("none", "requested", "required"):
             raise ValueError("ssl.client.auth must be none, requested or required")
@@ -103,4 +151,5 @@ class SecurityConfig:
             ),
             quota_window_size_seconds=int(props.get("quota.window.size.seconds", 1)),
             quota_window_num=int(props.get("quota.window.num", 11)),
+            raw=MappingProxyType(raw),
         )

@@ -186,6 +186,14 @@ class ClientQuotaManager:
     def enabled(self) -> bool:
         return bool(self.quotas)
 
+    def reload(self) -> None:
+        """Take the store's settings (changed through another broker); rates restart
+        only when the settings really changed."""
+        quotas = self.store.load()
+        if quotas != self.quotas:
+            self.quotas = quotas
+            self._rates.clear()
+
     def quota_for(
         self, key: QuotaKey, user: str, client_id: str
     ) -> tuple[float, tuple[str, str]] | None:

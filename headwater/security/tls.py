@@ -56,20 +56,9 @@ def server_context(cfg: TlsConfig) -> ssl.SSLContext:
             ctx.set_ciphers(":".join(cfg.cipher_suites))
         except ssl.SSLError as exc:
             raise ValueError(f"ssl.cipher.suites: no usable cipher ({exc})") from None
-    try:
-        if cfg.keystore_location:
-            with _as_file(cfg.keystore_location) as path:
-                ctx.load_cert_chain(path, password=cfg.key_password)
-        else:
-            if not cfg.keystore_certificate_chain or not cfg.keystore_key:
-                raise ValueError("ssl.keystore.key needs ssl.keystore.certificate.chain")
-            with (
-                _as_file(cfg.keystore_certificate_chain) as chain,
-                _as_file(cfg.keystore_key) as key,
-            ):
-                ctx.load_cert_chain(chain, key, password=cfg.key_password)
-    except (ssl.SSLError, OSError) as exc:
-        raise ValueError(f"cannot load the TLS keystore: {exc}") from None
+    if not cfg.keystore_location and not (cfg.keystore_certificate_chain and cfg.keystore_key):
+        raise ValueError("ssl.keystore.key needs ssl.keystore.certificate.chain")
+    _load_keystore(ctx, cfg)
     if cfg.truststore_location:
         try:
             ctx.load_verify_locations(cafile=cfg.truststore_location)
@@ -83,3 +72,35 @@ def server_context(cfg: TlsConfig) -> ssl.SSLContext:
         "required": ssl.CERT_REQUIRED,
     }[cfg.client_auth]
     return ctx
+
+
+def client_context(cfg: TlsConfig, *, check_hostname: bool) -> ssl.SSLContext:
+    """The broker as a TLS client of its peers (inter-broker traffic).
+
+    Trusts ``ssl.truststore.location`` (else the system's CAs) and presents the
+    keystore as its certificate, so a peer that requires client certificates
+    accepts it, as Kafka's inter-broker client does with the same keys.
+    """
+    ctx = ssl.create_default_context(cafile=cfg.truststore_location)
+    ctx.check_hostname = check_hostname
+    versions = [_VERSIONS[n] for n in cfg.enabled_protocols if n in _VERSIONS]
+    if versions:
+        ctx.minimum_version, ctx.maximum_version = min(versions), max(versions)
+    _load_keystore(ctx, cfg)
+    return ctx
+
+
+def _load_keystore(ctx: ssl.SSLContext, cfg: TlsConfig) -> None:
+    """The keystore (a file with key and chain, or inline PEM key and chain), if any."""
+    try:
+        if cfg.keystore_location:
+            with _as_file(cfg.keystore_location) as path:
+                ctx.load_cert_chain(path, password=cfg.key_password)
+        elif cfg.keystore_key and cfg.keystore_certificate_chain:
+            with (
+                _as_file(cfg.keystore_certificate_chain) as chain,
+                _as_file(cfg.keystore_key) as key,
+            ):
+                ctx.load_cert_chain(chain, key, password=cfg.key_password)
+    except (ssl.SSLError, OSError) as exc:
+        raise ValueError(f"cannot load the TLS keystore: {exc}") from None

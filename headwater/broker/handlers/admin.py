@@ -43,6 +43,9 @@ TOPIC_CONFIG_DEFAULTS: dict[str, str] = {
     "flush.ms": "9223372036854775807",
     "min.insync.replicas": "1",
     "unclean.leader.election.enable": "false",
+    # KIP-73: replicas whose replication is throttled ("partition:broker,..." or "*").
+    "leader.replication.throttled.replicas": "",
+    "follower.replication.throttled.replicas": "",
 }
 
 
@@ -155,6 +158,7 @@ class AdminApis:
             topics,
             cluster_id=self.config.cluster_id,
             controller_id=self.config.node_id,
+            throttle_time_ms=ctx.request_throttle_ms(),
         )
 
     def describe_cluster(self, ctx: RequestContext, req: Any) -> dict[str, Any]:

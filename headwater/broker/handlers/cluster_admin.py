@@ -23,9 +23,14 @@ from kio.schema.errors import ErrorCode as E
 
 from headwater.broker.config import BrokerConfig
 from headwater.broker.connection import RequestContext
-from headwater.broker.handlers.admin import TOPIC_CONFIG_DEFAULTS, is_valid_topic_name
+from headwater.broker.handlers.admin import TOPIC_CONFIG_DEFAULTS, AdminApis, is_valid_topic_name
 from headwater.cluster.cluster_view import ClusterView
 from headwater.cluster.controller import add_partitions, create_topic
+from headwater.cluster.replication_quota import (
+    FOLLOWER_REPLICAS,
+    LEADER_REPLICAS,
+    validate_throttled_replicas,
+)
 from headwater.cluster.store import ClusterStore
 from headwater.protocol.metadata_codec import (
     MetadataBroker,
@@ -33,11 +38,22 @@ from headwater.protocol.metadata_codec import (
     MetadataTopic,
     encode_metadata_response,
 )
+from headwater.security.acl import AclOperation
 
 log = logging.getLogger(__name__)
 
 #: Topics clients may use but not create (Kafka creates them on first use itself).
 INTERNAL_PREFIX = "__"
+
+
+def _bad_throttled_replicas(configs: dict[str, str]) -> str | None:
+    for key in (LEADER_REPLICAS, FOLLOWER_REPLICAS):
+        if key in configs:
+            try:
+                validate_throttled_replicas(configs[key])
+            except ValueError as exc:
+                return f"{key}: {exc}"
+    return None
 
 
 class ClusterAdminApis:
@@ -56,11 +72,15 @@ class ClusterAdminApis:
 
     # -- Metadata ------------------------------------------------------------------
 
-    def _brokers(self) -> list[MetadataBroker]:
-        return [
-            MetadataBroker(b.broker_id, b.host, b.port, b.rack)
-            for _, b in sorted(self.view.brokers.items())
-        ]
+    def _brokers(self, listener: str | None = None) -> list[MetadataBroker]:
+        """Every live broker at its endpoint on ``listener`` (the one the client came in
+        on, as Kafka answers); a broker registered without that listener keeps its
+        default address."""
+        out = []
+        for _, b in sorted(self.view.brokers.items()):
+            host, port = b.endpoint(listener) or (b.host, b.port)
+            out.append(MetadataBroker(b.broker_id, host, port, b.rack))
+        return out
 
     def topic_entry(self, name: str) -> MetadataTopic | None:
         assignment = self.view.topics.get(name)
@@ -104,9 +124,11 @@ class ClusterAdminApis:
         requested = req.topics
         allow_create = getattr(req, "allow_auto_topic_creation", True)
         topics: list[MetadataTopic] = []
+        may_describe = ctx.topic_check(AclOperation.DESCRIBE)
         if requested is None or (version == 0 and not requested):
+            # Topics the principal may not describe are left out, not errored.
             for name in sorted(self.view.topics):
-                entry = self.topic_entry(name)
+                entry = self.topic_entry(name) if may_describe(name) else None
                 if entry is not None:
                     topics.append(entry)
         else:
@@ -119,6 +141,10 @@ class ClusterAdminApis:
                         topics.append(MetadataTopic(int(E.unknown_topic_id), None, topic_id))
                         continue
                     name = found
+                if not may_describe(name):
+                    code = int(E.topic_authorization_failed)
+                    topics.append(MetadataTopic(code, name, uuid.UUID(int=0)))
+                    continue
                 entry = self.topic_entry(name)
                 if entry is not None:
                     topics.append(entry)
@@ -126,7 +152,11 @@ class ClusterAdminApis:
                     topics.append(
                         MetadataTopic(int(E.invalid_topic_exception), name, uuid.UUID(int=0))
                     )
-                elif allow_create and self.config.auto_create_topics:
+                elif (
+                    allow_create
+                    and self.config.auto_create_topics
+                    and AdminApis.may_create(ctx, name)
+                ):
                     self.auto_create(name)
                     topics.append(
                         MetadataTopic(int(E.leader_not_available), name, uuid.UUID(int=0))
@@ -138,10 +168,11 @@ class ClusterAdminApis:
         controller = self.view.controller_id
         return encode_metadata_response(
             version,
-            self._brokers(),
+            self._brokers(ctx.listener.name),
             topics,
             cluster_id=self.config.cluster_id,
             controller_id=controller if controller is not None else -1,
+            throttle_time_ms=ctx.request_throttle_ms(),
         )
 
     def _name_of(self, topic_id: uuid.UUID) -> str | None:
@@ -157,7 +188,7 @@ class ClusterAdminApis:
             "controller_id": controller if controller is not None else -1,
             "brokers": [
                 {"broker_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
-                for b in self._brokers()
+                for b in self._brokers(ctx.listener.name)
             ],
         }
 
@@ -261,7 +292,9 @@ class ClusterAdminApis:
                 num = len(explicit)
                 rf = len(next(iter(explicit.values())))
             live = len(self.view.brokers)
-            if not is_valid_topic_name(t.name):
+            if not AdminApis.may_create(ctx, t.name):
+                result["error_code"] = int(E.topic_authorization_failed)
+            elif not is_valid_topic_name(t.name):
                 result["error_code"] = int(E.invalid_topic_exception)
                 result["error_message"] = f"illegal topic name {t.name!r}"
             elif t.name in self.view.topics:
@@ -278,6 +311,9 @@ class ClusterAdminApis:
             elif unknown := sorted(set(configs) - set(TOPIC_CONFIG_DEFAULTS)):
                 result["error_code"] = int(E.invalid_config)
                 result["error_message"] = f"unknown topic config {', '.join(unknown)}"
+            elif bad := _bad_throttled_replicas(configs):
+                result["error_code"] = int(E.invalid_config)
+                result["error_message"] = bad
             elif req.validate_only:
                 result.update(num_partitions=num, replication_factor=rf)
             else:
@@ -316,10 +352,13 @@ class ClusterAdminApis:
         loop = asyncio.get_running_loop()
         timeout_ms = getattr(req, "timeout_ms", 30_000)
         results = []
+        may_alter = ctx.topic_check(AclOperation.ALTER)
         for t in req.topics:
             entry: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
             assignment = self.view.topics.get(t.name)
-            if assignment is None:
+            if not may_alter(t.name):
+                entry["error_code"] = int(E.topic_authorization_failed)
+            elif assignment is None:
                 entry["error_code"] = int(E.unknown_topic_or_partition)
             elif t.count <= len(assignment.replicas):
                 entry["error_code"] = int(E.invalid_partitions)
@@ -371,9 +410,14 @@ class ClusterAdminApis:
         timeout_ms = getattr(req, "timeout_ms", 30_000)
         loop = asyncio.get_running_loop()
         responses = []
+        may_delete = ctx.topic_check(AclOperation.DELETE)
         for name, topic_id in names:
             if not name and topic_id is not None and topic_id.int != 0:
                 name = self._name_of(topic_id)
+            if name and not may_delete(name):
+                code = int(E.topic_authorization_failed)
+                responses.append({"name": name, "topic_id": topic_id, "error_code": code})
+                continue
             assignment = self.view.topics.get(name) if name else None
             if name is None or assignment is None:
                 code = E.unknown_topic_or_partition if name else E.unknown_topic_id

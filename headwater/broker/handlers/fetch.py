@@ -140,6 +140,7 @@ class FetchApi:
         # Consumer byte-rate quota: a client already over it gets an empty,
         # throttled answer before anything is read (followers are not subject).
         quota = None if req.replica_id >= 0 else ctx
+        ctx.request_quota_exempt = req.replica_id >= 0
         if quota is not None:
             limit = ctx.quota_window_bytes(QuotaKey.CONSUMER_BYTE_RATE)
             if limit is not None and (req.max_bytes <= 0 or req.max_bytes > limit):
@@ -196,7 +197,40 @@ class FetchApi:
             )
         )
         self.metrics.fetch_partitions_read.inc(len(partitions))
+        if req.replica_id >= 0 and replication is not None:
+            self._leader_throttle(req.replica_id, result, replication)
         return result
+
+    @staticmethod
+    def _leader_throttle(follower: int, result: FetchResult, replication: ReplicaManager) -> None:
+        """KIP-73, leader side: over ``leader.replication.throttled.rate``, a throttled
+        replica outside the ISR gets no records (and they count for nothing toward
+        ``min_bytes``, so the fetch waits as if there were none)."""
+        throttles = replication.throttles
+        if not throttles.leader.enabled or not throttles.leader.exceeded(time.monotonic() * 1000):
+            return
+        for data in result.partitions:
+            size = data.records_size
+            if not size or not throttles.leader_throttled(data.topic, data.partition):
+                continue
+            replica = replication.replicas.get((data.topic, data.partition))
+            if replica is not None and follower in replica.isr:
+                continue
+            data.records = None
+            result.bytes_read -= size
+
+    @staticmethod
+    def _record_leader_throttled(response: FetchResponseData, replication: ReplicaManager) -> None:
+        """The bytes sent for throttled replicas use up the leader's budget."""
+        throttles = replication.throttles
+        if not throttles.leader.enabled:
+            return
+        sent = sum(
+            p.records_size
+            for p in response.partitions
+            if p.records_size and throttles.leader_throttled(p.topic, p.partition)
+        )
+        throttles.leader.record(sent, time.monotonic() * 1000)
 
     async def _fetch(
         self,
@@ -217,9 +251,9 @@ class FetchApi:
                 FetchResponseData(error_code=ctx.error_code, session_id=0), req.version
             )
         throttled = quota.throttled_now(QuotaKey.CONSUMER_BYTE_RATE) if quota else 0
-        if throttled:
+        if throttled and quota is not None:
             empty = ctx.update_and_generate_response([], now)
-            empty.throttle_time_ms = throttled
+            empty.throttle_time_ms = max(throttled, quota.request_throttle_ms())
             return self._encode(empty, req.version)
         # A full fetch that creates a session adds and watches its partitions
         # before reading them, in slices (a no-op for other contexts).
@@ -254,8 +288,12 @@ class FetchApi:
         bound_open_files(response, MAX_OPEN_SLICES_PER_RESPONSE)
         sent = sum(p.records_size for p in response.partitions)
         self.metrics.bytes_out.inc(sent)
+        if req.replica_id >= 0 and self.replication is not None:
+            self._record_leader_throttled(response, self.replication)
         if quota is not None:
-            response.throttle_time_ms = quota.throttle(QuotaKey.CONSUMER_BYTE_RATE, sent)
+            response.throttle_time_ms = max(
+                quota.throttle(QuotaKey.CONSUMER_BYTE_RATE, sent), quota.request_throttle_ms()
+            )
         return await self._encode_sliced(response, req.version)
 
     @staticmethod

@@ -178,7 +178,9 @@ class ProduceApi:
                 parts.append(out)
             topics.append(ProduceTopicResponse(name=topic.name, partitions=parts))
         produced = sum(len(r) for t in req.topics for _, r in t.partitions if r is not None)
-        throttle_ms = ctx.throttle(QuotaKey.PRODUCER_BYTE_RATE, produced)
+        throttle_ms = max(
+            ctx.throttle(QuotaKey.PRODUCER_BYTE_RATE, produced), ctx.request_throttle_ms()
+        )
         if req.acks == 0:
             return None
         response = ProduceResponseData(topics=topics, throttle_time_ms=throttle_ms)

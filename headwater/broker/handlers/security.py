@@ -74,9 +74,10 @@ class SecurityApis:
 
     # -- the gate ----------------------------------------------------------------
 
-    def new_sasl_session(self) -> SaslServerSession:
+    def new_sasl_session(self, mechanisms: tuple[str, ...] | None = None) -> SaslServerSession:
+        """``mechanisms``: the listener's ``sasl.enabled.mechanisms`` (default: the broker's)."""
         return SaslServerSession(
-            list(self.config.sasl_enabled_mechanisms),
+            list(mechanisms or self.config.sasl_enabled_mechanisms),
             self.credentials.get,
             max_reauth_ms=self.config.connections_max_reauth_ms,
             max_token_bytes=self.config.sasl_max_token_bytes,

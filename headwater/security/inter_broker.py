@@ -1,0 +1,105 @@
+"""How this broker authenticates to its peers: Kafka's inter-broker settings.
+
+* ``inter.broker.listener.name`` names the listener brokers use to reach each
+  other (peers are dialled at their registered endpoint of that name).
+  ``security.inter.broker.protocol`` is the older way: the listener named
+  like the protocol. Both unset: the listener named PLAINTEXT, as in Kafka;
+  and, beyond Kafka, the first listener when there is no PLAINTEXT one.
+* ``sasl.mechanism.inter.broker.protocol``: the SASL mechanism on a SASL
+  listener. Kafka defaults to GSSAPI, which Headwater does not speak; here
+  the default is the listener's first enabled mechanism.
+* The broker's own credentials come from the JAAS line Kafka reads,
+  ``listener.name.<listener>.<mechanism>.sasl.jaas.config`` (mechanism in
+  lower case), else ``sasl.jaas.config``: only its ``username="..."`` and
+  ``password="..."`` options are used (the login module class is not
+  loaded). The broker principal is then ``User:<username>``; on an SSL
+  listener it is the keystore certificate's subject. Give it CLUSTER_ACTION
+  on the cluster, or list it in ``super.users``.
+* TLS to peers uses the listener's ``ssl.truststore.location`` and presents
+  its keystore; ``ssl.endpoint.identification.algorithm`` (default
+  ``https``; empty turns it off) checks the peer's host name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from headwater.broker.listeners import Listener
+from headwater.security.client_security import ClientSecurity
+from headwater.security.config import SecurityConfig
+from headwater.security.tls import client_context
+
+_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def jaas_credentials(jaas: str) -> tuple[str | None, str | None]:
+    """``username`` and ``password`` of a JAAS config line."""
+    options = {k: v.replace('\\"', '"') for k, v in _JAAS_OPTION.findall(jaas)}
+    return options.get("username"), options.get("password")
+
+
+@dataclass(frozen=True)
+class InterBrokerSettings:
+    listener: Listener
+    security: ClientSecurity
+
+
+def inter_broker_listener(sec: SecurityConfig, listeners: Sequence[Listener]) -> Listener:
+    name = sec.raw.get("inter.broker.listener.name", "").strip().upper()
+    protocol = sec.raw.get("security.inter.broker.protocol", "").strip().upper()
+    if name and protocol:
+        raise ValueError(
+            "set only one of inter.broker.listener.name and security.inter.broker.protocol"
+        )
+    by_name = {listener.name: listener for listener in listeners}
+    wanted = name or protocol or "PLAINTEXT"
+    if wanted in by_name:
+        return by_name[wanted]
+    if name or protocol:
+        key = "inter.broker.listener.name" if name else "security.inter.broker.protocol"
+        raise ValueError(f"{key}={wanted} names no listener (listeners: {', '.join(by_name)})")
+    return listeners[0]
+
+
+def inter_broker_settings(
+    sec: SecurityConfig, listeners: Sequence[Listener]
+) -> InterBrokerSettings:
+    """The listener to dial peers on and how to authenticate there; ValueError if unusable."""
+    listener = inter_broker_listener(sec, listeners)
+    own = sec.for_listener(listener.name)
+    protocol = listener.protocol
+    context = None
+    check_hostname = own.raw.get("ssl.endpoint.identification.algorithm", "https").strip() != ""
+    prefix = f"listener.name.{listener.name.lower()}."
+    if prefix + "ssl.endpoint.identification.algorithm" in own.raw:
+        check_hostname = own.raw[prefix + "ssl.endpoint.identification.algorithm"].strip() != ""
+    if protocol.uses_tls:
+        context = client_context(own.tls, check_hostname=check_hostname)
+    mechanism = "PLAIN"
+    username = password = None
+    if protocol.uses_sasl:
+        mechanism = (
+            sec.raw.get("sasl.mechanism.inter.broker.protocol", "").strip().upper()
+            or own.sasl_enabled_mechanisms[0]
+        )
+        if mechanism not in own.sasl_enabled_mechanisms:
+            raise ValueError(
+                f"sasl.mechanism.inter.broker.protocol={mechanism} is not enabled on "
+                f"listener {listener.name} ({', '.join(own.sasl_enabled_mechanisms)})"
+            )
+        jaas = sec.raw.get(f"{prefix}{mechanism.lower()}.sasl.jaas.config") or sec.raw.get(
+            "sasl.jaas.config", ""
+        )
+        username, password = jaas_credentials(jaas)
+        if not username or password is None:
+            raise ValueError(
+                f"inter-broker listener {listener.name} uses SASL: set "
+                f'{prefix}{mechanism.lower()}.sasl.jaas.config with username="..." '
+                'password="..."'
+            )
+    return InterBrokerSettings(
+        listener,
+        ClientSecurity(protocol.value, context, mechanism, username, password, check_hostname),
+    )
