@@ -310,6 +310,11 @@ class LogDirectory:
         self._logs[(topic, partition)] = log
         return log
 
+    @property
+    def loaded_count(self) -> int:
+        """How many partition logs are open (cheap: no iteration)."""
+        return len(self._logs)
+
     def loaded_logs(self) -> Iterator[tuple[str, int, Log]]:
         """(topic, partition, log) for every log handed out since open()."""
         for (topic, partition), log in list(self._logs.items()):
