@@ -126,6 +126,9 @@ def write_aborted_log(
                 except BufferError:
                     producer.poll(0.005)
         if i % 10 == 9:
+            # Flush first: librdkafka drops still-queued records on abort, and the
+            # aborted records must reach the log for the 10% to be real.
+            producer.flush(30)
             producer.abort_transaction(30)
         else:
             producer.commit_transaction(30)
@@ -210,7 +213,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     value = os.urandom(args.record_size)
     produce: dict[str, list[dict[str, float]]] = {}
     consume: dict[str, list[float]] = {}
-    with ScratchDir("hw-bench-txn-") as scratch, Headwater(scratch / "data").start() as broker:
+    with ScratchDir("hw-bench-txn-") as scratch, Headwater(scratch / "data") as broker:
         boot = broker.bootstrap
         variants: list[tuple[str, int | None, int]] = [("idempotent", None, args.records)]
         for per_txn in (1, 10, 100):
