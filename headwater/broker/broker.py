@@ -35,6 +35,7 @@ from headwater.broker.handlers.log_dirs import LogDirsApi
 from headwater.broker.handlers.offsets import OffsetApis
 from headwater.broker.handlers.produce import ProduceApi
 from headwater.broker.handlers.security import SecurityApis
+from headwater.broker.handlers.txn_markers import WriteTxnMarkersApi
 from headwater.broker.listeners import Listener, SecurityProtocol
 from headwater.broker.memory_pool import MemoryPool
 from headwater.broker.metrics import BrokerMetrics
@@ -61,6 +62,7 @@ from headwater.security.credentials import FileCredentialStore
 from headwater.security.principal import principal_from_certificate
 from headwater.security.quotas import ClientQuotaManager, FileQuotaStore, QuotaKey
 from headwater.security.tls import server_context
+from headwater.txn.markers import TxnMarkerWriter
 
 log = logging.getLogger(__name__)
 
@@ -259,6 +261,12 @@ class Broker:
         self.register_kio(ApiKey.LIST_OFFSETS, self.offsets.list_offsets)
         self.register_kio(ApiKey.OFFSET_FOR_LEADER_EPOCH, self.offsets.offset_for_leader_epoch)
         self.register_kio(ApiKey.DESCRIBE_LOG_DIRS, LogDirsApi(self.logs).describe_log_dirs)
+        # Transaction markers go to the logs this broker leads; the transaction
+        # coordinator calls ``txn_markers.write`` directly for its own partitions.
+        self.txn_markers = TxnMarkerWriter(self.logs, replication)
+        self.register_kio(
+            ApiKey.WRITE_TXN_MARKERS, WriteTxnMarkersApi(self.txn_markers).write_txn_markers
+        )
         if cluster is None:
             self._build_group_apis()
         # In a cluster the group APIs are built once the cluster view is loaded

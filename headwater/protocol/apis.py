@@ -33,6 +33,7 @@ class ApiKey(enum.IntEnum):
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    WRITE_TXN_MARKERS = 27
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -73,6 +74,7 @@ API_FLEXIBLE_FROM: Final[dict[int, int]] = {
     ApiKey.DELETE_TOPICS: 4,
     ApiKey.INIT_PRODUCER_ID: 2,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: 4,
+    ApiKey.WRITE_TXN_MARKERS: 1,
     ApiKey.DESCRIBE_CONFIGS: 4,
     ApiKey.DESCRIBE_LOG_DIRS: 2,
     ApiKey.CREATE_PARTITIONS: 2,
@@ -112,6 +114,8 @@ SUPPORTED: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.DELETE_TOPICS: (1, 6),
     ApiKey.INIT_PRODUCER_ID: (0, 4),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
+    # kio has no schema for v0 (Kafka 4 removed it); only brokers send this API.
+    ApiKey.WRITE_TXN_MARKERS: (1, 1),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     ApiKey.CREATE_PARTITIONS: (0, 3),
