@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
+import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
@@ -32,6 +34,7 @@ from headwater.protocol.produce_codec import (
 )
 from headwater.records.record import RecordBatchBuilder
 from tests.integration.broker_process import BrokerProcess
+from tests.integration.cluster_process import Cluster, wait_for
 from tests.integration.wire import WireClient
 
 TOPIC = "txn-log"
@@ -58,8 +61,9 @@ def _init_producer_id(client: WireClient) -> tuple[int, int]:
 class RawProducer:
     """An idempotent producer id that writes hand-built (transactional) batches."""
 
-    def __init__(self, client: WireClient) -> None:
+    def __init__(self, client: WireClient, topic: str = TOPIC) -> None:
         self.client = client
+        self.topic = topic
         self.producer_id, self.epoch = _init_producer_id(client)
         self.seq = 0
 
@@ -75,7 +79,7 @@ class RawProducer:
         now = int(time.time() * 1000)
         for v in values:
             builder.append(now, None, v)
-        code, _ = _produce(self.client, builder.build(), txn_id)
+        code, _ = _produce(self.client, builder.build(), txn_id, self.topic)
         if code == 0:
             self.seq += len(values)
         return code
@@ -91,7 +95,7 @@ class RawProducer:
                         "producer_id": self.producer_id,
                         "producer_epoch": self.epoch,
                         "transaction_result": commit,
-                        "topics": [{"name": TOPIC, "partition_indexes": [0]}],
+                        "topics": [{"name": self.topic, "partition_indexes": [0]}],
                         "coordinator_epoch": coordinator_epoch,
                     }
                 ]
@@ -104,34 +108,38 @@ class RawProducer:
         return int(partition.error_code)
 
 
-def _produce(client: WireClient, payload: bytes, txn_id: str | None) -> tuple[int, int]:
+def _produce(
+    client: WireClient, payload: bytes, txn_id: str | None, topic: str = TOPIC
+) -> tuple[int, int]:
     version = 9
     partition = ProducePartitionData(0, memoryview(payload))
     req = ProduceRequestData(
         transactional_id=txn_id,
         acks=-1,
         timeout_ms=5000,
-        topics=[ProduceTopicData(TOPIC, [partition])],
+        topics=[ProduceTopicData(topic, [partition])],
     )
     body = client.request(ApiKey.PRODUCE, version, encode_produce_request(req, version))
     part = decode_produce_response(body, 0, version).topics[0].partitions[0]
     return part.error_code, part.base_offset
 
 
-def _plain(client: WireClient, value: bytes) -> None:
+def _plain(client: WireClient, value: bytes, topic: str = TOPIC) -> None:
     builder = RecordBatchBuilder()
     builder.append(int(time.time() * 1000), None, value)
-    assert _produce(client, builder.build(), None)[0] == 0
+    assert _produce(client, builder.build(), None, topic)[0] == 0
 
 
-def _fetch_committed(client: WireClient, offset: int = 0) -> tuple[int, int, list[Any]]:
+def _fetch_committed(
+    client: WireClient, offset: int = 0, topic: str = TOPIC
+) -> tuple[int, int, list[Any]]:
     """(high watermark, last stable offset, aborted transactions) of a read_committed fetch."""
     resp = client.fetch(
         FetchRequestData(
             version=12,
             max_wait_ms=0,
             isolation_level=1,
-            partitions=[PartitionFetch(uuid.UUID(int=0), TOPIC, 0, offset)],
+            partitions=[PartitionFetch(uuid.UUID(int=0), topic, 0, offset)],
         )
     )
     (part,) = resp.partitions
@@ -139,7 +147,9 @@ def _fetch_committed(client: WireClient, offset: int = 0) -> tuple[int, int, lis
     return part.high_watermark, part.last_stable_offset, list(part.aborted_transactions or [])
 
 
-def _confluent_values(bootstrap: str, isolation: str, expected: int, wait_s: float = 10) -> list:
+def _confluent_values(
+    bootstrap: str, isolation: str, expected: int, wait_s: float = 10, topic: str = TOPIC
+) -> list:
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -149,7 +159,7 @@ def _confluent_values(bootstrap: str, isolation: str, expected: int, wait_s: flo
             "isolation.level": isolation,
         }
     )
-    consumer.subscribe([TOPIC])
+    consumer.subscribe([topic])
     values: list[bytes] = []
     deadline = time.monotonic() + wait_s
     try:
@@ -290,3 +300,87 @@ def test_an_open_transaction_and_its_lso_survive_restart_and_kill_9(
     assert _fetch_committed(client) == (6, 6, [AbortedTransaction(p.producer_id, 1)])
     client.close()
     assert _confluent_values(broker.bootstrap, "read_committed", 3) == [b"p0", b"p1", b"p2"]
+
+
+def test_a_consumer_session_sees_the_lso_move_when_a_transaction_commits(
+    broker: BrokerProcess,
+) -> None:
+    """KIP-227: an incremental fetch session treats a new LSO as news (kafka-python)."""
+    _create_topic(broker.bootstrap)
+    client = WireClient(broker.bootstrap)
+    p = RawProducer(client)
+    _plain(client, b"p0")
+    assert p.send([b"a1", b"a2"]) == 0
+    consumer = KafkaConsumer(
+        TOPIC,
+        bootstrap_servers=broker.bootstrap,
+        group_id=f"g-{uuid.uuid4()}",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        isolation_level="read_committed",
+        fetch_max_wait_ms=200,
+    )
+    try:
+        seen: list[bytes] = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not seen:
+            for records in consumer.poll(500).values():
+                seen.extend(r.value for r in records)
+        for _ in range(4):  # the same session keeps fetching at the LSO
+            for records in consumer.poll(300).values():
+                seen.extend(r.value for r in records)
+        assert seen == [b"p0"]
+        assert p.marker(commit=True) == 0
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len(seen) < 3:
+            for records in consumer.poll(500).values():
+                seen.extend(r.value for r in records)
+        assert seen == [b"p0", b"a1", b"a2"]
+    finally:
+        consumer.close()
+        client.close()
+
+
+@pytest.mark.cluster
+def test_markers_replicate_and_a_new_leader_keeps_the_open_transaction(
+    tmp_path: Path, zk_connect: str
+) -> None:
+    topic = "txn-replicated"
+    cluster = Cluster(tmp_path, zk_connect).start()
+    try:
+        cluster.create_topic(topic, partitions=1, replication=3, **{"min.insync.replicas": "2"})
+        leader = cluster.leader(topic)
+        client = WireClient(cluster.brokers[leader].bootstrap)
+        p = RawProducer(client, topic)
+        builder = RecordBatchBuilder()
+        builder.append(int(time.time() * 1000), None, b"p0")
+        p0 = builder.build()
+        # The leader may learn of its leadership a moment after the metadata says so.
+        wait_for(lambda: _produce(client, p0, None, topic)[0] == 0, what="the leader")  # 0
+        assert p.send([b"a1"]) == 0  # 1
+        assert p.marker(commit=True) == 0  # 2: returns once on the ISR
+        assert p.send([b"b1"]) == 0  # 3
+        assert p.marker(commit=False) == 0  # 4
+        assert p.send([b"c1"]) == 0  # 5: left open
+        assert _fetch_committed(client, topic=topic)[1] == 5
+        client.close()
+
+        cluster.kill(leader)
+        wait_for(lambda: cluster.leader(topic) not in (leader, -1), timeout=60, what="new leader")
+        new_leader = cluster.leader(topic)
+        client = p.client = WireClient(cluster.brokers[new_leader].bootstrap)
+
+        def settled() -> tuple[int, int, list[Any]] | None:
+            found = _fetch_committed(client, topic=topic)
+            return found if found[0] == 6 else None
+
+        _, lso, aborted = wait_for(settled, timeout=30, what="the new leader's high watermark")
+        assert lso == 5  # the follower knew the open transaction
+        assert aborted == [AbortedTransaction(p.producer_id, 3)]
+        assert p.marker(commit=True) == 0  # 6
+        wait_for(lambda: _fetch_committed(client, topic=topic)[1] == 7, what="the LSO to move")
+        values = _confluent_values(cluster.bootstrap, "read_committed", 3, topic=topic)
+        assert values == [b"p0", b"a1", b"c1"]
+        client.close()
+    finally:
+        cluster.stop()
