@@ -484,3 +484,27 @@ def test_marker_writer_answers_per_partition_and_tells_listeners_of_success(
     assert seen == [(5, "t", 0, False)]
     assert logs.log("t", 0).aborted_transactions(0, 2) == [AbortedTransaction(5, 0)]
     assert logs.log("t", 1).log_end_offset == 1
+
+
+def test_a_follower_append_spanning_rolls_snapshots_each_roll_with_the_batches_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(log_module, "PRODUCER_STATE_SCAN_BYTES", 200)
+    leader = make_log(tmp_path / "leader")
+    p = Producer(3)
+    leader.append(plain(1, size=100), NOW)  # 0
+    leader.append(p.batch(1, size=100), NOW)  # 1: opens the transaction
+    for _ in range(10):
+        leader.append(plain(1, size=100), NOW)
+    data = leader.read(0, 1 << 20, Isolation.LOG_END, True).records
+    assert data is not None
+    follower = Log(tmp_path / "follower" / "t-0", LogConfig(segment_bytes=400), FileHandleCache(8))
+    follower.append_as_follower(data.read(), NOW)  # one call, several rolls
+    assert len(follower.segments) > 3
+    crashed = Log(
+        tmp_path / "follower" / "t-0",
+        LogConfig(segment_bytes=400),
+        FileHandleCache(8),
+        recover=True,
+    )
+    assert crashed.ongoing_transactions() == {1: 3}
