@@ -1045,11 +1045,6 @@ class Log:
             # Only segments wholly below the high watermark: uncommitted data may
             # still be needed by a follower or be truncated, never expired (Kafka).
             candidates = candidates[: max(0, bisect_right(self._bases, self._high_watermark) - 1)]
-        unstable = self._producer_state().first_unstable_offset
-        if unstable is not None:
-            # Nor a segment holding part of an open transaction: its records and
-            # its first offset (the LSO) must stay until the marker decides it.
-            candidates = candidates[: max(0, bisect_right(self._bases, unstable) - 1)]
         count = 0
         while count < len(candidates) and self._bases[count + 1] <= self._log_start_offset:
             count += 1
@@ -1068,6 +1063,13 @@ class Log:
             while count < len(candidates) and excess - candidates[count].size >= 0:
                 excess -= candidates[count].size
                 count += 1
+        if count:
+            # Nor a segment holding part of an open transaction: its records and
+            # its first offset (the LSO) stay until a marker decides it. Asked
+            # only now, so a pass with nothing to delete loads no producer state.
+            unstable = self._producer_state().first_unstable_offset
+            if unstable is not None:
+                count = min(count, max(0, bisect_right(self._bases, unstable) - 1))
         if count:
             self._delete_oldest(count)
             self._notify()
@@ -1104,13 +1106,13 @@ class Log:
         self._write_log_start_checkpoint()
         if self._epoch_cache is not None:
             self._epoch_cache.truncate_from_start(offset)
-        keep_from = offset
-        unstable = self._producer_state().first_unstable_offset
-        if unstable is not None:
-            keep_from = min(keep_from, unstable)  # an open transaction's segments stay
         count = 0
-        while count < len(self._segments) - 1 and self._bases[count + 1] <= keep_from:
+        while count < len(self._segments) - 1 and self._bases[count + 1] <= offset:
             count += 1
+        if count:
+            unstable = self._producer_state().first_unstable_offset
+            if unstable is not None:  # an open transaction's segments stay
+                count = min(count, max(0, bisect_right(self._bases, unstable) - 1))
         if count:
             self._delete_oldest(count)
         self._notify()
