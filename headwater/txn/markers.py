@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3
 NOT_LEADER_OR_FOLLOWER = 6
-REQUEST_TIMED_OUT = 7
+NOT_ENOUGH_REPLICAS = 19
 UNKNOWN_SERVER_ERROR = -1
 
 #: How long a marker waits for the ISR before the coordinator is told to retry.
@@ -75,8 +75,14 @@ class TxnMarkerWriter:
             error = replication.serving_error(topic, partition)
             if error:
                 return error, None
-            found = replication.leader_log(topic, partition)
-            return (NONE, found) if found is not None else (NOT_LEADER_OR_FOLLOWER, None)
+            replica = replication.replica(topic, partition)
+            if replica is None or not replica.is_leader:
+                return NOT_LEADER_OR_FOLLOWER, None
+            if not replication.enough_isr(replica):
+                # Kafka appends markers with acks=all and refuses before writing
+                # when the ISR is below min.insync.replicas; the coordinator retries.
+                return NOT_ENOUGH_REPLICAS, None
+            return NONE, replica.log
         info = self.logs.topics().get(topic)
         if info is None or not 0 <= partition < info.num_partitions:
             return UNKNOWN_TOPIC_OR_PARTITION, None
