@@ -192,7 +192,8 @@ class TransactionCoordinatorService:
         if self._partitions.get(partition) is not loaded:
             return
         loaded.loading = False
-        log.info(
+        log.log(
+            logging.INFO if loaded.txns else logging.DEBUG,
             "loaded %d transactional ids of %s-%d at coordinator epoch %d",
             len(loaded.txns),
             "__transaction_state",
