@@ -365,7 +365,7 @@ class TransactionCoordinatorService:
             coordinator_epoch=loaded.coordinator_epoch,
             partitions=tuple(sorted(meta.partitions)),
         )
-        written = await self.markers.send(marker)
+        written = await self.markers.send(marker, lambda: self._still_owner(partition, loaded))
         if not written:
             return
         backoff = 0.05

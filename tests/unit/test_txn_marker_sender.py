@@ -141,3 +141,18 @@ def test_other_leaders_get_write_txn_markers() -> None:
         True,
     )
     assert first["coordinator_epoch"] == 3
+
+
+def test_a_resigned_coordinator_stops_sending() -> None:
+    writer = Writer([{A0: int(ErrorCode.not_leader_or_follower)}] * 1000)
+    sender = MarkerSender(0, lambda: writer, partition_exists=lambda t, p: True, backoff_ms=1)  # type: ignore[arg-type, return-value]
+    owner = [True]
+
+    async def run() -> bool:
+        task = asyncio.ensure_future(sender.send(marker(A0), lambda: owner[0]))
+        await asyncio.sleep(0.02)
+        owner[0] = False  # the __transaction_state partition moved away
+        return await asyncio.wait_for(task, 5)
+
+    assert asyncio.run(run()) is False
+    assert 1 <= len(writer.calls) < 1000
