@@ -58,6 +58,11 @@ class PartitionOffsetsLog:
                 return
             progressed = False
             for batch in decode_batches(result.records.read()):
+                if batch.header.is_control:
+                    # A transaction marker (TxnOffsetCommit): no group record.
+                    offset = max(offset, batch.header.next_offset)
+                    progressed = True
+                    continue
                 for record in batch.records:
                     if record.offset < offset:
                         continue

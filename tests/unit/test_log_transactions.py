@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from headwater.broker.handlers.txn_markers import WriteTxnMarkersApi
+from headwater.broker.offsets_log import PartitionOffsetsLog
 from headwater.log import log as log_module
 from headwater.log.config import LogConfig
 from headwater.log.errors import (
@@ -576,3 +577,12 @@ def test_write_txn_markers_needs_cluster_action_or_alter(
         {"name": "t", "partitions": [{"partition_index": 0, "error_code": code}]}
     ]
     assert logs.log("t", 0).log_end_offset == (0 if code else 1)
+
+
+def test_offsets_log_replay_steps_over_transaction_markers(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    offsets_log = PartitionOffsetsLog(log)
+    offsets_log.append([(b"k1", b"v1")])
+    log.append_control_marker(7, 0, True, 0, NOW)
+    offsets_log.append([(b"k2", None)])
+    assert list(offsets_log.replay()) == [(b"k1", b"v1"), (b"k2", None)]
