@@ -539,6 +539,8 @@ class Log:
         passes its marker (Kafka's unreplicated transactions).
         """
         hw = self.high_watermark
+        if self._producers is None and not self._segments:
+            return hw  # an idle partition with no files gets no producer table either
         first = self._producer_state().first_unstable_offset
         if first is None:
             return hw
