@@ -339,7 +339,13 @@ class Log:
         if table is None:
             return
         offset = self._log_end_offset
-        write_snapshot(self._path, offset, table.snapshot_entries())
+        try:
+            write_snapshot(self._path, offset, table.snapshot_entries())
+        except OSError as exc:
+            # Only a shortcut for the next load: a replay from an older one is
+            # slower, never wrong. The append or close that asked goes on.
+            log.warning("%s: producer snapshot at %d not written: %s", self._path, offset, exc)
+            return
         table.changed = False
         if offset not in self._snapshots:
             self._snapshots.append(offset)
@@ -533,6 +539,8 @@ class Log:
         passes its marker (Kafka's unreplicated transactions).
         """
         hw = self.high_watermark
+        if self._producers is None and not self._segments:
+            return hw  # an idle partition with no files gets no producer table either
         first = self._producer_state().first_unstable_offset
         if first is None:
             return hw

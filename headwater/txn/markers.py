@@ -130,13 +130,17 @@ class TxnMarkerWriter:
             for key, code in zip(keys, await asyncio.gather(*waits), strict=True):
                 codes[key] = code
         for key in appended:
-            if codes[key] == NONE:
-                self._completed(marker, key)
+            if codes[key] == NONE and not self._completed(marker, key):
+                codes[key] = UNKNOWN_SERVER_ERROR
         return codes
 
-    def _completed(self, marker: TxnMarker, key: tuple[str, int]) -> None:
+    def _completed(self, marker: TxnMarker, key: tuple[str, int]) -> bool:
+        """Tell the listeners; False when one failed (Kafka answers UNKNOWN_SERVER_ERROR)."""
+        ok = True
         for listener in tuple(self.listeners):
             try:
                 listener(marker.producer_id, key[0], key[1], marker.commit)
             except Exception:
                 log.exception("transaction completion listener failed for %s-%d", *key)
+                ok = False
+        return ok

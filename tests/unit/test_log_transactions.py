@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from headwater.broker.handlers.txn_markers import WriteTxnMarkersApi
+from headwater.broker.offsets_log import PartitionOffsetsLog
+from headwater.group.storage import TxnEnd
 from headwater.log import log as log_module
 from headwater.log.config import LogConfig
 from headwater.log.errors import (
@@ -27,9 +30,12 @@ from headwater.log.producer_snapshot import (
     snapshot_file_name,
 )
 from headwater.log.txn_index import ENTRY_SIZE, AbortedTransaction, AbortedTxn, TransactionIndex
+from headwater.protocol.apis import ApiKey
+from headwater.protocol.messages import build_request
 from headwater.records import RecordBatchBuilder, decode_batches
 from headwater.records.batch import parse_batch_header
 from headwater.records.control import build_control_batch, parse_control_batch
+from headwater.security.acl import AclOperation
 from headwater.txn.markers import TxnMarker, TxnMarkerWriter
 
 NOW = 1_700_000_000_000
@@ -508,3 +514,78 @@ def test_a_follower_append_spanning_rolls_snapshots_each_roll_with_the_batches_b
         recover=True,
     )
     assert crashed.ongoing_transactions() == {1: 3}
+
+
+def test_a_failing_listener_turns_the_partition_into_an_unknown_server_error(
+    tmp_path: Path,
+) -> None:
+    logs = LogDirectory(tmp_path, LogConfig())
+    logs.open()
+    logs.create_topic("t", 1)
+    writer = TxnMarkerWriter(logs)
+
+    def broken(producer_id: int, topic: str, partition: int, committed: bool) -> None:
+        raise RuntimeError("offsets cache")
+
+    writer.listeners.append(broken)
+    codes = asyncio.run(writer.write(TxnMarker(5, 0, True, 0, (("t", 0),))))
+    assert codes == {("t", 0): -1}
+    assert logs.log("t", 0).log_end_offset == 1  # the marker itself is written
+
+
+class _Ctx:
+    """The slice of RequestContext the WriteTxnMarkers handler uses."""
+
+    def __init__(self, allowed: set[int]) -> None:
+        self.allowed = allowed
+        self.asked: list[int] = []
+
+    def authorize(self, operation: int, resource_type: int, name: str) -> bool:
+        self.asked.append(int(operation))
+        return int(operation) in self.allowed
+
+
+@pytest.mark.parametrize(
+    ("allowed", "code"),
+    [(set(), 31), ({int(AclOperation.CLUSTER_ACTION)}, 0), ({int(AclOperation.ALTER)}, 0)],
+)
+def test_write_txn_markers_needs_cluster_action_or_alter(
+    tmp_path: Path, allowed: set[int], code: int
+) -> None:
+    logs = LogDirectory(tmp_path, LogConfig())
+    logs.open()
+    logs.create_topic("t", 1)
+    api = WriteTxnMarkersApi(TxnMarkerWriter(logs))
+    req = build_request(
+        ApiKey.WRITE_TXN_MARKERS,
+        1,
+        {
+            "markers": [
+                {
+                    "producer_id": 8,
+                    "producer_epoch": 0,
+                    "transaction_result": False,
+                    "topics": [{"name": "t", "partition_indexes": [0]}],
+                    "coordinator_epoch": 0,
+                }
+            ]
+        },
+    )
+    out = asyncio.run(api.write_txn_markers(_Ctx(allowed), req))  # type: ignore[arg-type]
+    (marker,) = out["markers"]
+    assert marker["producer_id"] == 8
+    assert marker["topics"] == [
+        {"name": "t", "partitions": [{"partition_index": 0, "error_code": code}]}
+    ]
+    assert logs.log("t", 0).log_end_offset == (0 if code else 1)
+
+
+def test_offsets_log_replay_steps_over_transaction_markers(tmp_path: Path) -> None:
+    """A marker is no group record: the replay hands it over as a `TxnEnd`, which
+    settles the producer's pending TxnOffsetCommits (group/txn_offsets.py)."""
+    log = make_log(tmp_path)
+    offsets_log = PartitionOffsetsLog(log)
+    offsets_log.append([(b"k1", b"v1")])
+    log.append_control_marker(7, 0, True, 0, NOW)
+    offsets_log.append([(b"k2", None)])
+    assert list(offsets_log.replay()) == [(b"k1", b"v1"), TxnEnd(7, True), (b"k2", None)]
