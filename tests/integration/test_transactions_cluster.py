@@ -75,6 +75,7 @@ def test_a_transaction_survives_the_kill_9_of_its_coordinator(cluster: Cluster) 
             "bootstrap.servers": cluster.bootstrap,
             "transactional.id": "failover-app",
             "transaction.timeout.ms": 60_000,
+            "log_level": 2,
         }
     )
     producer.init_transactions(60)
@@ -116,6 +117,7 @@ def test_an_abandoned_transaction_is_aborted_by_the_next_coordinator(cluster: Cl
             "bootstrap.servers": cluster.bootstrap,
             "transactional.id": "abandoned",
             "transaction.timeout.ms": 3000,
+            "log_level": 2,
         }
     )
     producer.init_transactions(60)
