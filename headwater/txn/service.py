@@ -446,14 +446,9 @@ class TransactionCoordinatorService:
             if meta.state is not TxnState.DEAD
             and (not wanted or meta.state in wanted)
             and (not pids or meta.producer_id in pids)
-            and (
-                duration_filter_ms < 0
-                or (
-                    meta.start_ms >= 0
-                    and now - meta.start_ms > duration_filter_ms
-                    and meta.state is TxnState.ONGOING
-                )
-            )
+            # KIP-994: only transactions running longer than the filter (Kafka
+            # compares with the start time whatever the state).
+            and (duration_filter_ms < 0 or now - meta.start_ms > duration_filter_ms)
         ]
         return error, unknown, listings
 
