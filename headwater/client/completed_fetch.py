@@ -81,6 +81,7 @@ class CompletedFetch:
         "_aborted_producers",
         "_columns",
         "_columns_have_headers",
+        "_deliverable",
         "_offsets",
         "check_crcs",
         "fetch_offset",
@@ -116,6 +117,7 @@ class CompletedFetch:
         self._aborted_producers: set[int] = set()
         self._columns: pa.RecordBatch | None = None
         self._columns_have_headers = False
+        self._deliverable: list[BatchHeader] | None = None
         self._offsets: np.ndarray | None = None
 
     @property
@@ -175,7 +177,7 @@ class CompletedFetch:
                     self.records,
                     check_crcs=self.check_crcs,
                     include_headers=include_headers,
-                    batches=self._deliverable_batches(),
+                    batches=self.deliverable_batches(),
                 )
             except CorruptRecordError as exc:
                 topic, partition = self.tp
@@ -194,8 +196,19 @@ class CompletedFetch:
             out = out.drop_columns(["headers"])
         return out
 
-    def _deliverable_batches(self) -> list[BatchHeader]:
-        """Headers of the batches whose records the application sees."""
+    def deliverable_batches(self) -> list[BatchHeader]:
+        """Headers of the batches whose records the application sees.
+
+        Decided once per fetch: the read_committed filter walks the aborted
+        list as it goes, so a second walk (a re-decode with headers) must not
+        run it again. Whole batches are skipped from their headers; only a
+        control batch's one tiny record is read, for its ABORT/COMMIT type.
+        """
+        if self._deliverable is None:
+            self._deliverable = self._filter_batches()
+        return self._deliverable
+
+    def _filter_batches(self) -> list[BatchHeader]:
         out = []
         read_committed = self.isolation_level == READ_COMMITTED
         for header in iter_batch_headers(self.records):
