@@ -28,7 +28,7 @@ from headwater.client.cluster import ClusterClient
 from headwater.client.connection import BrokerConnection
 from headwater.client.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from headwater.client.transaction_manager import Action, classify, error_for
-from headwater.client.types import BrokerMetadata
+from headwater.client.types import BrokerMetadata, TopicPartition
 from headwater.protocol.apis import ApiKey
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,9 @@ MAX_VERSIONS: Final[dict[int, int]] = {
     ApiKey.ADD_OFFSETS_TO_TXN: 3,
     ApiKey.END_TXN: 4,
     ApiKey.TXN_OFFSET_COMMIT: 3,
+    ApiKey.OFFSET_FETCH: 7,  # v8+ batches groups
 }
+FIRST_REQUIRE_STABLE_OFFSET_FETCH: Final = 7
 
 
 class CoordinatorType(enum.IntEnum):
@@ -173,3 +175,41 @@ async def end_transaction(
     )
     if code:
         raise error_for(code, what)
+
+
+def _offset_fetch_error(response: Any) -> int:
+    top = int(getattr(response, "error_code", 0))
+    if top:
+        return top
+    for t in response.topics:
+        for p in t.partitions:
+            if int(p.error_code):
+                return int(p.error_code)
+    return 0
+
+
+async def fetch_committed_offsets(
+    coordinators: CoordinatorClient, group_id: str, *, require_stable: bool = True
+) -> dict[TopicPartition, int]:
+    """Every offset ``group_id`` has committed (OffsetFetch with all topics).
+
+    ``require_stable`` (KIP-447): while a transaction holds uncommitted
+    offsets for a partition, the coordinator answers UNSTABLE_OFFSET_COMMIT
+    and this waits, so a reader never acts on offsets about to change.
+    """
+    resp, code = await coordinators.request(
+        CoordinatorType.GROUP,
+        group_id,
+        ApiKey.OFFSET_FETCH,
+        {"group_id": group_id, "topics": None, "require_stable": require_stable},
+        error_of=_offset_fetch_error,
+        what=f"OffsetFetch({group_id!r})",
+    )
+    if code:
+        raise KafkaError(code, f"OffsetFetch({group_id!r})")
+    return {
+        TopicPartition(t.name, int(p.partition_index)): int(p.committed_offset)
+        for t in resp.topics
+        for p in t.partitions
+        if int(p.committed_offset) >= 0
+    }

@@ -409,14 +409,15 @@ class AsyncProducer:
         with self._lock:
             txn.end_done()
 
-    async def hand_off_transaction(self) -> TransactionHandle:
+    async def hand_off_transaction(self) -> TransactionHandle | None:
         """Flush the open transaction and give it away without ending it.
 
         For a coordinator process that commits or aborts many producers'
         transactions at once (the exactly-once Spark sink's driver): pass the
-        handle to ``end_transaction`` there. This producer needs
-        ``init_transactions`` again before its next transaction (which fences
-        the handed-off one if it is still open by then).
+        handle to ``end_transactions`` there. None means the coordinator never
+        heard of the transaction (nothing was sent in it): there is nothing to
+        end. This producer needs ``init_transactions`` again before its next
+        transaction (which fences the handed-off one if it is still open).
         """
         txn = self._transaction_manager()
         with self._lock:
@@ -427,7 +428,10 @@ class AsyncProducer:
             if txn.has_error:
                 assert txn.last_error is not None
                 raise txn.last_error
+            started = txn.started_on_coordinator
             owner = txn.hand_off()
+        if not started:
+            return None
         return TransactionHandle(txn.transactional_id, owner.producer_id, owner.epoch)
 
     async def _settle_partitions(self) -> None:
@@ -1121,7 +1125,7 @@ class Producer:
     def abort_transaction(self) -> None:
         self._thread.run(self._producer.abort_transaction())
 
-    def hand_off_transaction(self) -> TransactionHandle:
+    def hand_off_transaction(self) -> TransactionHandle | None:
         return self._thread.run(self._producer.hand_off_transaction())
 
     def flush(self, timeout_s: float | None = None) -> None:

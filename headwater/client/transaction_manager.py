@@ -53,6 +53,7 @@ OPERATION_NOT_ATTEMPTED: Final = 55
 UNKNOWN_PRODUCER_ID: Final = 59
 FENCED_INSTANCE_ID: Final = 82
 PRODUCER_FENCED: Final = 90
+UNSTABLE_OFFSET_COMMIT: Final = 88
 TRANSACTION_ABORTABLE: Final = 120
 
 
@@ -140,7 +141,7 @@ def classify(code: int) -> Action:
         return Action.FATAL
     if code in _ABORTABLE:
         return Action.ABORTABLE
-    if code == CONCURRENT_TRANSACTIONS or code in RETRIABLE_CODES:
+    if code in (CONCURRENT_TRANSACTIONS, UNSTABLE_OFFSET_COMMIT) or code in RETRIABLE_CODES:
         return Action.RETRY
     return Action.ABORTABLE
 
