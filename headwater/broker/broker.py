@@ -35,6 +35,7 @@ from headwater.broker.handlers.log_dirs import LogDirsApi
 from headwater.broker.handlers.offsets import OffsetApis
 from headwater.broker.handlers.produce import ProduceApi
 from headwater.broker.handlers.security import SecurityApis
+from headwater.broker.handlers.transactions import TransactionApis
 from headwater.broker.listeners import Listener, SecurityProtocol
 from headwater.broker.memory_pool import MemoryPool
 from headwater.broker.metrics import BrokerMetrics
@@ -61,6 +62,9 @@ from headwater.security.credentials import FileCredentialStore
 from headwater.security.principal import principal_from_certificate
 from headwater.security.quotas import ClientQuotaManager, FileQuotaStore, QuotaKey
 from headwater.security.tls import server_context
+from headwater.txn import TRANSACTION_STATE_TOPIC
+from headwater.txn.marker_sender import MarkerSender
+from headwater.txn.service import TransactionCoordinatorService, TxnConfig
 
 log = logging.getLogger(__name__)
 
@@ -261,8 +265,10 @@ class Broker:
         self.register_kio(ApiKey.DESCRIBE_LOG_DIRS, LogDirsApi(self.logs).describe_log_dirs)
         if cluster is None:
             self._build_group_apis()
-        # In a cluster the group APIs are built once the cluster view is loaded
-        # (the offsets topic's partition count lives in ZooKeeper): see start().
+            self._build_transaction_apis()
+        # In a cluster the group and transaction APIs are built once the cluster
+        # view is loaded (the internal topics' partition counts live in ZooKeeper):
+        # see start().
         self._build_security_apis()
 
     def _build_security_apis(self) -> None:
@@ -409,6 +415,165 @@ class Broker:
         replicas.leadership_listeners.append(on_leadership)
         return groups
 
+    def _txn_config(self, num_partitions: int) -> TxnConfig:
+        c = self.config
+        return TxnConfig(
+            num_partitions=num_partitions,
+            max_timeout_ms=c.transaction_max_timeout_ms,
+            abort_interval_ms=c.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+            expiration_ms=c.transactional_id_expiration_ms,
+            removal_interval_ms=c.transaction_remove_expired_transaction_cleanup_interval_ms,
+        )
+
+    def _build_transaction_apis(self) -> None:
+        """The transaction coordinator over ``__transaction_state`` and its APIs.
+
+        Built like the group coordinator: a single broker leads (and loads at
+        start) every partition; in a cluster, leadership of each partition
+        loads and unloads its transactional ids (see `_cluster_txn_service`).
+        Markers go through the broker's ``txn_markers`` writer for partitions
+        led here and WriteTxnMarkers to other leaders.
+        """
+        c = self.config
+        host, port = c.advertised
+        if self.cluster is None:
+            if TRANSACTION_STATE_TOPIC not in self.logs.topics():
+                self.logs.create_topic(
+                    TRANSACTION_STATE_TOPIC, c.transaction_state_log_num_partitions
+                )
+            num_partitions = self.logs.topics()[TRANSACTION_STATE_TOPIC].num_partitions
+            self.transactions = TransactionCoordinatorService(
+                node_id=c.node_id,
+                host=host,
+                port=port,
+                config=self._txn_config(num_partitions),
+                new_producer_id=self.producer_ids.allocate,
+                markers=MarkerSender(
+                    c.node_id,
+                    lambda: getattr(self, "txn_markers", None),
+                    partition_exists=self._local_partition_exists,
+                ),
+            )
+        else:
+            self.transactions = self._cluster_txn_service(self.cluster, host, port)
+        service = self.transactions
+        self.groups.apis.transaction_coordinator_of = service.coordinator_for
+        writer = getattr(self, "txn_markers", None)
+        if writer is not None:
+            group_apis = self.groups.apis
+
+            def settle_txn_offsets(producer_id: int, topic: str, partition: int, ok: bool) -> None:
+                if topic == OFFSETS_TOPIC:
+                    group_apis.complete_txn(producer_id, partition, ok)
+
+            writer.listeners.append(settle_txn_offsets)
+        offsets_partitions = self.groups.shards.num_partitions
+        self.transaction_apis = TransactionApis(
+            service,
+            self._topic_partition_exists,
+            lambda: offsets_partitions,
+            self.admin.init_producer_id,
+        )
+        api = self.transaction_apis
+        self.register_kio(ApiKey.INIT_PRODUCER_ID, api.init_producer_id)
+        self.register_kio(ApiKey.ADD_PARTITIONS_TO_TXN, api.add_partitions_to_txn)
+        self.register_kio(ApiKey.ADD_OFFSETS_TO_TXN, api.add_offsets_to_txn)
+        self.register_kio(ApiKey.END_TXN, api.end_txn)
+        self.register_kio(ApiKey.DESCRIBE_TRANSACTIONS, api.describe_transactions)
+        self.register_kio(ApiKey.LIST_TRANSACTIONS, api.list_transactions)
+
+    def _local_partition_exists(self, topic: str, partition: int) -> bool:
+        return self.logs.existing_log(topic, partition) is not None
+
+    def _topic_partition_exists(self, topic: str, partition: int) -> bool:
+        """In the cluster's metadata (a cluster), or on this broker (a single one)."""
+        if self.cluster is None:
+            return self._local_partition_exists(topic, partition)
+        return (topic, partition) in self.cluster.view.partition_states
+
+    async def _load_local_transactions(self) -> None:
+        """A single broker leads every ``__transaction_state`` partition: load them all
+        (and finish what they left half-done) before serving requests."""
+        service = self.transactions
+        for partition in range(service.config.num_partitions):
+            state_log = PartitionOffsetsLog(self.logs.log(TRANSACTION_STATE_TOPIC, partition))
+            await service.load_partition(partition, state_log, 0)
+
+    def _cluster_txn_service(
+        self, cluster: ClusterNode, host: str, port: int
+    ) -> TransactionCoordinatorService:
+        """Transactions in a cluster: an id's coordinator leads its ``__transaction_state``
+        partition; the coordinator epoch is that partition's leader epoch.
+
+        The topic is created on first need (FindCoordinator) with
+        ``transaction.state.log.replication.factor`` replicas and
+        ``transaction.state.log.min.isr``, both capped by the live brokers.
+        """
+        c = self.config
+        view = cluster.view
+        replicas = cluster.replicas
+        existing = view.topics.get(TRANSACTION_STATE_TOPIC)
+        num_partitions = (
+            len(existing.replicas) if existing else c.transaction_state_log_num_partitions
+        )
+
+        def coordinator_of(partition: int) -> tuple[int, str, int] | None:
+            if TRANSACTION_STATE_TOPIC not in view.topics:
+                rf = max(1, min(c.transaction_state_log_replication_factor, len(view.brokers)))
+                min_isr = max(1, min(c.transaction_state_log_min_isr, rf))
+                self.cluster_admin.auto_create(
+                    TRANSACTION_STATE_TOPIC,
+                    num_partitions,
+                    rf,
+                    configs={"min.insync.replicas": str(min_isr)},
+                )
+                return None
+            state = view.partition_states.get((TRANSACTION_STATE_TOPIC, partition))
+            broker = view.brokers.get(state.leader) if state is not None else None
+            return None if broker is None else (broker.broker_id, broker.host, broker.port)
+
+        def wait_replicated(partition: int, offset: int) -> Awaitable[int]:
+            return replicas.wait_replicated(
+                TRANSACTION_STATE_TOPIC, partition, offset, c.request_timeout_ms / 1000
+            )
+
+        def leader_of(topic: str, partition: int) -> int | None:
+            state = view.partition_states.get((topic, partition))
+            return None if state is None or state.leader < 0 else state.leader
+
+        service = TransactionCoordinatorService(
+            node_id=c.node_id,
+            host=host,
+            port=port,
+            config=self._txn_config(num_partitions),
+            new_producer_id=self.producer_ids.allocate,
+            markers=MarkerSender(
+                c.node_id,
+                lambda: getattr(self, "txn_markers", None),
+                leader_of=leader_of,
+                partition_exists=lambda t, p: (t, p) in view.partition_states,
+                connector=replicas.connector,
+            ),
+            coordinator_of=coordinator_of,
+            wait_replicated=wait_replicated,
+        )
+
+        def on_leadership(topic: str, partition: int, is_leader: bool) -> None:
+            if topic != TRANSACTION_STATE_TOPIC:
+                return
+            if is_leader:
+                state = view.partition_states.get((topic, partition))
+                epoch = state.leader_epoch if state is not None else 0
+                state_log = PartitionOffsetsLog(self.logs.log(topic, partition))
+                self._spawn(
+                    service.load_partition(partition, state_log, epoch), f"txn-load-{partition}"
+                )
+            else:
+                service.unload_partition(partition)
+
+        replicas.leadership_listeners.append(on_leadership)
+        return service
+
     def advertised_versions(self) -> dict[int, tuple[int, int]]:
         """Only what is implemented: clients switch features on what they see here."""
         return {k: (e.min_version, e.max_version) for k, e in sorted(self.handlers.items())}
@@ -467,6 +632,8 @@ class Broker:
         self._build_handlers()
         if self.cluster is None:
             await self.groups.start()
+            await self._load_local_transactions()
+            await self.transactions.start()
         tls = None
         if any(listener.protocol.uses_tls for listener in self.config.all_listeners):
             tls = server_context(self.config.security.tls)
@@ -484,7 +651,9 @@ class Broker:
                 port = self.address[1]
             await self.cluster.start(host, port)
             self._build_group_apis()
+            self._build_transaction_apis()
             await self.groups.start()
+            await self.transactions.start()
             await self.cluster.replicas.start()
         if self.config.metrics_port is not None:
             port = self.metrics.serve(
@@ -662,6 +831,8 @@ class Broker:
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        if hasattr(self, "transactions"):
+            await self.transactions.stop()
         if hasattr(self, "groups"):
             await self.groups.stop()
         if self.cluster is not None:

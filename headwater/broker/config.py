@@ -124,6 +124,14 @@ class BrokerConfig:
     replica_high_watermark_checkpoint_interval_ms: int = 5000
     request_timeout_ms: int = 30_000
     offsets_commit_timeout_ms: int = 5000
+    # -- transactions (the transaction coordinator; Kafka's names and defaults) --------
+    transaction_state_log_num_partitions: int = 50
+    transaction_state_log_replication_factor: int = 3
+    transaction_state_log_min_isr: int = 2
+    transaction_max_timeout_ms: int = 900_000
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    transactional_id_expiration_ms: int = 604_800_000
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
     log: LogConfig = field(default_factory=LogConfig)
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
     #: Every listener with its security protocol; empty means one PLAINTEXT on host:port.
@@ -136,6 +144,26 @@ class BrokerConfig:
             raise ValueError("offsets.topic.num.partitions must be at least 1")
         if self.offsets_topic_replication_factor < 1:
             raise ValueError("offsets.topic.replication.factor must be at least 1")
+        for name, value in (
+            ("transaction.state.log.num.partitions", self.transaction_state_log_num_partitions),
+            (
+                "transaction.state.log.replication.factor",
+                self.transaction_state_log_replication_factor,
+            ),
+            ("transaction.state.log.min.isr", self.transaction_state_log_min_isr),
+            ("transaction.max.timeout.ms", self.transaction_max_timeout_ms),
+            (
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+                self.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+            ),
+            ("transactional.id.expiration.ms", self.transactional_id_expiration_ms),
+            (
+                "transaction.remove.expired.transaction.cleanup.interval.ms",
+                self.transaction_remove_expired_transaction_cleanup_interval_ms,
+            ),
+        ):
+            if value < 1:
+                raise ValueError(f"{name} must be at least 1")
 
     @property
     def all_listeners(self) -> tuple[Listener, ...]:
@@ -209,6 +237,19 @@ class BrokerConfig:
             ),
             "request.timeout.ms": "request_timeout_ms",
             "offsets.commit.timeout.ms": "offsets_commit_timeout_ms",
+            "transaction.state.log.num.partitions": "transaction_state_log_num_partitions",
+            "transaction.state.log.replication.factor": (
+                "transaction_state_log_replication_factor"
+            ),
+            "transaction.state.log.min.isr": "transaction_state_log_min_isr",
+            "transaction.max.timeout.ms": "transaction_max_timeout_ms",
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
+                "transaction_abort_timed_out_transaction_cleanup_interval_ms"
+            ),
+            "transactional.id.expiration.ms": "transactional_id_expiration_ms",
+            "transaction.remove.expired.transaction.cleanup.interval.ms": (
+                "transaction_remove_expired_transaction_cleanup_interval_ms"
+            ),
             "headwater.fetch.session.slots.per.client": "fetch_session_slots_per_client",
         }
         bools = {

@@ -127,6 +127,13 @@ STATIC_BROKER_CONFIGS: dict[str, ConfigType] = {
     "num.partitions": ConfigType.INT,
     "queued.max.request.bytes": ConfigType.LONG,
     "socket.request.max.bytes": ConfigType.INT,
+    "transaction.state.log.num.partitions": ConfigType.INT,
+    "transaction.state.log.replication.factor": ConfigType.SHORT,
+    "transaction.state.log.min.isr": ConfigType.INT,
+    "transaction.max.timeout.ms": ConfigType.INT,
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": ConfigType.INT,
+    "transactional.id.expiration.ms": ConfigType.INT,
+    "transaction.remove.expired.transaction.cleanup.interval.ms": ConfigType.INT,
 }
 
 #: Names whose values are secrets: described with a null value and is_sensitive.

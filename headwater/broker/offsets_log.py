@@ -11,12 +11,13 @@ truth its followers will truncate to.
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Iterator, Sequence
 
 from kio.schema.errors import ErrorCode
 
-from headwater.group.storage import AppendFailed
+from headwater.group.storage import AppendFailed, ReplayItem, TxnEnd, TxnLogEntry
 from headwater.log.isolation import Isolation
 from headwater.log.log import Log
 from headwater.records.errors import KafkaApiError
@@ -38,10 +39,25 @@ class PartitionOffsetsLog:
         Returns the next offset after the batch, which the coordinator hands to
         ``wait_replicated`` before answering.
         """
+        return self._append(entries, RecordBatchBuilder())
+
+    def append_transactional(
+        self, entries: Sequence[tuple[bytes, bytes | None]], producer_id: int, producer_epoch: int
+    ) -> int:
+        """A TxnOffsetCommit: a transactional batch of the producer, as Kafka writes
+        it (no sequence: the coordinator, not the producer, appends it), so the
+        log counts it as part of the producer's open transaction until its marker."""
+        builder = RecordBatchBuilder(
+            producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True
+        )
+        return self._append(entries, builder)
+
+    def _append(
+        self, entries: Sequence[tuple[bytes, bytes | None]], builder: RecordBatchBuilder
+    ) -> int:
         if not entries:
             return self._log.log_end_offset
         now_ms = int(time.time() * 1000)
-        builder = RecordBatchBuilder()
         for key, value in entries:
             builder.append(now_ms, key, value)
         try:
@@ -49,7 +65,7 @@ class PartitionOffsetsLog:
         except KafkaApiError as exc:
             raise AppendFailed(_error_code(exc.kafka_error_code), str(exc)) from exc
 
-    def replay(self) -> Iterator[tuple[bytes, bytes | None]]:
+    def replay(self) -> Iterator[ReplayItem]:
         offset = self._log.log_start_offset
         end = self._log.log_end_offset
         while offset < end:
@@ -58,15 +74,35 @@ class PartitionOffsetsLog:
                 return
             progressed = False
             for batch in decode_batches(result.records.read()):
+                header = batch.header
                 for record in batch.records:
                     if record.offset < offset:
                         continue
-                    if record.key is not None:
-                        yield record.key, record.value
                     offset = record.offset + 1
                     progressed = True
+                    if record.key is None:
+                        continue
+                    if header.is_control:
+                        committed = _control_type(record.key)
+                        if committed is not None:
+                            yield TxnEnd(header.producer_id, committed)
+                    elif header.is_transactional:
+                        yield TxnLogEntry(header.producer_id, record.key, record.value)
+                    else:
+                        yield record.key, record.value
             if not progressed:
                 return
+
+
+_CONTROL_KEY = struct.Struct(">hh")
+
+
+def _control_type(key: bytes) -> bool | None:
+    """A control record's key (version, type): True COMMIT (1), False ABORT (0)."""
+    if len(key) < _CONTROL_KEY.size:
+        return None
+    _version, kind = _CONTROL_KEY.unpack_from(key)
+    return {0: False, 1: True}.get(kind)
 
 
 def _error_code(code: int) -> ErrorCode:

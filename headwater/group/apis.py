@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable, Sequence
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -38,6 +38,8 @@ from headwater.protocol.apis import ApiKey
 Response = dict[str, object]
 # Offsets partition -> (node id, host, port) of its leader, or None if it has none.
 CoordinatorOf = Callable[[int], "tuple[int, str, int] | None"]
+# Transactional id -> its transaction coordinator, or None if it has none now.
+TxnCoordinatorOf = Callable[[str], "tuple[int, str, int] | None"]
 
 
 # API key -> (min, max) version handled here, for the broker's ApiVersions table.
@@ -55,6 +57,7 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LIST_GROUPS: (0, 4),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
+    ApiKey.TXN_OFFSET_COMMIT: (0, 3),
 }
 
 _NO_AUTHORIZED_OPERATIONS = -(2**31)  # "not requested" in DescribeGroups v3+
@@ -195,6 +198,9 @@ class GroupApis:
         self._host = host
         self._port = port
         self._coordinator_of = coordinator_of or self._this_broker
+        #: Set by the broker once its transaction coordinator exists; until then
+        #: FindCoordinator for a transactional id answers COORDINATOR_NOT_AVAILABLE.
+        self.transaction_coordinator_of: TxnCoordinatorOf | None = None
 
     def _this_broker(self, partition: int) -> tuple[int, str, int]:
         return self._node_id, self._host, self._port
@@ -229,6 +235,8 @@ class GroupApis:
             return self.offset_commit(
                 cast(OffsetCommitRequestLike, request), now_ms=now_ms, timestamp_ms=timestamp_ms
             )
+        if api_key == ApiKey.TXN_OFFSET_COMMIT:
+            return self.txn_offset_commit(request, now_ms=now_ms, timestamp_ms=timestamp_ms)
         response: Response
         if api_key == ApiKey.FIND_COORDINATOR:
             response = self.find_coordinator(cast(FindCoordinatorRequestLike, request))
@@ -255,8 +263,9 @@ class GroupApis:
     def find_coordinator(self, request: FindCoordinatorRequestLike) -> Response:
         """A group's coordinator is the leader of its offsets partition.
 
-        Transactional ids are answered with this broker, which has no
-        transaction coordinator of its own yet. v4+ batches keys: one answer each.
+        A transactional id's is the leader of its ``__transaction_state``
+        partition (asked of `transaction_coordinator_of`). v4+ batches keys:
+        one answer each.
         """
         version = version_of(request)
         key_type = request.key_type if version >= 1 else _GROUP_KEY_TYPE
@@ -275,7 +284,10 @@ class GroupApis:
             if found is None:
                 return _no_coordinator(ErrorCode.coordinator_not_available, None)
         elif key_type == _TRANSACTION_KEY_TYPE:
-            found = self._this_broker(0)
+            lookup = self.transaction_coordinator_of
+            found = None if lookup is None else lookup(key)
+            if found is None:
+                return _no_coordinator(ErrorCode.coordinator_not_available, None)
         else:
             return _no_coordinator(ErrorCode.invalid_request, f"unsupported key type {key_type}")
         node_id, host, port = found
@@ -415,18 +427,63 @@ class GroupApis:
         )
         return committed.map(lambda errors: _commit_response(request, errors))
 
+    def txn_offset_commit(
+        self, request: object, *, now_ms: int, timestamp_ms: int
+    ) -> Pending[Response]:
+        """TxnOffsetCommit v0-v3 (KIP-447 group metadata from v3)."""
+        req = cast(Any, request)
+        topics: Sequence[_CommitTopic] = req.topics
+        coordinator = self._route(req.group_id)
+        if isinstance(coordinator, ErrorCode):
+            error = coordinator
+            count = sum(len(t.partitions) for t in topics)
+            return Pending.completed({"topics": _partition_errors(topics, [error] * count)})
+        entries = [
+            OffsetCommitEntry(
+                topic=topic.name,
+                partition=partition.partition_index,
+                offset=partition.committed_offset,
+                leader_epoch=getattr(partition, "committed_leader_epoch", -1),
+                metadata=partition.committed_metadata,
+            )
+            for topic in topics
+            for partition in topic.partitions
+        ]
+        committed = coordinator.txn_commit_offsets(
+            now_ms,
+            group_id=req.group_id,
+            producer_id=int(req.producer_id),
+            producer_epoch=int(req.producer_epoch),
+            generation_id=int(getattr(req, "generation_id", -1)),
+            member_id=getattr(req, "member_id", ""),
+            group_instance_id=getattr(req, "group_instance_id", None),
+            entries=entries,
+            timestamp_ms=timestamp_ms,
+        )
+        return committed.map(lambda errors: {"topics": _partition_errors(topics, errors)})
+
+    def complete_txn(self, producer_id: int, partition: int, committed: bool) -> None:
+        """A marker reached offsets partition ``partition`` (the broker's
+        TxnCompletionListener): settle that producer's pending TxnOffsetCommits."""
+        coordinator = self.shards.coordinator_for_partition(partition)
+        if coordinator is not None:
+            coordinator.complete_txn(producer_id, committed)
+
     def offset_fetch(self, request: object) -> Response:
         version = version_of(request)
+        stable = bool(getattr(request, "require_stable", False))
         if version >= 8:
             groups: Sequence[object] = getattr(request, "groups", ())
             answers = []
             for group in groups:
                 group_id: str = getattr(group, "group_id", "")
-                error, topics = self._fetched_topics(group_id, getattr(group, "topics", None))
+                error, topics = self._fetched_topics(
+                    group_id, getattr(group, "topics", None), stable
+                )
                 answers.append({"group_id": group_id, "topics": topics, "error_code": error})
             return {"groups": answers}
         requested: Sequence[_FetchTopic] | None = getattr(request, "topics", None)
-        error, topics = self._fetched_topics(getattr(request, "group_id", ""), requested)
+        error, topics = self._fetched_topics(getattr(request, "group_id", ""), requested, stable)
         if error is not ErrorCode.none and version < 2:
             # v1 has no group-level error: Kafka puts it on every requested partition.
             topics = [
@@ -439,9 +496,12 @@ class GroupApis:
         return {"topics": topics, "error_code": error}
 
     def _fetched_topics(
-        self, group_id: str, topics: Sequence[_FetchTopic] | None
+        self, group_id: str, topics: Sequence[_FetchTopic] | None, require_stable: bool = False
     ) -> tuple[ErrorCode, list[Response]]:
-        """Committed offsets grouped by topic; -1 and "" where nothing is committed."""
+        """Committed offsets grouped by topic; -1 and "" where nothing is committed.
+
+        With ``require_stable`` (KIP-447), a partition with a TxnOffsetCommit
+        still waiting for its marker answers UNSTABLE_OFFSET_COMMIT instead."""
         coordinator = self._route(group_id, allow_empty=True)
         if isinstance(coordinator, ErrorCode):
             return coordinator, []
@@ -450,7 +510,11 @@ class GroupApis:
             requested = [(t.name, p) for t in topics for p in t.partition_indexes]
         by_topic: dict[str, list[Response]] = {}
         for topic, partition, committed in coordinator.fetch_offsets(group_id, requested):
-            by_topic.setdefault(topic, []).append(_fetched_partition(partition, committed))
+            if require_stable and coordinator.has_pending_txn_offset(group_id, (topic, partition)):
+                answer = _fetched_partition(partition, None, ErrorCode.unstable_offset_commit)
+            else:
+                answer = _fetched_partition(partition, committed)
+            by_topic.setdefault(topic, []).append(answer)
         return ErrorCode.none, [
             {"name": name, "partitions": parts} for name, parts in by_topic.items()
         ]

@@ -65,7 +65,7 @@ from headwater.group.results import (
     MemberLeaveResult,
     SyncResult,
 )
-from headwater.group.storage import CommittedOffset, LogEntry, OffsetsLog
+from headwater.group.storage import CommittedOffset, LogEntry, OffsetsLog, ReplayItem
 
 # Kafka's bit set of operations allowed on a group when no ACLs are in force:
 # READ(3), DELETE(6), DESCRIBE(8), DESCRIBE_CONFIGS(10), ALTER_CONFIGS(11).
@@ -739,6 +739,7 @@ class GroupCoordinator:
                 group.state is not GroupState.EMPTY
                 or group.pending_members
                 or self.offsets.has_offsets(group.group_id)
+                or self._store.pending_txn.has_group(group.group_id)
             ):
                 continue
             never_used = group.generation_id == 0 and not group.persisted
@@ -769,6 +770,39 @@ class GroupCoordinator:
             timestamp_ms=timestamp_ms,
             group_instance_id=group_instance_id,
         )
+
+    def txn_commit_offsets(
+        self,
+        now_ms: int,
+        *,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        entries: Sequence[OffsetCommitEntry],
+        timestamp_ms: int,
+    ) -> Pending[list[ErrorCode]]:
+        """TxnOffsetCommit, held pending until the transaction's marker."""
+        return self._offset_commits.txn_commit(
+            now_ms,
+            group_id=group_id,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            generation_id=generation_id,
+            member_id=member_id,
+            group_instance_id=group_instance_id,
+            entries=entries,
+            timestamp_ms=timestamp_ms,
+        )
+
+    def complete_txn(self, producer_id: int, committed: bool) -> None:
+        """A COMMIT/ABORT marker of the producer reached this offsets partition."""
+        self._store.complete_txn(producer_id, committed)
+
+    def has_pending_txn_offset(self, group_id: str, tp: TopicPartition) -> bool:
+        return self._store.pending_txn.is_pending(group_id, tp)
 
     def fetch_offsets(
         self, group_id: str, partitions: Sequence[TopicPartition] | None
@@ -843,7 +877,7 @@ class GroupCoordinator:
         """The current state as records: what a compacted offsets log would hold."""
         return self._store.live_records()
 
-    def load(self, entries: Iterable[LogEntry], now_ms: int) -> None:
+    def load(self, entries: Iterable[ReplayItem], now_ms: int) -> None:
         """Apply replayed records, oldest first; may be called in steps, then `finish_load`."""
         self._store.load(entries, now_ms)
 

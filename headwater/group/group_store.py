@@ -26,12 +26,16 @@ from headwater.group.storage import (
     MemberRecord,
     OffsetKey,
     OffsetsLog,
+    ReplayItem,
+    TxnEnd,
+    TxnLogEntry,
     decode_group_value,
     decode_key,
     decode_offset_value,
     encode_group_value,
     encode_key,
 )
+from headwater.group.txn_offsets import PendingTxnOffsets
 
 
 class GroupStore:
@@ -48,7 +52,19 @@ class GroupStore:
         self.log = log
         self.replicated = replicated
         self.offsets = OffsetStore(log, partition_exists, max_metadata_bytes=max_metadata_bytes)
+        self.pending_txn = PendingTxnOffsets()
         self.groups: dict[str, Group] = {}
+
+    def complete_txn(self, producer_id: int, committed: bool) -> None:
+        """The producer's marker is on this offsets partition: its TxnOffsetCommits
+        become committed offsets, or vanish."""
+        for group_id, offsets in self.pending_txn.complete(producer_id).items():
+            if not committed:
+                continue
+            for (topic, partition), value in offsets.items():
+                self.offsets.load(OffsetKey(group_id, topic, partition), value)
+            if group_id not in self.groups and self.offsets.has_offsets(group_id):
+                self.groups[group_id] = Group(group_id)
 
     def store_group(self, group: Group) -> Pending[ErrorCode]:
         """Append the group's record; the pending tells when it is replicated (or why not)."""
@@ -81,6 +97,7 @@ class GroupStore:
         """Forget everything in memory (the partition moved); the log keeps it."""
         self.groups.clear()
         self.offsets.clear()
+        self.pending_txn.clear()
 
     def live_records(self) -> Iterator[LogEntry]:
         """The current state as records: what a compacted offsets log would hold."""
@@ -92,9 +109,26 @@ class GroupStore:
                 )
         yield from self.offsets.live_records()
 
-    def load(self, entries: Iterable[LogEntry], now_ms: int) -> None:
-        """Apply replayed records, oldest first; may be called in steps, then `finish_load`."""
-        for raw_key, raw_value in entries:
+    def load(self, entries: Iterable[ReplayItem], now_ms: int) -> None:
+        """Apply replayed records, oldest first; may be called in steps, then `finish_load`.
+
+        Transactional offset records wait for their producer's marker; those
+        still waiting at the end stay pending until the coordinator sends it."""
+        for entry in entries:
+            if isinstance(entry, TxnEnd):
+                self.complete_txn(entry.producer_id, entry.committed)
+                continue
+            if isinstance(entry, TxnLogEntry):
+                txn_key = decode_key(entry.key)
+                if isinstance(txn_key, OffsetKey):
+                    value = None if entry.value is None else decode_offset_value(entry.value)
+                    self.pending_txn.add(
+                        entry.producer_id,
+                        txn_key.group_id,
+                        {(txn_key.topic, txn_key.partition): value},
+                    )
+                continue
+            raw_key, raw_value = entry
             key = decode_key(raw_key)
             if isinstance(key, OffsetKey):
                 value = None if raw_value is None else decode_offset_value(raw_value)

@@ -104,6 +104,80 @@ class OffsetCommits:
 
         return self._store.replicated(appended.end_offset).map(answer)
 
+    def txn_commit(
+        self,
+        now_ms: int,
+        *,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        entries: Sequence[OffsetCommitEntry],
+        timestamp_ms: int,
+    ) -> Pending[list[ErrorCode]]:
+        """TxnOffsetCommit: the offsets are written in the producer's transaction and
+        held pending until its marker (`GroupStore.complete_txn`).
+
+        KIP-447: a producer that names its consumer's group metadata is checked
+        against the group, so a zombie from an old generation cannot commit
+        (Kafka's doTxnCommitOffsets: FENCED_INSTANCE_ID, UNKNOWN_MEMBER_ID,
+        ILLEGAL_GENERATION). A group the coordinator does not know is created.
+        """
+        partition_errors = [
+            self._store.offsets.partition_error(e.topic, e.partition) for e in entries
+        ]
+        group = self._store.groups.get(group_id)
+        error = ErrorCode.none
+        if group is not None:
+            if group.state is GroupState.DEAD:
+                error = ErrorCode.coordinator_not_available
+            elif (
+                group_instance_id is not None
+                and group.static_members.get(group_instance_id, member_id) != member_id
+            ):
+                error = ErrorCode.fenced_instance_id
+            elif member_id and member_id not in group.members:
+                error = ErrorCode.unknown_member_id
+            elif generation_id >= 0 and generation_id != group.generation_id:
+                error = ErrorCode.illegal_generation
+        elif member_id:
+            error = ErrorCode.unknown_member_id
+        elif generation_id >= 0:
+            error = ErrorCode.illegal_generation
+        if error is not ErrorCode.none:
+            return Pending.completed(
+                [e if e is not ErrorCode.none else error for e in partition_errors]
+            )
+        if group is None:
+            group = self._store.groups[group_id] = Group(group_id, empty_since_ms=now_ms)
+        valid = [
+            entry for entry, e in zip(entries, partition_errors, strict=True) if e is ErrorCode.none
+        ]
+        try:
+            appended = self._store.offsets.commit(
+                group_id, valid, timestamp_ms=timestamp_ms, producer=(producer_id, producer_epoch)
+            )
+        except AppendFailed as failed:
+            refused = coordinator_error(failed.error, commit=True)
+            return Pending.completed(
+                [refused if e is ErrorCode.none else e for e in partition_errors]
+            )
+        stored = iter(appended.errors)
+        errors = [next(stored) if e is ErrorCode.none else e for e in partition_errors]
+        if appended.end_offset is None:
+            return Pending.completed(errors)
+
+        def answer(replication_error: ErrorCode) -> list[ErrorCode]:
+            if replication_error is ErrorCode.none:
+                self._store.pending_txn.add(producer_id, group_id, appended.accepted)
+                return errors
+            failed = coordinator_error(replication_error, commit=True)
+            return [failed if e is ErrorCode.none else e for e in errors]
+
+        return self._store.replicated(appended.end_offset).map(answer)
+
     def delete(
         self, group_id: str, partitions: Sequence[TopicPartition]
     ) -> tuple[ErrorCode, list[ErrorCode]]:

@@ -71,11 +71,17 @@ class OffsetStore:
         return ErrorCode.none
 
     def commit(
-        self, group_id: str, entries: Sequence[OffsetCommitEntry], *, timestamp_ms: int
+        self,
+        group_id: str,
+        entries: Sequence[OffsetCommitEntry],
+        *,
+        timestamp_ms: int,
+        producer: tuple[int, int] | None = None,
     ) -> AppendedCommit:
         """Append the valid entries in one batch; one error per entry, in order.
 
         Memory changes only with `apply`, once the append is replicated.
+        With ``producer`` (id, epoch) the records are a transactional batch.
         Kafka measures metadata in characters (Java String.length), so do we.
         """
         errors: list[ErrorCode] = []
@@ -95,12 +101,15 @@ class OffsetStore:
             errors.append(error)
         end_offset = None
         if accepted:
-            end_offset = self._log.append(
-                [
-                    (encode_key(OffsetKey(group_id, topic, partition)), encode_offset_value(value))
-                    for (topic, partition), value in accepted.items()
-                ]
-            )
+            records = [
+                (encode_key(OffsetKey(group_id, topic, partition)), encode_offset_value(value))
+                for (topic, partition), value in accepted.items()
+            ]
+            if producer is None:
+                end_offset = self._log.append(records)
+            else:
+                # TxnOffsetCommit: part of the producer's transaction (see txn_offsets.py).
+                end_offset = self._log.append_transactional(records, *producer)
         return AppendedCommit(errors, accepted, end_offset)
 
     def apply(self, group_id: str, accepted: Mapping[TopicPartition, CommittedOffset]) -> None:

@@ -112,6 +112,10 @@ class CoordinatorShards:
         found = self.route(group_id)
         return found if isinstance(found, GroupCoordinator) else None
 
+    def coordinator_for_partition(self, partition: int) -> GroupCoordinator | None:
+        """The loaded coordinator of an offsets partition, if this broker has it."""
+        return self._loaded.get(partition)
+
     def coordinators(self) -> Iterator[GroupCoordinator]:
         return iter(list(self._loaded.values()))
 

@@ -46,6 +46,28 @@ GROUP_VALUE_VERSION = 1
 LogEntry = tuple[bytes, bytes | None]
 
 
+@dataclass(frozen=True, slots=True)
+class TxnLogEntry:
+    """A record of a TxnOffsetCommit: written in a transactional batch of
+    ``producer_id``, it counts only once that producer's COMMIT marker follows."""
+
+    producer_id: int
+    key: bytes
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class TxnEnd:
+    """A COMMIT or ABORT marker of ``producer_id`` in the offsets log."""
+
+    producer_id: int
+    committed: bool
+
+
+#: What a replay yields: plain records, and transactional records with their markers.
+ReplayItem = LogEntry | TxnLogEntry | TxnEnd
+
+
 class OffsetsLog(Protocol):
     """The durable store the coordinator writes through (adapted by the broker)."""
 
@@ -58,8 +80,15 @@ class OffsetsLog(Protocol):
         """
         ...
 
-    def replay(self) -> Iterator[LogEntry]:
-        """Every entry ever appended, oldest first."""
+    def append_transactional(
+        self, entries: Sequence[LogEntry], producer_id: int, producer_epoch: int
+    ) -> int:
+        """Append entries as one transactional batch of the producer (TxnOffsetCommit):
+        the broker's COMMIT/ABORT marker for the producer decides whether they count."""
+        ...
+
+    def replay(self) -> Iterator[ReplayItem]:
+        """Every entry ever appended, oldest first, transactional ones marked as such."""
         ...
 
 
@@ -79,13 +108,24 @@ class InMemoryOffsetsLog:
     """An `OffsetsLog` in a list: for tests and for brokers run without persistence."""
 
     def __init__(self) -> None:
-        self.entries: list[LogEntry] = []
+        self.entries: list[ReplayItem] = []
 
     def append(self, entries: Sequence[LogEntry]) -> int:
         self.entries.extend(entries)
         return len(self.entries)
 
-    def replay(self) -> Iterator[LogEntry]:
+    def append_transactional(
+        self, entries: Sequence[LogEntry], producer_id: int, producer_epoch: int
+    ) -> int:
+        self.entries.extend(TxnLogEntry(producer_id, key, value) for key, value in entries)
+        return len(self.entries)
+
+    def append_marker(self, producer_id: int, committed: bool) -> int:
+        """What the broker's marker writer does to a real log (for tests)."""
+        self.entries.append(TxnEnd(producer_id, committed))
+        return len(self.entries)
+
+    def replay(self) -> Iterator[ReplayItem]:
         return iter(list(self.entries))
 
 

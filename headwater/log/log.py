@@ -42,10 +42,12 @@ from headwater.log.slice import FileSlice
 from headwater.records.batch import (
     BatchHeader,
     iter_batch_headers,
+    parse_batch_header,
     patch_base_offset,
     patch_partition_leader_epoch,
     validate_batches,
 )
+from headwater.records.control import build_control_batch
 from headwater.records.validation import TimestampPolicy, validate_append
 
 LOG_START_OFFSET_FILE = "log-start-offset"
@@ -495,17 +497,64 @@ class Log:
             patch_partition_leader_epoch(buf, header.position, epoch)
             assigned.append(header._replace(base_offset=offset, partition_leader_epoch=epoch))
             offset += header.last_offset_delta + 1
-        newest = max(header.max_timestamp for header in assigned)
-        cache = self.leader_epoch_cache
-        segment = self._segment_for_append(len(buf), offset - 1, newest, now_ms)
-        segment.append(buf, assigned)
-        self._log_end_offset = offset
-        if cache.latest_epoch != epoch:
-            # Assigned after the write: a failed write leaves no epoch without data.
-            cache.assign(epoch, assigned[0].base_offset)
+        self._write_as_leader(buf, assigned, epoch, now_ms)
         self._after_append(assigned, producers, now_ms)
         return AppendResult(
             assigned[0].base_offset, offset - 1, checked.log_append_time_ms, self._log_start_offset
+        )
+
+    def _write_as_leader(
+        self, buf: bytearray, assigned: list[BatchHeader], epoch: int, now_ms: int
+    ) -> None:
+        """Write batches whose offsets this log assigned, in one segment, and note the epoch."""
+        newest = max(header.max_timestamp for header in assigned)
+        cache = self.leader_epoch_cache
+        end = assigned[-1].next_offset
+        segment = self._segment_for_append(len(buf), end - 1, newest, now_ms)
+        segment.append(buf, assigned)
+        self._log_end_offset = end
+        if cache.latest_epoch != epoch:
+            # Assigned after the write: a failed write leaves no epoch without data.
+            cache.assign(epoch, assigned[0].base_offset)
+
+    def append_control_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        now_ms: int,
+        *,
+        leader_epoch: int | None = None,
+    ) -> AppendResult:
+        """Append a COMMIT or ABORT marker ending ``producer_id``'s transaction (leaders only).
+
+        The transaction coordinator's WriteTxnMarkers lands here. The marker is
+        checked against the producer's state first (an older producer epoch is
+        INVALID_PRODUCER_EPOCH, an older coordinator epoch
+        TRANSACTION_COORDINATOR_FENCED), then written like any batch, stamped
+        with ``leader_epoch`` (this log's leader epoch by default).
+        """
+        self._load()
+        producers = self._producer_state()
+        producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        epoch = self.partition_leader_epoch if leader_epoch is None else leader_epoch
+        buf = bytearray(
+            build_control_batch(
+                producer_id,
+                producer_epoch,
+                commit,
+                coordinator_epoch,
+                now_ms,
+                base_offset=self._log_end_offset,
+                partition_leader_epoch=epoch,
+            )
+        )
+        assigned = [parse_batch_header(buf)]
+        self._write_as_leader(buf, assigned, epoch, now_ms)
+        self._after_append(assigned, producers, now_ms, buf)
+        return AppendResult(
+            assigned[0].base_offset, assigned[0].last_offset, -1, self._log_start_offset
         )
 
     def append_as_follower(
@@ -574,7 +623,11 @@ class Log:
         )
 
     def _after_append(
-        self, headers: list[BatchHeader], producers: ProducerStateTable, now_ms: int
+        self,
+        headers: list[BatchHeader],
+        producers: ProducerStateTable,
+        now_ms: int,
+        data: bytes | bytearray | memoryview | None = None,
     ) -> None:
         """What every append does once its batches are written: producers, flush policy, wake."""
         messages = 0

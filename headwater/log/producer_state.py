@@ -114,6 +114,15 @@ class ProducerStateTable:
             pending[producer_id] = (header.producer_epoch, header.last_sequence)
         return None
 
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """Refuse a COMMIT/ABORT marker from an epoch older than the producer's."""
+        entry = self._producers.get(producer_id)
+        if entry is not None and producer_epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"marker for producer {producer_id} has epoch {producer_epoch}, "
+                f"older than {entry.epoch}"
+            )
+
     def update(self, header: BatchHeader, now_ms: int) -> None:
         """Remember a batch as written (its header carries the assigned offsets)."""
         if not header.has_producer_sequence:

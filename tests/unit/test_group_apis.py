@@ -319,6 +319,15 @@ def test_every_supported_version_answers_with_an_encodable_response(
         ApiKey.LIST_GROUPS: {},
         ApiKey.DELETE_GROUPS: {"groups_names": ["g"]},
         ApiKey.OFFSET_DELETE: {"group_id": "g", "topics": []},
+        ApiKey.TXN_OFFSET_COMMIT: {
+            "transactional_id": "t",
+            "group_id": "g",
+            "producer_id": 1,
+            "producer_epoch": 0,
+            "generation_id": 3,
+            "member_id": "ghost",
+            "topics": [{"name": "orders", "partitions": [{"partition_index": 0}]}],
+        },
     }[api_key]
     response = answer(make_apis(), api_key, version, **data)
     assert response  # and the round trip inside answer() succeeded

@@ -169,7 +169,11 @@ class ClusterAdminApis:
         return self.config.default_replication_factor
 
     def auto_create(
-        self, name: str, partitions: int | None = None, replication_factor: int | None = None
+        self,
+        name: str,
+        partitions: int | None = None,
+        replication_factor: int | None = None,
+        configs: dict[str, str] | None = None,
     ) -> None:
         """Start creating ``name`` (by default with the broker's defaults); clients retry."""
         if name in self._creating or name in self.view.topics:
@@ -179,7 +183,7 @@ class ClusterAdminApis:
                 name,
                 partitions or self.config.num_partitions,
                 replication_factor or self.replication_factor_for(name),
-                {},
+                dict(configs or {}),
             )
         )
         self._creating[name] = future

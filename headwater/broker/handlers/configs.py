@@ -162,6 +162,21 @@ class ConfigsApi:
                 "num.partitions": str(c.num_partitions),
                 "queued.max.request.bytes": str(limits.queued_max_request_bytes),
                 "socket.request.max.bytes": str(c.socket_request_max_bytes),
+                "transaction.state.log.num.partitions": str(
+                    c.transaction_state_log_num_partitions
+                ),
+                "transaction.state.log.replication.factor": str(
+                    c.transaction_state_log_replication_factor
+                ),
+                "transaction.state.log.min.isr": str(c.transaction_state_log_min_isr),
+                "transaction.max.timeout.ms": str(c.transaction_max_timeout_ms),
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms": str(
+                    c.transaction_abort_timed_out_transaction_cleanup_interval_ms
+                ),
+                "transactional.id.expiration.ms": str(c.transactional_id_expiration_ms),
+                "transaction.remove.expired.transaction.cleanup.interval.ms": str(
+                    c.transaction_remove_expired_transaction_cleanup_interval_ms
+                ),
             }
         )
         return values

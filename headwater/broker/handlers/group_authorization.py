@@ -11,6 +11,8 @@ FindCoordinator (group)       DESCRIBE on the group
 JoinGroup, SyncGroup,         READ on the group
 Heartbeat, LeaveGroup
 OffsetCommit                  READ on the group, READ on each topic
+TxnOffsetCommit               WRITE on the transactional id, READ on the
+                              group, READ on each topic
 OffsetFetch                   DESCRIBE on the group, DESCRIBE on each topic
 DescribeGroups                DESCRIBE on each group
 ListGroups                    DESCRIBE on the cluster, else only groups
@@ -65,6 +67,15 @@ def authorize_group_request(ctx: RequestContext, req: Any) -> GroupDecision:
             return GroupDecision(req)
         return GroupDecision(req, {"error_code": GROUP_DENIED})
     if api == ApiKey.OFFSET_COMMIT:
+        if not group(AclOperation.READ, req.group_id):
+            return GroupDecision(req, {"topics": _all_partitions(req.topics, GROUP_DENIED)})
+        return _split_topics(ctx, req, AclOperation.READ, "topics")
+    if api == ApiKey.TXN_OFFSET_COMMIT:
+        if not ctx.authorize(
+            AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id
+        ):
+            code = int(E.transactional_id_authorization_failed)
+            return GroupDecision(req, {"topics": _all_partitions(req.topics, code)})
         if not group(AclOperation.READ, req.group_id):
             return GroupDecision(req, {"topics": _all_partitions(req.topics, GROUP_DENIED)})
         return _split_topics(ctx, req, AclOperation.READ, "topics")

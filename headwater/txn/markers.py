@@ -1,0 +1,136 @@
+"""Writing COMMIT/ABORT markers into the partitions this broker leads.
+
+The transaction coordinator ends a transaction by asking the leader of every
+partition the transaction wrote to append a control batch (a *marker*) for
+the producer. That is Kafka's WriteTxnMarkers; this is its body, kept apart
+from the wire so that a coordinator on the same broker calls it directly.
+
+A marker counts as written once it is appended and, in a cluster, on every
+in-sync replica (``acks=all``): only then may the coordinator move the
+transaction to its complete state, and only then are the
+``TxnCompletionListener``s told (the group coordinator makes a
+transaction's pending offset commits visible from there).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from headwater.cluster.replica_manager import ReplicaManager
+from headwater.log.errors import KafkaApiError
+from headwater.log.log import Log
+from headwater.log.log_directory import LogDirectory
+
+log = logging.getLogger(__name__)
+
+NONE = 0
+UNKNOWN_TOPIC_OR_PARTITION = 3
+NOT_LEADER_OR_FOLLOWER = 6
+REQUEST_TIMED_OUT = 7
+UNKNOWN_SERVER_ERROR = -1
+
+#: How long a marker waits for the ISR before the coordinator is told to retry.
+DEFAULT_REPLICATION_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """One WriteTxnMarkers entry: end ``producer_id``'s transaction in ``partitions``."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool  # True: COMMIT control record (type 1), False: ABORT (type 0)
+    coordinator_epoch: int
+    partitions: tuple[tuple[str, int], ...]
+
+
+TxnCompletionListener = Callable[[int, str, int, bool], None]
+"""(producer_id, topic, partition, committed): called after a marker is durably
+written (and, in a cluster, replicated to the ISR) to a partition led here."""
+
+
+class TxnMarkerWriter:
+    """Writes markers into partitions this broker leads (the body of WriteTxnMarkers)."""
+
+    def __init__(
+        self,
+        logs: LogDirectory,
+        replication: ReplicaManager | None = None,
+        *,
+        replication_timeout_s: float = DEFAULT_REPLICATION_TIMEOUT_S,
+    ) -> None:
+        self.logs = logs
+        self.replication = replication
+        self.replication_timeout_s = replication_timeout_s
+        self.listeners: list[TxnCompletionListener] = []
+
+    def _leader_log(self, topic: str, partition: int) -> tuple[int, Log | None]:
+        """(error, log): the log to append to when this broker leads the partition."""
+        replication = self.replication
+        if replication is not None:
+            error = replication.serving_error(topic, partition)
+            if error:
+                return error, None
+            found = replication.leader_log(topic, partition)
+            return (NONE, found) if found is not None else (NOT_LEADER_OR_FOLLOWER, None)
+        info = self.logs.topics().get(topic)
+        if info is None or not 0 <= partition < info.num_partitions:
+            return UNKNOWN_TOPIC_OR_PARTITION, None
+        return NONE, self.logs.log(topic, partition)
+
+    async def write(self, marker: TxnMarker) -> dict[tuple[str, int], int]:
+        """Error code per partition (0 ok; NOT_LEADER_OR_FOLLOWER 6,
+        UNKNOWN_TOPIC_OR_PARTITION 3, INVALID_PRODUCER_EPOCH 47 when the marker's
+        epoch is older than the producer's, TRANSACTION_COORDINATOR_FENCED 52 ...).
+        Returns once the markers are appended and (cluster) replicated to the ISR
+        (acks=all semantics)."""
+        now_ms = int(time.time() * 1000)
+        codes: dict[tuple[str, int], int] = {}
+        appended: dict[tuple[str, int], int] = {}  # partition -> offset after the marker
+        for key in dict.fromkeys(marker.partitions):
+            topic, partition = key
+            error, plog = self._leader_log(topic, partition)
+            if plog is None:
+                codes[key] = error or NOT_LEADER_OR_FOLLOWER
+                continue
+            try:
+                result = plog.append_control_marker(
+                    marker.producer_id,
+                    marker.producer_epoch,
+                    marker.commit,
+                    marker.coordinator_epoch,
+                    now_ms,
+                    leader_epoch=plog.partition_leader_epoch,
+                )
+            except KafkaApiError as exc:
+                codes[key] = int(exc.kafka_error_code)
+                continue
+            except OSError:
+                log.exception("writing a transaction marker to %s-%d failed", topic, partition)
+                codes[key] = UNKNOWN_SERVER_ERROR
+                continue
+            appended[key] = result.last_offset + 1
+            codes[key] = NONE
+        if appended and self.replication is not None:
+            keys = list(appended)
+            waits = [
+                self.replication.wait_replicated(t, p, appended[(t, p)], self.replication_timeout_s)
+                for t, p in keys
+            ]
+            for key, code in zip(keys, await asyncio.gather(*waits), strict=True):
+                codes[key] = code
+        for key in appended:
+            if codes[key] == NONE:
+                self._completed(marker, key)
+        return codes
+
+    def _completed(self, marker: TxnMarker, key: tuple[str, int]) -> None:
+        for listener in tuple(self.listeners):
+            try:
+                listener(marker.producer_id, key[0], key[1], marker.commit)
+            except Exception:
+                log.exception("transaction completion listener failed for %s-%d", *key)
