@@ -22,6 +22,7 @@ from headwater.broker.config import BrokerConfig, parse_host_port, parse_propert
 from headwater.cluster.local_cluster import add_cluster_command
 from headwater.demo import add_demo_command
 from headwater.group_commands import add_group_commands
+from headwater.transaction_commands import add_transaction_commands
 from headwater.user_commands import add_user_commands
 
 log = logging.getLogger("headwater")
@@ -127,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=cmd_serve)
     commands.add_commands(sub)
     add_group_commands(sub)
+    add_transaction_commands(sub)
     add_user_commands(sub)
     add_acl_commands(sub)
     add_demo_command(sub)

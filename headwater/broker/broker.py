@@ -36,6 +36,7 @@ from headwater.broker.handlers.offsets import OffsetApis
 from headwater.broker.handlers.produce import ProduceApi
 from headwater.broker.handlers.security import SecurityApis
 from headwater.broker.handlers.transactions import TransactionApis
+from headwater.broker.handlers.txn_markers import WriteTxnMarkersApi
 from headwater.broker.listeners import Listener, SecurityProtocol
 from headwater.broker.memory_pool import MemoryPool
 from headwater.broker.metrics import BrokerMetrics
@@ -64,6 +65,7 @@ from headwater.security.quotas import ClientQuotaManager, FileQuotaStore, QuotaK
 from headwater.security.tls import server_context
 from headwater.txn import TRANSACTION_STATE_TOPIC
 from headwater.txn.marker_sender import MarkerSender
+from headwater.txn.markers import TxnMarkerWriter
 from headwater.txn.service import TransactionCoordinatorService, TxnConfig
 
 log = logging.getLogger(__name__)
@@ -263,6 +265,12 @@ class Broker:
         self.register_kio(ApiKey.LIST_OFFSETS, self.offsets.list_offsets)
         self.register_kio(ApiKey.OFFSET_FOR_LEADER_EPOCH, self.offsets.offset_for_leader_epoch)
         self.register_kio(ApiKey.DESCRIBE_LOG_DIRS, LogDirsApi(self.logs).describe_log_dirs)
+        # Transaction markers go to the logs this broker leads; the transaction
+        # coordinator calls ``txn_markers.write`` directly for its own partitions.
+        self.txn_markers = TxnMarkerWriter(self.logs, replication)
+        self.register_kio(
+            ApiKey.WRITE_TXN_MARKERS, WriteTxnMarkersApi(self.txn_markers).write_txn_markers
+        )
         if cluster is None:
             self._build_group_apis()
             self._build_transaction_apis()
@@ -450,7 +458,7 @@ class Broker:
                 new_producer_id=self.producer_ids.allocate,
                 markers=MarkerSender(
                     c.node_id,
-                    lambda: getattr(self, "txn_markers", None),
+                    lambda: self.txn_markers,
                     partition_exists=self._local_partition_exists,
                 ),
             )
@@ -458,15 +466,14 @@ class Broker:
             self.transactions = self._cluster_txn_service(self.cluster, host, port)
         service = self.transactions
         self.groups.apis.transaction_coordinator_of = service.coordinator_for
-        writer = getattr(self, "txn_markers", None)
-        if writer is not None:
-            group_apis = self.groups.apis
+        group_apis = self.groups.apis
 
-            def settle_txn_offsets(producer_id: int, topic: str, partition: int, ok: bool) -> None:
-                if topic == OFFSETS_TOPIC:
-                    group_apis.complete_txn(producer_id, partition, ok)
+        def settle_txn_offsets(producer_id: int, topic: str, partition: int, ok: bool) -> None:
+            """A marker reached an offsets partition: its TxnOffsetCommits count or go."""
+            if topic == OFFSETS_TOPIC:
+                group_apis.complete_txn(producer_id, partition, ok)
 
-            writer.listeners.append(settle_txn_offsets)
+        self.txn_markers.listeners.append(settle_txn_offsets)
         offsets_partitions = self.groups.shards.num_partitions
         self.transaction_apis = TransactionApis(
             service,
@@ -549,7 +556,7 @@ class Broker:
             new_producer_id=self.producer_ids.allocate,
             markers=MarkerSender(
                 c.node_id,
-                lambda: getattr(self, "txn_markers", None),
+                lambda: self.txn_markers,
                 leader_of=leader_of,
                 partition_exists=lambda t, p: (t, p) in view.partition_states,
                 connector=replicas.connector,

@@ -48,9 +48,26 @@ class PartitionOffsetsLog:
         it (no sequence: the coordinator, not the producer, appends it), so the
         log counts it as part of the producer's open transaction until its marker."""
         builder = RecordBatchBuilder(
-            producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=True
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=self._next_sequence(producer_id, producer_epoch),
+            is_transactional=True,
         )
         return self._append(entries, builder)
+
+    def _next_sequence(self, producer_id: int, producer_epoch: int) -> int:
+        """The sequence that continues the producer's batches in this partition.
+
+        Kafka appends TxnOffsetCommit records with the coordinator as origin,
+        which skips sequence checks; Headwater's ``Log.append`` checks every
+        producer batch, so the coordinator continues the producer's sequence
+        here instead (0 for a new producer or epoch), read from the log's own
+        producer state, which a restart rebuilds from the log.
+        """
+        entry = self._log._producer_state().get(producer_id)
+        if entry is None or entry.epoch != producer_epoch or not entry.batches:
+            return 0
+        return (entry.last_seq + 1) % (2**31)
 
     def _append(
         self, entries: Sequence[tuple[bytes, bytes | None]], builder: RecordBatchBuilder

@@ -1,7 +1,9 @@
-"""Topic administration: create, delete, list, describe configs, add partitions.
+"""Topic administration: create, delete, list, describe configs, add partitions;
+and the transactions of the cluster (list, describe).
 
 ``AsyncAdminClient`` speaks CreateTopics, DeleteTopics, Metadata,
-DescribeConfigs, CreatePartitions and ListOffsets through kio's entities;
+DescribeConfigs, CreatePartitions, ListOffsets, ListTransactions and
+DescribeTransactions through kio's entities;
 ``AdminClient`` is its blocking front (the CLI uses it). Every per-topic
 error raises ``KafkaError`` carrying Kafka's name for the code, e.g.
 ``TOPIC_ALREADY_EXISTS (36): topic 'x' already exists``.
@@ -9,7 +11,10 @@ error raises ``KafkaError`` carrying Kafka's name for the code, e.g.
 
 from __future__ import annotations
 
+import asyncio
+import datetime
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from headwater.client.cluster import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ClusterClient
@@ -26,6 +31,48 @@ _Configs = Mapping[str, str] | None
 NewTopic = tuple[str, int, _Configs] | tuple[str, int, _Configs, int]
 """(name, partitions, configs[, replication factor]); partitions -1 takes the broker's
 num.partitions, a missing or -1 replication factor its default.replication.factor."""
+
+
+TRANSACTION_KEY_TYPE: Final = 1
+_COORDINATOR_ATTEMPTS: Final = 20
+#: COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE
+_COORDINATOR_RETRIABLE: Final = frozenset({14, 15})
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionListing:
+    """One ListTransactions entry, with the broker that coordinates it."""
+
+    transactional_id: str
+    coordinator_id: int
+    producer_id: int
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """DescribeTransactions for one id (Kafka's kafka-transactions.sh describe)."""
+
+    transactional_id: str
+    coordinator_id: int
+    producer_id: int
+    producer_epoch: int
+    state: str
+    timeout_ms: int
+    start_time_ms: int  # -1: no transaction in progress
+    partitions: tuple[tuple[str, int], ...]
+
+
+def _epoch_ms(value: Any) -> int:
+    if isinstance(value, datetime.datetime):
+        return int(value.timestamp() * 1000)
+    return int(value)
+
+
+def _duration_ms(value: Any) -> int:
+    if isinstance(value, datetime.timedelta):
+        return value // datetime.timedelta(milliseconds=1)
+    return int(value)
 
 
 def _raise_first(errors: list[KafkaError]) -> None:
@@ -176,6 +223,70 @@ class AsyncAdminClient:
             coordinators, group_id, require_stable=require_stable
         )
 
+    async def list_transactions(
+        self, states: Sequence[str] = (), producer_ids: Sequence[int] = ()
+    ) -> list[TransactionListing]:
+        """Every broker's transactions (each coordinates its own partitions of
+        ``__transaction_state``), filtered by state names and producer ids."""
+        await self._cluster.refresh_metadata([])
+        listings: list[TransactionListing] = []
+        for node_id in sorted(self._cluster.brokers):
+            conn = await self._cluster.connection(node_id)
+            resp = await conn.request(
+                ApiKey.LIST_TRANSACTIONS,
+                {"state_filters": list(states), "producer_id_filters": list(producer_ids)},
+            )
+            code = int(resp.error_code)
+            if code:
+                raise KafkaError(code, f"ListTransactions on broker {node_id}")
+            listings.extend(
+                TransactionListing(
+                    t.transactional_id, node_id, int(t.producer_id), t.transaction_state
+                )
+                for t in resp.transaction_states
+            )
+        return sorted(listings, key=lambda t: t.transactional_id)
+
+    async def describe_transaction(self, transactional_id: str) -> TransactionDescription:
+        """Ask the id's coordinator (FindCoordinator key type 1) for its state."""
+        for attempt in range(_COORDINATOR_ATTEMPTS):
+            found = await self._cluster.request_any(
+                ApiKey.FIND_COORDINATOR,
+                {
+                    "key": transactional_id,
+                    "key_type": TRANSACTION_KEY_TYPE,
+                    "coordinator_keys": [transactional_id],
+                },
+            )
+            answer = found.coordinators[0] if hasattr(found, "coordinators") else found
+            code = int(answer.error_code)
+            if code not in _COORDINATOR_RETRIABLE or attempt == _COORDINATOR_ATTEMPTS - 1:
+                break
+            # The cluster creates __transaction_state on first need: wait for it.
+            await asyncio.sleep(0.3)
+        if code:
+            raise KafkaError(code, f"FindCoordinator for transactional id {transactional_id!r}")
+        node_id = int(answer.node_id)
+        await self._cluster.refresh_metadata([])
+        conn = await self._cluster.connection(node_id)
+        resp = await conn.request(
+            ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [transactional_id]}
+        )
+        (state,) = resp.transaction_states
+        code = int(state.error_code)
+        if code:
+            raise KafkaError(code, f"transactional id {transactional_id!r}")
+        return TransactionDescription(
+            transactional_id=transactional_id,
+            coordinator_id=node_id,
+            producer_id=int(state.producer_id),
+            producer_epoch=int(state.producer_epoch),
+            state=state.transaction_state,
+            timeout_ms=_duration_ms(state.transaction_timeout),
+            start_time_ms=_epoch_ms(state.transaction_start_time),
+            partitions=tuple(sorted((t.topic, int(p)) for t in state.topics for p in t.partitions)),
+        )
+
 
 class AdminClient:
     """Blocking admin client (one private event-loop thread)."""
@@ -240,6 +351,20 @@ class AdminClient:
     ) -> dict[TopicPartition, int]:
         result: dict[TopicPartition, int] = self._run(
             self._admin.list_consumer_group_offsets(group_id, require_stable=require_stable)
+        )
+        return result
+
+    def list_transactions(
+        self, states: Sequence[str] = (), producer_ids: Sequence[int] = ()
+    ) -> list[TransactionListing]:
+        result: list[TransactionListing] = self._run(
+            self._admin.list_transactions(states, producer_ids)
+        )
+        return result
+
+    def describe_transaction(self, transactional_id: str) -> TransactionDescription:
+        result: TransactionDescription = self._run(
+            self._admin.describe_transaction(transactional_id)
         )
         return result
 

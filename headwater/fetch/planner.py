@@ -122,8 +122,9 @@ def read_partitions(
 ) -> FetchResult:
     """Read ``partitions`` in order under the KIP-74 limits.
 
-    ``aborted_list`` makes read_committed responses carry an empty
-    aborted-transactions list (librdkafka expects one) instead of null.
+    ``aborted_list`` (read_committed) makes responses carry the aborted
+    transactions overlapping the returned records, from the log's
+    transaction index (an empty list, never null: librdkafka expects one).
     ``serving`` refuses partitions this broker does not lead. Followers
     (``LOG_END``) whose log diverged get the divergence point instead of data.
     ``authorized(topic)`` False answers TOPIC_AUTHORIZATION_FAILED for the
@@ -191,6 +192,8 @@ def read_partitions(
         data.high_watermark = result.high_watermark
         data.last_stable_offset = result.last_stable_offset
         data.log_start_offset = result.log_start_offset
+        if aborted_list and result.aborted_transactions:
+            data.aborted_transactions = result.aborted_transactions
         if isolation is Isolation.LOG_END:
             data.readable_end = result.log_end_offset
         records = result.records

@@ -12,10 +12,11 @@ from typing import NamedTuple
 
 from headwater.log.isolation import Isolation
 from headwater.log.slice import FileSlice
+from headwater.log.txn_index import AbortedTransaction
 
 __all__ = [
     "ZERO_UUID",
-    "AbortedTransaction",
+    "AbortedTransaction",  # re-exported: the log's transaction index makes them
     "FetchRequestData",
     "FetchResponseData",
     "Isolation",  # re-exported: it moved to headwater.log.isolation
@@ -72,12 +73,6 @@ class FetchRequestData:
     @property
     def uses_topic_ids(self) -> bool:
         return self.version >= 13
-
-
-@dataclass(slots=True)
-class AbortedTransaction:
-    producer_id: int
-    first_offset: int
 
 
 @dataclass(slots=True)

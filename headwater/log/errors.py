@@ -17,12 +17,14 @@ __all__ = [
     "InvalidPartitionsError",
     "InvalidProducerEpochError",
     "InvalidTopicError",
+    "InvalidTxnStateError",
     "KafkaApiError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
     "RecordBatchTooLargeError",
     "RecordTooLargeError",
     "TopicExistsError",
+    "TransactionCoordinatorFencedError",
     "UnexpectedAppendOffsetError",
     "UnknownTopicOrPartitionError",
 ]
@@ -70,6 +72,18 @@ class InvalidProducerEpochError(KafkaApiError):
     """A batch from a producer epoch older than one already seen (a fenced producer)."""
 
     kafka_error_code: ClassVar[int] = 47
+
+
+class InvalidTxnStateError(KafkaApiError):
+    """A non-transactional batch from a producer whose transaction is open."""
+
+    kafka_error_code: ClassVar[int] = 48
+
+
+class TransactionCoordinatorFencedError(KafkaApiError):
+    """A marker from a coordinator epoch older than one already seen for the producer."""
+
+    kafka_error_code: ClassVar[int] = 52
 
 
 class UnexpectedAppendOffsetError(KafkaApiError):

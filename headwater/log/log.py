@@ -7,8 +7,12 @@ shared handle cache only when read or written. A log whose directory does
 not exist is simply empty at offset 0 until its first append creates it.
 
 Offsets: ``log_start_offset`` (first readable), ``log_end_offset`` (next to
-be assigned). With one replica and no transactions the high watermark and
-the last stable offset equal the log end offset. A *replicated* log (switched
+be assigned). With one replica the high watermark equals the log end offset;
+the *last stable offset* (what read_committed consumers read to) is the
+first offset of the oldest open transaction, capped by the high watermark.
+Transactions are tracked in the producer table (``producer_state``), saved
+in ``<offset>.snapshot`` files at every roll and clean close, and each
+segment's aborted transactions are listed in its ``.txnindex``. A *replicated* log (switched
 on by the replica manager through ``enable_replication``) keeps a high
 watermark of its own, which consumers' reads never pass, and a leader-epoch
 cache that followers use to find where their log diverged from the leader's.
@@ -18,6 +22,7 @@ and the leader epoch, and appends a leader's batches as they come.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import time
@@ -36,9 +41,17 @@ from headwater.log.errors import (
 from headwater.log.handles import FileHandleCache
 from headwater.log.isolation import Isolation
 from headwater.log.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, EpochEntry, LeaderEpochCache
-from headwater.log.producer_state import ProducerStateTable
+from headwater.log.producer_snapshot import (
+    CorruptSnapshotError,
+    delete_snapshot,
+    read_snapshot,
+    snapshot_offsets,
+    write_snapshot,
+)
+from headwater.log.producer_state import CompletedTxn, ProducerStateTable
 from headwater.log.segment import LOG_SUFFIX, Segment
 from headwater.log.slice import FileSlice
+from headwater.log.txn_index import TXN_INDEX_SUFFIX, AbortedTransaction, AbortedTxn
 from headwater.records.batch import (
     BatchHeader,
     iter_batch_headers,
@@ -47,8 +60,11 @@ from headwater.records.batch import (
     patch_partition_leader_epoch,
     validate_batches,
 )
-from headwater.records.control import build_control_batch
+from headwater.records.control import ControlMarker, build_control_batch, parse_control_batch
+from headwater.records.errors import CorruptRecordError
 from headwater.records.validation import TimestampPolicy, validate_append
+
+log = logging.getLogger(__name__)
 
 LOG_START_OFFSET_FILE = "log-start-offset"
 # Producer state is rebuilt from the headers of at most this many trailing
@@ -70,6 +86,8 @@ class ReadResult(NamedTuple):
     last_stable_offset: int
     log_start_offset: int
     log_end_offset: int
+    #: read_committed reads only: the aborted transactions overlapping the records
+    aborted_transactions: list[AbortedTransaction] | None = None
 
 
 LogListener = Callable[["Log"], None]
@@ -80,9 +98,9 @@ class Log:
 
     __slots__ = (
         "_bases",
+        "_boundaries",
         "_epoch_cache",
         "_high_watermark",
-        "_hw_boundary",
         "_listeners",
         "_loaded",
         "_log_end_offset",
@@ -92,6 +110,8 @@ class Log:
         "_recover",
         "_replicated",
         "_segments",
+        "_snapshots",
+        "_txn_index_rebuild_from",
         "_unflushed_messages",
         "_unflushed_since_ms",
         "config",
@@ -128,9 +148,13 @@ class Log:
         self._epoch_cache: LeaderEpochCache | None = None
         self._replicated = False
         self._high_watermark = 0  # only meaningful when _replicated
-        # (segment base offset, file position) where the batch holding the high
-        # watermark starts: where capped reads stop. Recomputed when the HW moves.
-        self._hw_boundary: tuple[int, int] | None = None
+        # offset -> (segment base offset, file position) where the batch holding
+        # it starts: where reads capped at the HW or the LSO stop.
+        self._boundaries: dict[int, tuple[int, int]] = {}
+        self._snapshots: list[int] = []  # offsets of <offset>.snapshot files, ascending
+        # After a crash: the segments from here get their .txnindex rebuilt when
+        # the producer table is (the index may miss the last aborts, or list too many).
+        self._txn_index_rebuild_from: int | None = None
         self._listeners: list[LogListener] | None = None
         self._unflushed_messages = 0
         self._unflushed_since_ms: int | None = None
@@ -154,8 +178,19 @@ class Log:
             if name.endswith(LOG_SUFFIX) and len(name) == 24 and name[:20].isdigit()
         )
         interval = self.config.index_interval_bytes
-        self._segments = [Segment.open(self._path, base, self.handles, interval) for base in bases]
+        txn_indexes = {name for name in names if name.endswith(TXN_INDEX_SUFFIX)}
+        self._segments = [
+            Segment.open(
+                self._path,
+                base,
+                self.handles,
+                interval,
+                has_txn_index=f"{base:020d}{TXN_INDEX_SUFFIX}" in txn_indexes,
+            )
+            for base in bases
+        ]
         self._bases = bases
+        self._snapshots = snapshot_offsets(names)
         if not self._segments:
             self._log_start_offset = self._log_end_offset = 0
             self._clamp_high_watermark()
@@ -163,6 +198,7 @@ class Log:
         active = self._segments[-1]
         if self._recover:
             self.recovered_bytes = active.recover()
+            self._txn_index_rebuild_from = active.base_offset
         self._log_end_offset = active.next_offset
         self._log_start_offset = min(
             max(self._segments[0].base_offset, self._read_log_start_checkpoint()),
@@ -187,20 +223,151 @@ class Log:
         os.replace(tmp, path)
 
     def _producer_state(self) -> ProducerStateTable:
-        """The producer table, rebuilt on first need from the last batches' headers."""
+        """The producer table, rebuilt on first need: latest snapshot plus the batches after it."""
         if self._producers is None:
-            table = ProducerStateTable()
-            budget = PRODUCER_STATE_SCAN_BYTES
-            first = len(self._segments)
-            while first > 0 and budget > 0:
-                first -= 1
-                budget -= self._segments[first].size
-            for i, segment in enumerate(self._segments[first:]):
-                start = segment.batch_position_at_or_after(-budget) if i == 0 and budget < 0 else 0
-                for header in segment.iter_headers(start):
-                    table.update(header, header.max_timestamp)
-            self._producers = table
+            self._load()
+            self._producers = self._rebuild_producer_state()
         return self._producers
+
+    def _rebuild_producer_state(self) -> ProducerStateTable:
+        """Kafka's ``rebuildProducerState``: load the newest usable snapshot, replay the rest.
+
+        Snapshots past the log end (a truncated or crashed tail) are deleted
+        first. After a crash the replay must start at or before the recovered
+        segment, whose ``.txnindex`` it rebuilds. Without a snapshot (a log
+        written before snapshots existed) the table comes from the headers of
+        the last ``PRODUCER_STATE_SCAN_BYTES`` of the log.
+        """
+        leo = self._log_end_offset
+        rebuild_from = self._txn_index_rebuild_from
+        self._txn_index_rebuild_from = None
+        for offset in [o for o in self._snapshots if o > leo]:
+            self._drop_snapshot(offset)
+        table: ProducerStateTable | None = None
+        start_offset = 0
+        for offset in reversed(self._snapshots):
+            if rebuild_from is not None and offset > rebuild_from:
+                continue
+            try:
+                rows = read_snapshot(self._path, offset)
+            except (CorruptSnapshotError, OSError) as exc:
+                log.warning("%s: producer snapshot at %d is unusable (%s)", self._path, offset, exc)
+                self._drop_snapshot(offset)
+                continue
+            table = ProducerStateTable.from_snapshot(rows)
+            start_offset = offset
+            break
+        if table is None:
+            table = ProducerStateTable()
+            first, position = self._scan_budget_start(rebuild_from)
+        else:
+            first = max(bisect_right(self._bases, start_offset) - 1, 0)
+            segment = self._segments[first] if self._segments else None
+            position = (
+                0
+                if segment is None or start_offset <= segment.base_offset
+                else segment.batch_boundary_before(start_offset)
+            )
+        for segment in self._segments[first:]:
+            rebuild = rebuild_from is not None and segment.base_offset >= rebuild_from
+            if rebuild:
+                segment.txn_index.reset()
+            for header in segment.iter_headers(position):
+                marker = (
+                    self._marker_of(header, segment.read_batch(header), 0)
+                    if (header.is_control)
+                    else None
+                )
+                done = table.update(header, header.max_timestamp, marker)
+                if done is not None and rebuild:
+                    self._index_if_aborted(segment, done)
+            position = 0
+        table.on_high_watermark(self.high_watermark)
+        table.changed = False
+        return table
+
+    def _scan_budget_start(self, rebuild_from: int | None) -> tuple[int, int]:
+        """(segment index, position) to replay from without a snapshot: the last bytes only.
+
+        A crashed segment is replayed whole, however large, to rebuild its index.
+        """
+        budget = PRODUCER_STATE_SCAN_BYTES
+        first = len(self._segments)
+        while first > 0 and budget > 0:
+            first -= 1
+            budget -= self._segments[first].size
+        if (
+            rebuild_from is not None
+            and first < len(self._segments)
+            and self._segments[first].base_offset >= rebuild_from
+        ):
+            return first, 0  # the crashed segment is replayed whole
+        if first < len(self._segments) and budget < 0:
+            return first, self._segments[first].batch_position_at_or_after(-budget)
+        return first, 0
+
+    def _marker_of(
+        self, header: BatchHeader, data: bytes | bytearray | memoryview, position: int
+    ) -> ControlMarker | None:
+        """The COMMIT/ABORT marker of a control batch at ``position`` of ``data``."""
+        try:
+            return parse_control_batch(data, header._replace(position=position))
+        except CorruptRecordError as exc:
+            # The CRC was good, so a producer never wrote this: log and go on.
+            log.warning(
+                "%s: unreadable control batch at %d: %s", self._path, header.base_offset, exc
+            )
+            return None
+
+    def _index_if_aborted(self, segment: Segment, done: CompletedTxn) -> None:
+        if done.aborted:
+            segment.txn_index.append(
+                AbortedTxn(
+                    done.producer_id, done.first_offset, done.last_offset, done.last_stable_offset
+                )
+            )
+
+    # -- producer snapshots -------------------------------------------------------------------
+
+    def _take_snapshot(self) -> None:
+        """Save the producer table at the log end, keeping only the snapshots recovery needs.
+
+        Kept: this one and the newest at or below the active segment's base
+        (where a crash recovery replays from); none below the first segment.
+        """
+        table = self._producers
+        if table is None:
+            return
+        offset = self._log_end_offset
+        write_snapshot(self._path, offset, table.snapshot_entries())
+        table.changed = False
+        if offset not in self._snapshots:
+            self._snapshots.append(offset)
+            self._snapshots.sort()
+        self._prune_snapshots()
+
+    def _prune_snapshots(self) -> None:
+        if not self._snapshots:
+            return
+        keep = {self._snapshots[-1]}
+        if self._segments:
+            active_base = self._segments[-1].base_offset
+            below = [o for o in self._snapshots if o <= active_base]
+            if below:
+                keep.add(below[-1])
+        first_base = self._bases[0] if self._bases else self._log_start_offset
+        for offset in list(self._snapshots):
+            if offset not in keep or offset < first_base:
+                self._drop_snapshot(offset)
+
+    def _drop_snapshot(self, offset: int) -> None:
+        delete_snapshot(self._path, offset)
+        if offset in self._snapshots:
+            self._snapshots.remove(offset)
+
+    def _drop_snapshots_after(self, offset: int) -> None:
+        for snap in [o for o in self._snapshots if o > offset]:
+            self._drop_snapshot(snap)
 
     @property
     def leader_epoch_cache(self) -> LeaderEpochCache:
@@ -360,8 +527,48 @@ class Log:
 
     @property
     def last_stable_offset(self) -> int:
-        """No transactions yet: nothing is pending, so it is the high watermark."""
-        return self.high_watermark
+        """The first offset of the oldest open transaction, capped by the high watermark.
+
+        A decided transaction keeps holding it back until the high watermark
+        passes its marker (Kafka's unreplicated transactions).
+        """
+        hw = self.high_watermark
+        first = self._producer_state().first_unstable_offset
+        if first is None:
+            return hw
+        return min(max(first, self._log_start_offset), hw)
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest transaction not decided-and-replicated (None: none)."""
+        self._load()
+        return self._producer_state().first_unstable_offset
+
+    def ongoing_transactions(self) -> dict[int, int]:
+        """Open transactions in this partition: first offset -> producer id, oldest first."""
+        self._load()
+        return self._producer_state().ongoing_transactions()
+
+    def aborted_transactions(
+        self, start_offset: int, upper_bound_offset: int
+    ) -> list[AbortedTransaction]:
+        """Aborted transactions with last offset >= start and first offset < upper bound.
+
+        From the ``.txnindex`` of the segment holding ``start_offset`` on, until
+        an entry shows that every transaction starting before the bound was
+        decided (Kafka's ``collectAbortedTransactions``). Entries are cached in
+        memory, and segments without an abort have no file to read.
+        """
+        self._load()
+        self._producer_state()  # a crashed log rebuilds its newest indexes first
+        found: list[AbortedTransaction] = []
+        first = max(bisect_right(self._bases, start_offset) - 1, 0)
+        for segment in self._segments[first:]:
+            search = segment.txn_index.collect(start_offset, upper_bound_offset)
+            found.extend(txn.to_fetch() for txn in search.aborted)
+            if search.complete:
+                break
+        return found
 
     # -- replication: the high watermark ----------------------------------------------------
 
@@ -383,9 +590,11 @@ class Log:
         self._replicated = True
         self._high_watermark = high_watermark
         self._clamp_high_watermark()
-        self._hw_boundary = None
+        self._boundaries.clear()
         if self._high_watermark != before:
             self._notify()
+        if self._producers is not None:
+            self._producers.on_high_watermark(self._high_watermark)
 
     def disable_replication(self) -> None:
         """Back to a single replica: the high watermark is the log end again."""
@@ -394,7 +603,9 @@ class Log:
         self._load()
         before = self._high_watermark
         self._replicated = False
-        self._hw_boundary = None
+        self._boundaries.clear()
+        if self._producers is not None:
+            self._producers.on_high_watermark(self._log_end_offset)
         if before != self._log_end_offset:
             self._notify()
 
@@ -414,7 +625,8 @@ class Log:
         if new <= self._high_watermark:
             return False
         self._high_watermark = new
-        self._hw_boundary = None
+        if self._producers is not None:
+            self._producers.on_high_watermark(new)
         self._notify()
         return True
 
@@ -424,22 +636,23 @@ class Log:
             hw = max(self._log_start_offset, min(self._high_watermark, self._log_end_offset))
             if hw != self._high_watermark:
                 self._high_watermark = hw
-                self._hw_boundary = None
+                self._boundaries.clear()
 
-    def _high_watermark_boundary(self) -> tuple[int, int]:
-        """(segment base, position) where the batch holding the HW starts, cached.
+    def _read_boundary(self, offset: int) -> tuple[int, int]:
+        """(segment base, position) where the batch holding ``offset`` starts, cached.
 
-        Found once per HW move by index lookup plus a short header scan in the
-        one segment that holds it; every capped read then only compares numbers.
-        Appends after the HW do not move it, so only HW moves, truncation and
-        segment deletion drop the cache.
+        Found once per HW or LSO value by index lookup plus a short header scan
+        in the one segment that holds it; every capped read then only compares
+        numbers. The batch holding an offset stays where it is until
+        truncation or segment deletion, which clear the cache.
         """
-        boundary = self._hw_boundary
+        boundary = self._boundaries.get(offset)
         if boundary is None:
-            hw = self._high_watermark
-            segment = self._segments[max(bisect_right(self._bases, hw) - 1, 0)]
-            boundary = (segment.base_offset, segment.batch_boundary_before(hw))
-            self._hw_boundary = boundary
+            segment = self._segments[max(bisect_right(self._bases, offset) - 1, 0)]
+            boundary = (segment.base_offset, segment.batch_boundary_before(offset))
+            if len(self._boundaries) >= 8:
+                self._boundaries.clear()
+            self._boundaries[offset] = boundary
         return boundary
 
     @property
@@ -617,7 +830,7 @@ class Log:
                 if epoch >= 0 and epoch != cache.latest_epoch:
                     cache.assign(epoch, header.base_offset)
             start = stop
-        self._after_append(headers, producers, now_ms)
+        self._after_append(headers, producers, now_ms, view)
         return AppendResult(
             headers[0].base_offset, headers[-1].last_offset, -1, self._log_start_offset
         )
@@ -629,11 +842,24 @@ class Log:
         now_ms: int,
         data: bytes | bytearray | memoryview | None = None,
     ) -> None:
-        """What every append does once its batches are written: producers, flush policy, wake."""
+        """What every append does once its batches are written: producers, flush policy, wake.
+
+        A marker that aborts a transaction adds it to the ``.txnindex`` of the
+        segment the marker went into (``data`` holds the batches at their
+        header positions, to read markers from).
+        """
         messages = 0
         for header in headers:
-            producers.update(header, now_ms)
+            marker = None
+            if header.is_control and data is not None:
+                marker = self._marker_of(header, data, header.position)
+            done = producers.update(header, now_ms, marker)
+            if done is not None:
+                segment = self._segments[bisect_right(self._bases, header.base_offset) - 1]
+                self._index_if_aborted(segment, done)
             messages += header.record_count
+        if not self._replicated:
+            producers.on_high_watermark(self._log_end_offset)
         self._unflushed_messages += messages
         if self._unflushed_since_ms is None:
             self._unflushed_since_ms = now_ms
@@ -670,11 +896,16 @@ class Log:
             old = self._segments[-1]
             old.on_become_inactive()
             old.flush()
+            self._producer_state()  # the snapshot below needs the table
         segment = Segment.create(
             self._path, self._log_end_offset, self.handles, self.config.index_interval_bytes, now_ms
         )
         self._segments.append(segment)
         self._bases.append(segment.base_offset)
+        if len(self._segments) > 1:
+            # Where a crash recovery of the new segment will replay from (Kafka
+            # snapshots at every roll too).
+            self._take_snapshot()
         return segment
 
     def maybe_roll(self, now_ms: int) -> bool:
@@ -695,12 +926,14 @@ class Log:
     ) -> ReadResult:
         """A file slice starting at the batch that holds ``offset``.
 
-        LOG_END (followers) reads to the log end; HIGH_WATERMARK and
-        TXN_COMMITTED (consumers; LSO = HW without transactions) never return
-        a byte of a batch at or past the high watermark. Any offset in
-        [log start, log end] is legal, as in Kafka: at or past the readable
-        end it reads nothing, since a consumer may have seen a higher high
-        watermark from a previous leader. Outside that range raises
+        LOG_END (followers) reads to the log end; HIGH_WATERMARK
+        (read_uncommitted) never returns a byte of a batch at or past the high
+        watermark, TXN_COMMITTED (read_committed) none at or past the last
+        stable offset, and lists the aborted transactions overlapping what it
+        returns (the consumer filters them: the records stay zero-copy). Any
+        offset in [log start, log end] is legal, as in Kafka: at or past the
+        readable end it reads nothing, since a consumer may have seen a higher
+        high watermark from a previous leader. Outside that range raises
         OffsetOutOfRangeError.
         """
         self._load()
@@ -709,13 +942,23 @@ class Log:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside [{self._log_start_offset}, {leo}] of {self._path}"
             )
-        capped = self._replicated and isolation is not Isolation.LOG_END
-        end = self._high_watermark if capped else leo
+        hw = self._high_watermark if self._replicated else leo
+        lso = self.last_stable_offset
+        if isolation is Isolation.LOG_END:
+            end = leo
+        elif isolation is Isolation.TXN_COMMITTED:
+            end = lso
+        else:
+            end = hw
         records = None
+        aborted: list[AbortedTransaction] | None = None
+        upper = end
         if offset < end:
-            cap_base, cap_position = self._high_watermark_boundary() if capped else (leo, 0)
+            capped = end < leo
+            cap_base, cap_position = self._read_boundary(end) if capped else (leo, 0)
             first = max(bisect_right(self._bases, offset) - 1, 0)
-            for segment in self._segments[first:]:
+            for i in range(first, len(self._segments)):
+                segment = self._segments[i]
                 max_position = segment.size
                 if capped and segment.base_offset >= cap_base:
                     if segment.base_offset > cap_base:
@@ -724,9 +967,27 @@ class Log:
                 found = segment.read(offset, max_bytes, max_position, min_one_batch)
                 if found is not None:
                     records = found if found.size > 0 else None
+                    if records is not None and isolation is Isolation.TXN_COMMITTED:
+                        upper = self._upper_bound_after(i, records.position + records.size, end)
                     break
-        hw = self._high_watermark if self._replicated else leo
-        return ReadResult(records, hw, hw, self._log_start_offset, leo)
+        if isolation is Isolation.TXN_COMMITTED:
+            aborted = [] if records is None else self.aborted_transactions(offset, upper)
+        return ReadResult(records, hw, lso, self._log_start_offset, leo, aborted)
+
+    def _upper_bound_after(self, index: int, position: int, end: int) -> int:
+        """An offset at or after the end of data read up to ``position`` of segment ``index``.
+
+        Kafka's ``fetchUpperBoundOffset``: the first indexed batch past the
+        data, else the next segment's base, never beyond ``end``. It bounds
+        the aborted-transaction search to what the response can hold.
+        """
+        segment = self._segments[index]
+        entry = segment.offset_index.entry_at_or_after_position(position)
+        if entry is not None:
+            return min(entry[0], end)
+        if index + 1 < len(self._segments):
+            return min(self._bases[index + 1], end)
+        return end
 
     def offset_for_timestamp(
         self, timestamp: int, isolation: Isolation = Isolation.HIGH_WATERMARK
@@ -743,8 +1004,14 @@ class Log:
             if segment.max_timestamp >= timestamp:
                 found = segment.find_offset_for_timestamp(timestamp, self._log_start_offset)
                 if found is not None:
-                    capped = self._replicated and isolation is not Isolation.LOG_END
-                    return None if capped and found[0] >= self._high_watermark else found
+                    if isolation is Isolation.LOG_END:
+                        return found
+                    end = (
+                        self.last_stable_offset
+                        if isolation is Isolation.TXN_COMMITTED
+                        else self.high_watermark
+                    )
+                    return None if found[0] >= end else found
         return None
 
     # -- retention and truncation ---------------------------------------------------------
@@ -765,6 +1032,11 @@ class Log:
             # Only segments wholly below the high watermark: uncommitted data may
             # still be needed by a follower or be truncated, never expired (Kafka).
             candidates = candidates[: max(0, bisect_right(self._bases, self._high_watermark) - 1)]
+        unstable = self._producer_state().first_unstable_offset
+        if unstable is not None:
+            # Nor a segment holding part of an open transaction: its records and
+            # its first offset (the LSO) must stay until the marker decides it.
+            candidates = candidates[: max(0, bisect_right(self._bases, unstable) - 1)]
         count = 0
         while count < len(candidates) and self._bases[count + 1] <= self._log_start_offset:
             count += 1
@@ -795,9 +1067,10 @@ class Log:
         self._log_start_offset = max(self._log_start_offset, self._segments[0].base_offset)
         for segment in doomed:
             segment.delete()
+        self._prune_snapshots()
         if self._epoch_cache is not None:
             self._epoch_cache.truncate_from_start(self._log_start_offset)
-        self._hw_boundary = None
+        self._boundaries.clear()
         self._clamp_high_watermark()
 
     def delete_records(self, offset: int) -> int:
@@ -818,8 +1091,12 @@ class Log:
         self._write_log_start_checkpoint()
         if self._epoch_cache is not None:
             self._epoch_cache.truncate_from_start(offset)
+        keep_from = offset
+        unstable = self._producer_state().first_unstable_offset
+        if unstable is not None:
+            keep_from = min(keep_from, unstable)  # an open transaction's segments stay
         count = 0
-        while count < len(self._segments) - 1 and self._bases[count + 1] <= offset:
+        while count < len(self._segments) - 1 and self._bases[count + 1] <= keep_from:
             count += 1
         if count:
             self._delete_oldest(count)
@@ -852,9 +1129,10 @@ class Log:
         self._log_end_offset = active.next_offset
         if self._epoch_cache is not None:
             self._epoch_cache.truncate_from_end(self._log_end_offset)
-        self._hw_boundary = None
+        self._boundaries.clear()
         self._clamp_high_watermark()
-        self._producers = None  # rebuilt from what is left, on next append
+        self._drop_snapshots_after(self._log_end_offset)
+        self._producers = None  # rebuilt from a snapshot and what is left, on next use
         self._notify()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
@@ -872,6 +1150,9 @@ class Log:
             segment.delete()
         self._segments.clear()
         self._bases.clear()
+        for snap in list(self._snapshots):
+            self._drop_snapshot(snap)
+        self._txn_index_rebuild_from = None
         self._log_start_offset = self._log_end_offset = offset
         self._segments.append(
             Segment.create(
@@ -887,7 +1168,7 @@ class Log:
             self._write_log_start_checkpoint()
         # Nothing is left: the epochs of the next batches are all that will count.
         self.leader_epoch_cache.clear()
-        self._hw_boundary = None
+        self._boundaries.clear()
         self._clamp_high_watermark()
         self._producers = None
         self._notify()
@@ -926,6 +1207,11 @@ class Log:
                 # Only logs written since their last fsync pay for one: a clean
                 # stop of a broker with thousands of quiet partitions stays quick.
                 self.flush()
+            if self._producers is not None and (
+                self._producers.changed or self._log_end_offset not in self._snapshots
+            ):
+                # The next start loads this instead of replaying the segment.
+                self._take_snapshot()
         self.handles.forget_under(self._path)
         self._loaded = False
         self._recover = False
@@ -933,7 +1219,7 @@ class Log:
         self._bases = []
         self._producers = None
         self._epoch_cache = None
-        self._hw_boundary = None
+        self._boundaries.clear()
 
     def delete(self) -> None:
         """Remove the partition directory and everything in it."""
@@ -945,7 +1231,7 @@ class Log:
         self._bases = []
         self._producers = None
         self._epoch_cache = None
-        self._hw_boundary = None
+        self._boundaries.clear()
         self._unflushed_messages = 0
         self._unflushed_since_ms = None
         self._replicated = False

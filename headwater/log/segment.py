@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from headwater.log.handles import FileHandleCache
 from headwater.log.index import MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex
 from headwater.log.slice import FileSlice
+from headwater.log.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 from headwater.records.batch import (
     HEADER_SIZE,
     MAGIC_V2,
@@ -78,6 +79,7 @@ class Segment:
         "recovery_reason",
         "size",
         "time_index",
+        "txn_index",
     )
 
     def __init__(
@@ -88,6 +90,7 @@ class Segment:
         index_interval_bytes: int,
         size: int,
         created_ms: int,
+        has_txn_index: bool | None = None,
     ) -> None:
         self.base_offset = base_offset
         self.log_path = os.path.join(directory, segment_file_name(base_offset, LOG_SUFFIX))
@@ -100,6 +103,11 @@ class Segment:
             os.path.join(directory, segment_file_name(base_offset, TIME_INDEX_SUFFIX)),
             base_offset,
             handles,
+        )
+        self.txn_index = TransactionIndex(
+            os.path.join(directory, segment_file_name(base_offset, TXN_INDEX_SUFFIX)),
+            handles,
+            exists=has_txn_index,
         )
         self.size = size  # bytes of whole batches: the only bytes readers may see
         self.recovery_reason: str | None = None  # why the last rebuild cut the file
@@ -129,15 +137,26 @@ class Segment:
         os.ftruncate(handle.fileno(), 0)
         segment.offset_index.reset()
         segment.time_index.reset()
+        segment.txn_index.reset()  # a leftover of an older segment at this offset
         segment._indexes_checked = True
         segment._tail_loaded = True
         return segment
 
     @classmethod
     def open(
-        cls, directory: str, base_offset: int, handles: FileHandleCache, index_interval_bytes: int
+        cls,
+        directory: str,
+        base_offset: int,
+        handles: FileHandleCache,
+        index_interval_bytes: int,
+        *,
+        has_txn_index: bool | None = None,
     ) -> Segment:
-        """An existing segment: one ``stat``, everything else on first use."""
+        """An existing segment: one ``stat``, everything else on first use.
+
+        ``has_txn_index`` (known when the caller listed the directory) spares
+        a failed open of a ``.txnindex`` that does not exist.
+        """
         path = os.path.join(directory, segment_file_name(base_offset, LOG_SUFFIX))
         st = os.stat(path)
         return cls(
@@ -147,6 +166,7 @@ class Segment:
             index_interval_bytes,
             st.st_size,
             int(st.st_mtime * 1000),
+            has_txn_index,
         )
 
     # -- state derived from the file, loaded on first use --------------------------------
@@ -277,6 +297,7 @@ class Segment:
         os.fsync(self._handles.get(self.log_path).fileno())
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def delete(self) -> None:
         self._handles.forget(self.log_path)
@@ -284,6 +305,7 @@ class Segment:
             os.unlink(self.log_path)
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
         self.size = 0
 
     # -- reading --------------------------------------------------------------------------
@@ -330,6 +352,14 @@ class Segment:
         self._ensure_indexes()
         for header, _ in self._scan(start, self.size, SCAN_WINDOW, with_bytes=False):
             yield header
+
+    def read_batch(self, header: BatchHeader) -> bytes:
+        """The whole batch ``header`` (from this segment) as bytes: for control batches."""
+        fd = self._handles.get(self.log_path).fileno()
+        data = os.pread(fd, header.size, header.position)
+        if len(data) < header.size:
+            raise CorruptRecordError(f"batch at offset {header.base_offset} is cut short")
+        return data
 
     def batch_position_at_or_after(self, position: int) -> int:
         """A batch start at or after ``position``, found by index (``size`` if none)."""
@@ -500,6 +530,7 @@ class Segment:
         removed = self.size - header.position
         self.offset_index.truncate_to(header.base_offset)
         self.time_index.truncate_to(header.base_offset)
+        self.txn_index.truncate_to(header.base_offset)
         self._truncate_file(header.position)
         self._tail_loaded = False
         self._first_timestamp = None

@@ -41,7 +41,8 @@ from headwater.protocol.produce_codec import (
     decode_produce_request,
     encode_produce_response,
 )
-from headwater.security.acl import AclOperation
+from headwater.records.batch import ATTRIBUTES_OFFSET, TRANSACTIONAL_MASK
+from headwater.security.acl import AclOperation, ResourceType
 from headwater.security.quotas import QuotaKey
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,19 @@ async def _after_appends(rest: Awaitable[bytes | AwaitingAcks | None]) -> bytes 
     if isinstance(result, AwaitingAcks):
         return await result.response
     return result
+
+
+def _has_transactional_records(req: ProduceRequestData) -> bool:
+    """Whether any partition's first batch is transactional (Kafka's hasTransactionalRecords)."""
+    for topic in req.topics:
+        for _, records in topic.partitions:
+            if (
+                records is not None
+                and len(records) > ATTRIBUTES_OFFSET + 1
+                and records[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL_MASK
+            ):
+                return True
+    return False
 
 
 #: Fresh partitions in one request from which their files are made off the loop.
@@ -112,6 +126,32 @@ class ProduceApi:
         waits: _Waits = {}
         may_write = ctx.topic_check(AclOperation.WRITE)
         writable = [may_write(t.name) for t in req.topics]
+        if _has_transactional_records(req) and not (
+            req.transactional_id is not None
+            and ctx.authorize(
+                AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, req.transactional_id
+            )
+        ):
+            # Kafka's rule: transactional batches come with the transactional id
+            # whose WRITE permission covers them, or the whole request fails.
+            return encode_produce_response(
+                ProduceResponseData(
+                    topics=[
+                        ProduceTopicResponse(
+                            name=t.name,
+                            partitions=[
+                                ProducePartitionResponse(
+                                    index=index,
+                                    error_code=int(E.transactional_id_authorization_failed),
+                                )
+                                for index, _ in t.partitions
+                            ],
+                        )
+                        for t in req.topics
+                    ]
+                ),
+                version,
+            )
         infos = [
             self.admin.ensure_topic(t.name, self.admin.may_create(ctx, t.name))
             if acks_ok and allowed
