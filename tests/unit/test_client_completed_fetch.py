@@ -310,3 +310,37 @@ def test_read_committed_sees_exactly_the_committed_records(
     )
     fetch = CompletedFetch(TP, tail, start, isolation_level=1, aborted_transactions=overlapping)
     assert offsets(fetch, start) == [o for o in visible if o >= start]
+
+
+def test_control_type_is_read_from_the_record_also_when_compressed() -> None:
+    from headwater.client.completed_fetch import control_is_abort
+    from headwater.records.batch import parse_batch_header
+
+    for commit in (True, False):
+        plain = marker(0, 1, commit=commit)
+        assert control_is_abort(plain, parse_batch_header(plain)) is not commit
+        b = RecordBatchBuilder(
+            Compression.GZIP,
+            producer_id=1,
+            producer_epoch=0,
+            is_transactional=True,
+            is_control=True,
+        )
+        b.append(0, struct.pack(">hh", 0, 1 if commit else 0), struct.pack(">hi", 0, 0))
+        packed = b.build()
+        assert control_is_abort(packed, parse_batch_header(packed)) is not commit
+
+
+def test_corrupt_control_batch_is_corrupt_message_under_read_committed() -> None:
+    data = bytearray(marker(2, 1, commit=False))
+    data[-3] ^= 0xFF
+    fetch = CompletedFetch(
+        TP,
+        batch(0, 2, producer_id=1, transactional=True) + bytes(data),
+        0,
+        isolation_level=1,
+        aborted_transactions=[AbortedTransaction(1, 0)],
+    )
+    with pytest.raises(KafkaError) as info:
+        fetch.take(0)
+    assert info.value.name == "CORRUPT_MESSAGE"
