@@ -26,6 +26,7 @@ SCRIPTS = [
     "bench_group_load.py",
     "bench_replication.py",
     "bench_security.py",
+    "bench_transactions.py",
 ]
 
 
