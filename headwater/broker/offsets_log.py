@@ -83,9 +83,11 @@ class PartitionOffsetsLog:
             raise AppendFailed(_error_code(exc.kafka_error_code), str(exc)) from exc
 
     def replay(self) -> Iterator[ReplayItem]:
+        """To the log end as it moves: while a partition loads (in steps), the
+        only writes to it are transaction markers, and a marker appended during
+        the load must still settle the TxnOffsetCommits it ends."""
         offset = self._log.log_start_offset
-        end = self._log.log_end_offset
-        while offset < end:
+        while offset < self._log.log_end_offset:
             result = self._log.read(offset, _READ_CHUNK, Isolation.LOG_END, True)
             if result.records is None:
                 return

@@ -339,7 +339,13 @@ class Log:
         if table is None:
             return
         offset = self._log_end_offset
-        write_snapshot(self._path, offset, table.snapshot_entries())
+        try:
+            write_snapshot(self._path, offset, table.snapshot_entries())
+        except OSError as exc:
+            # Only a shortcut for the next load: a replay from an older one is
+            # slower, never wrong. The append or close that asked goes on.
+            log.warning("%s: producer snapshot at %d not written: %s", self._path, offset, exc)
+            return
         table.changed = False
         if offset not in self._snapshots:
             self._snapshots.append(offset)
@@ -533,6 +539,8 @@ class Log:
         passes its marker (Kafka's unreplicated transactions).
         """
         hw = self.high_watermark
+        if self._producers is None and not self._segments:
+            return hw  # an idle partition with no files gets no producer table either
         first = self._producer_state().first_unstable_offset
         if first is None:
             return hw
@@ -711,7 +719,7 @@ class Log:
             assigned.append(header._replace(base_offset=offset, partition_leader_epoch=epoch))
             offset += header.last_offset_delta + 1
         self._write_as_leader(buf, assigned, epoch, now_ms)
-        self._after_append(assigned, producers, now_ms)
+        self._after_append(assigned, producers, now_ms, buf)
         return AppendResult(
             assigned[0].base_offset, offset - 1, checked.log_append_time_ms, self._log_start_offset
         )
@@ -823,44 +831,57 @@ class Log:
                 size += headers[stop].size
                 stop += 1
             run = [h._replace(position=h.position - first.position) for h in headers[start:stop]]
-            segment.append(view[first.position : first.position + size], run)
+            chunk = view[first.position : first.position + size]
+            segment.append(chunk, run)
             self._log_end_offset = run[-1].next_offset
+            # Per run, before the next roll snapshots the table at the new log end.
+            self._record_producers(run, producers, now_ms, chunk)
             for header in run:
                 epoch = header.partition_leader_epoch
                 if epoch >= 0 and epoch != cache.latest_epoch:
                     cache.assign(epoch, header.base_offset)
             start = stop
-        self._after_append(headers, producers, now_ms, view)
+        self._after_append(headers, producers, now_ms, None)
         return AppendResult(
             headers[0].base_offset, headers[-1].last_offset, -1, self._log_start_offset
         )
+
+    def _record_producers(
+        self,
+        headers: list[BatchHeader],
+        producers: ProducerStateTable,
+        now_ms: int,
+        data: bytes | bytearray | memoryview,
+    ) -> None:
+        """Update the producer table with written batches; index the aborts they decide.
+
+        ``data`` holds the batches at their header positions, to read markers
+        from. A marker that aborts a transaction adds it to the ``.txnindex``
+        of the segment the marker went into.
+        """
+        for header in headers:
+            marker = self._marker_of(header, data, header.position) if header.is_control else None
+            done = producers.update(header, now_ms, marker)
+            if done is not None:
+                segment = self._segments[bisect_right(self._bases, header.base_offset) - 1]
+                self._index_if_aborted(segment, done)
 
     def _after_append(
         self,
         headers: list[BatchHeader],
         producers: ProducerStateTable,
         now_ms: int,
-        data: bytes | bytearray | memoryview | None = None,
+        data: bytes | bytearray | memoryview | None,
     ) -> None:
         """What every append does once its batches are written: producers, flush policy, wake.
 
-        A marker that aborts a transaction adds it to the ``.txnindex`` of the
-        segment the marker went into (``data`` holds the batches at their
-        header positions, to read markers from).
+        ``data`` None: the caller recorded the producers already.
         """
-        messages = 0
-        for header in headers:
-            marker = None
-            if header.is_control and data is not None:
-                marker = self._marker_of(header, data, header.position)
-            done = producers.update(header, now_ms, marker)
-            if done is not None:
-                segment = self._segments[bisect_right(self._bases, header.base_offset) - 1]
-                self._index_if_aborted(segment, done)
-            messages += header.record_count
+        if data is not None:
+            self._record_producers(headers, producers, now_ms, data)
         if not self._replicated:
             producers.on_high_watermark(self._log_end_offset)
-        self._unflushed_messages += messages
+        self._unflushed_messages += sum(header.record_count for header in headers)
         if self._unflushed_since_ms is None:
             self._unflushed_since_ms = now_ms
         if self._unflushed_messages >= self.config.flush_interval_messages:
@@ -1032,11 +1053,6 @@ class Log:
             # Only segments wholly below the high watermark: uncommitted data may
             # still be needed by a follower or be truncated, never expired (Kafka).
             candidates = candidates[: max(0, bisect_right(self._bases, self._high_watermark) - 1)]
-        unstable = self._producer_state().first_unstable_offset
-        if unstable is not None:
-            # Nor a segment holding part of an open transaction: its records and
-            # its first offset (the LSO) must stay until the marker decides it.
-            candidates = candidates[: max(0, bisect_right(self._bases, unstable) - 1)]
         count = 0
         while count < len(candidates) and self._bases[count + 1] <= self._log_start_offset:
             count += 1
@@ -1055,6 +1071,13 @@ class Log:
             while count < len(candidates) and excess - candidates[count].size >= 0:
                 excess -= candidates[count].size
                 count += 1
+        if count:
+            # Nor a segment holding part of an open transaction: its records and
+            # its first offset (the LSO) stay until a marker decides it. Asked
+            # only now, so a pass with nothing to delete loads no producer state.
+            unstable = self._producer_state().first_unstable_offset
+            if unstable is not None:
+                count = min(count, max(0, bisect_right(self._bases, unstable) - 1))
         if count:
             self._delete_oldest(count)
             self._notify()
@@ -1091,13 +1114,13 @@ class Log:
         self._write_log_start_checkpoint()
         if self._epoch_cache is not None:
             self._epoch_cache.truncate_from_start(offset)
-        keep_from = offset
-        unstable = self._producer_state().first_unstable_offset
-        if unstable is not None:
-            keep_from = min(keep_from, unstable)  # an open transaction's segments stay
         count = 0
-        while count < len(self._segments) - 1 and self._bases[count + 1] <= keep_from:
+        while count < len(self._segments) - 1 and self._bases[count + 1] <= offset:
             count += 1
+        if count:
+            unstable = self._producer_state().first_unstable_offset
+            if unstable is not None:  # an open transaction's segments stay
+                count = min(count, max(0, bisect_right(self._bases, unstable) - 1))
         if count:
             self._delete_oldest(count)
         self._notify()

@@ -82,10 +82,14 @@ class MarkerSender:
             conn.close("marker sender stopped")
         self._connections.clear()
 
-    async def send(self, marker: TxnMarker) -> bool:
+    async def send(self, marker: TxnMarker, wanted: Callable[[], bool] = lambda: True) -> bool:
+        """True once every partition has the marker; False if fenced, or once
+        ``wanted()`` says the coordinator resigned (the next one sends them)."""
         remaining = set(marker.partitions)
         backoff = self._backoff_ms
         while remaining:
+            if not wanted():
+                return False
             remaining = {tp for tp in remaining if self._partition_exists(*tp)}
             if not remaining:
                 break

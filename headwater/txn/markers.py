@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3
 NOT_LEADER_OR_FOLLOWER = 6
-REQUEST_TIMED_OUT = 7
+NOT_ENOUGH_REPLICAS = 19
 UNKNOWN_SERVER_ERROR = -1
 
 #: How long a marker waits for the ISR before the coordinator is told to retry.
@@ -75,8 +75,14 @@ class TxnMarkerWriter:
             error = replication.serving_error(topic, partition)
             if error:
                 return error, None
-            found = replication.leader_log(topic, partition)
-            return (NONE, found) if found is not None else (NOT_LEADER_OR_FOLLOWER, None)
+            replica = replication.replica(topic, partition)
+            if replica is None or not replica.is_leader:
+                return NOT_LEADER_OR_FOLLOWER, None
+            if not replication.enough_isr(replica):
+                # Kafka appends markers with acks=all and refuses before writing
+                # when the ISR is below min.insync.replicas; the coordinator retries.
+                return NOT_ENOUGH_REPLICAS, None
+            return NONE, replica.log
         info = self.logs.topics().get(topic)
         if info is None or not 0 <= partition < info.num_partitions:
             return UNKNOWN_TOPIC_OR_PARTITION, None
@@ -124,13 +130,17 @@ class TxnMarkerWriter:
             for key, code in zip(keys, await asyncio.gather(*waits), strict=True):
                 codes[key] = code
         for key in appended:
-            if codes[key] == NONE:
-                self._completed(marker, key)
+            if codes[key] == NONE and not self._completed(marker, key):
+                codes[key] = UNKNOWN_SERVER_ERROR
         return codes
 
-    def _completed(self, marker: TxnMarker, key: tuple[str, int]) -> None:
+    def _completed(self, marker: TxnMarker, key: tuple[str, int]) -> bool:
+        """Tell the listeners; False when one failed (Kafka answers UNKNOWN_SERVER_ERROR)."""
+        ok = True
         for listener in tuple(self.listeners):
             try:
                 listener(marker.producer_id, key[0], key[1], marker.commit)
             except Exception:
                 log.exception("transaction completion listener failed for %s-%d", *key)
+                ok = False
+        return ok

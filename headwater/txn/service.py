@@ -192,7 +192,8 @@ class TransactionCoordinatorService:
         if self._partitions.get(partition) is not loaded:
             return
         loaded.loading = False
-        log.info(
+        log.log(
+            logging.INFO if loaded.txns else logging.DEBUG,
             "loaded %d transactional ids of %s-%d at coordinator epoch %d",
             len(loaded.txns),
             "__transaction_state",
@@ -364,7 +365,7 @@ class TransactionCoordinatorService:
             coordinator_epoch=loaded.coordinator_epoch,
             partitions=tuple(sorted(meta.partitions)),
         )
-        written = await self.markers.send(marker)
+        written = await self.markers.send(marker, lambda: self._still_owner(partition, loaded))
         if not written:
             return
         backoff = 0.05
@@ -445,14 +446,9 @@ class TransactionCoordinatorService:
             if meta.state is not TxnState.DEAD
             and (not wanted or meta.state in wanted)
             and (not pids or meta.producer_id in pids)
-            and (
-                duration_filter_ms < 0
-                or (
-                    meta.start_ms >= 0
-                    and now - meta.start_ms > duration_filter_ms
-                    and meta.state is TxnState.ONGOING
-                )
-            )
+            # KIP-994: only transactions running longer than the filter (Kafka
+            # compares with the start time whatever the state).
+            and (duration_filter_ms < 0 or now - meta.start_ms > duration_filter_ms)
         ]
         return error, unknown, listings
 

@@ -52,6 +52,7 @@ def txn_producer(bootstrap: str, transactional_id: str, **extra: Any) -> Produce
             "transactional.id": transactional_id,
             "transaction.timeout.ms": 10_000,
             "linger.ms": 0,
+            "log_level": 2,  # a broker killed under a live client is expected here
             **extra,
         }
     )
@@ -141,7 +142,7 @@ def test_consume_transform_produce_commits_offsets_atomically(txn_broker: Broker
     bs = txn_broker.bootstrap
     create_topic(bs, "in")
     create_topic(bs, "out")
-    plain = Producer({"bootstrap.servers": bs})
+    plain = Producer({"bootstrap.servers": bs, "log_level": 2})
     for i in range(6):
         plain.produce("in", value=b"%d" % i)
     plain.flush(10)
@@ -192,7 +193,7 @@ def test_consume_transform_produce_commits_offsets_atomically(txn_broker: Broker
 _CHILD = """
 import sys, time
 from confluent_kafka import Producer
-p = Producer({"bootstrap.servers": sys.argv[1], "transactional.id": "dying",
+p = Producer({"bootstrap.servers": sys.argv[1], "transactional.id": "dying", "log_level": 2,
               "transaction.timeout.ms": 2000})
 p.init_transactions(15)
 p.begin_transaction()
@@ -212,7 +213,7 @@ def test_killed_producer_is_aborted_by_its_timeout(txn_broker: BrokerProcess) ->
         assert child.stdout.readline().strip() == "open"
         # Records after the open transaction are invisible to read_committed
         # while it is open (the LSO is stuck at its first offset).
-        plain = Producer({"bootstrap.servers": bs})
+        plain = Producer({"bootstrap.servers": bs, "log_level": 2})
         plain.produce("out", value=b"after")
         plain.flush(10)
         assert consume_all(bs, "out", "read_committed", seconds=1.0) == []
@@ -397,7 +398,7 @@ def test_broker_kill_mid_transaction_recovers(txn_broker: BrokerProcess) -> None
     txn_broker.start()
     # The reloaded coordinator still knows the open transaction and aborts it
     # when it times out; then committed data after it becomes readable.
-    plain = Producer({"bootstrap.servers": bs})
+    plain = Producer({"bootstrap.servers": bs, "log_level": 2})
     plain.produce("out", value=b"after-restart")
     plain.flush(10)
     assert consume_all(bs, "out", "read_committed", expect=1, seconds=20) == [b"after-restart"]

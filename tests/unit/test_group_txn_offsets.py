@@ -130,3 +130,20 @@ def test_fenced_static_member() -> None:
     assert txn_commit(
         apis, 1, generation_id=generation, member_id="other", group_instance_id="i-1"
     ) == [ErrorCode.fenced_instance_id]
+
+
+def test_find_coordinator_for_transactional_ids() -> None:
+    apis, _ = make()
+    waiting = answer(apis, ApiKey.FIND_COORDINATOR, 3, key="tx", key_type=1)
+    assert waiting["error_code"] is ErrorCode.coordinator_not_available
+    apis.transaction_coordinator_of = lambda key: (7, "txn.host", 9999) if key == "tx" else None
+    found = answer(apis, ApiKey.FIND_COORDINATOR, 3, key="tx", key_type=1)
+    assert (found["node_id"], found["host"], found["port"]) == (7, "txn.host", 9999)
+    batched = answer(apis, ApiKey.FIND_COORDINATOR, 4, key_type=1, coordinator_keys=["tx", "gone"])
+    assert [(c["key"], c["error_code"], c["node_id"]) for c in batched["coordinators"]] == [
+        ("tx", ErrorCode.none, 7),
+        ("gone", ErrorCode.coordinator_not_available, -1),
+    ]
+    # Groups still go to the offsets partition's leader.
+    group = answer(apis, ApiKey.FIND_COORDINATOR, 3, key="g", key_type=0)
+    assert group["node_id"] == NODE["node_id"]

@@ -211,3 +211,23 @@ def test_list_filters() -> None:
         await service.stop()
 
     asyncio.run(run())
+
+
+def test_list_duration_filter() -> None:
+    async def run() -> None:
+        clock = Clock()
+        service, log = make(FakeWriter(), clock)
+        await service.load_partition(0, log, 0)
+        _, pid, epoch = await service.init_producer_id("old", 60_000, None)
+        await service.add_partitions("old", pid, epoch, {TP})
+        clock.now += 10_000
+        _, pid, epoch = await service.init_producer_id("new", 60_000, None)
+        await service.add_partitions("new", pid, epoch, {TP})
+        clock.now += 1000
+        _, _, long_running = service.list_transactions((), (), 5000)
+        assert [t.transactional_id for t in long_running] == ["old"]
+        _, _, everything = service.list_transactions((), (), -1)
+        assert sorted(t.transactional_id for t in everything) == ["new", "old"]
+        await service.stop()
+
+    asyncio.run(run())

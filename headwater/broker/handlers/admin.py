@@ -365,9 +365,11 @@ class AdminApis:
                 "producer_epoch": -1,
             }
         if req.transactional_id is not None:
-            # Transactions are not implemented; say so instead of pretending.
+            # Transactional producers are the transaction coordinator's
+            # (headwater.broker.handlers.transactions); it takes over this API
+            # once built, so one arriving here is early: retry shortly.
             return {
-                "error_code": int(E.transactional_id_authorization_failed),
+                "error_code": int(E.coordinator_not_available),
                 "producer_id": -1,
                 "producer_epoch": -1,
             }

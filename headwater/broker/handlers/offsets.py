@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode as E
 from headwater.broker.connection import RequestContext
 from headwater.cluster.replica_manager import ReplicaManager
 from headwater.fetch.planner import leader_epoch_error
+from headwater.log.isolation import Isolation
 from headwater.log.log import Log
 from headwater.log.log_directory import LogDirectory
 from headwater.security.acl import CLUSTER_NAME, AclOperation, ResourceType
@@ -83,7 +84,9 @@ class OffsetApis:
                     if found is not None:
                         out["offset"], out["timestamp"] = found
                 elif ts >= 0:
-                    found = log.offset_for_timestamp(ts)
+                    found = log.offset_for_timestamp(
+                        ts, Isolation.TXN_COMMITTED if read_committed else Isolation.HIGH_WATERMARK
+                    )
                     if found is not None:
                         out["offset"], out["timestamp"] = found
                 else:

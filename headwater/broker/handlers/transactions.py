@@ -24,13 +24,13 @@ from typing import Any
 from kio.schema.errors import ErrorCode as E
 
 from headwater.broker.connection import RequestContext
+from headwater.broker.offsets_log import OFFSETS_TOPIC
 from headwater.group.placement import partition_for
 from headwater.security.acl import AclOperation, ResourceType
 from headwater.txn.coordinator import api_error
 from headwater.txn.service import TransactionCoordinatorService
 
 Response = dict[str, Any]
-OFFSETS_TOPIC = "__consumer_offsets"
 #: (topic, partition) -> whether it exists (on this broker, or in the cluster view).
 PartitionExists = Callable[[str, int], bool]
 

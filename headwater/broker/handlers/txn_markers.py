@@ -2,10 +2,10 @@
 
 Only brokers send it (the coordinator of a transactional id, to the leaders
 of the partitions the transaction wrote), so it needs CLUSTER_ACTION on the
-cluster, like a follower's fetch. The body is ``TxnMarkerWriter``; the
-response is sent once every marker is appended and, in a cluster, on the
-ISR. Versions: 1 (flexible) only; kio has no schema for v0, which Kafka 4
-removed too.
+cluster (or ALTER, which Kafka checks first), like a follower's fetch. The
+body is ``TxnMarkerWriter``; the response is sent once every marker is
+appended and, in a cluster, on the ISR. Versions: 1 (flexible) only; kio
+has no schema for v0, which Kafka 4 removed too.
 """
 
 from __future__ import annotations
@@ -35,7 +35,10 @@ class WriteTxnMarkersApi:
             )
             for m in req.markers
         ]
-        if not ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME):
+        if not (
+            ctx.authorize(AclOperation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME)
+            or ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
+        ):
             denied = int(E.cluster_authorization_failed)
             results = [dict.fromkeys(m.partitions, denied) for m in markers]
         else:
