@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +224,120 @@ def test_kill_driver_between_task_writes_and_commit_writes_every_record_once(
         assert Counter(values) == committed
     finally:
         broker.stop()
+
+
+# -- in-process: batch writes and the topic column ---------------------------------
+
+
+@pytest.fixture(scope="module")
+def spark_and_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str]]:
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    import headwater.spark
+
+    broker = BrokerProcess(tmp_path_factory.mktemp("eo-broker") / "data").start()
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("headwater-exactly-once-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    headwater.spark.register(session)
+    try:
+        yield session, broker.bootstrap
+    finally:
+        session.stop()
+        broker.stop()
+
+
+def _create(bootstrap: str, topic: str, partitions: int) -> None:
+    from headwater.client.admin import AdminClient
+
+    with AdminClient(bootstrap) as admin:
+        admin.create_topics([(topic, partitions, {})])
+
+
+def test_exactly_once_batch_write_commits_all_tasks_at_job_commit(
+    spark_and_broker: tuple[Any, str],
+) -> None:
+    from tests.integration.test_client_transactions import read_headwater
+
+    spark, bootstrap = spark_and_broker
+    _create(bootstrap, "eo-batch", 3)
+    rows = [(f"k{i}", b"v%d" % i) for i in range(300)]
+    (
+        spark.createDataFrame(rows, "key string, value binary")
+        .repartition(2)
+        .write.format("headwater")
+        .mode("append")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", "eo-batch")
+        .option("exactlyOnce", "true")
+        .save()
+    )
+    got = read_headwater(bootstrap, "eo-batch", "read_committed", 300)
+    assert sorted(got) == sorted(v for _, v in rows)
+
+
+def test_exactly_once_batch_write_that_fails_leaves_nothing_committed(
+    spark_and_broker: tuple[Any, str],
+) -> None:
+    from tests.integration.test_client_transactions import read_headwater
+
+    spark, bootstrap = spark_and_broker
+    _create(bootstrap, "eo-failed", 3)
+    # Rows of the second input partition name a partition that does not exist:
+    # that task fails, so the job aborts, the first task's transaction included.
+    rows = [(b"ok%d" % i, 0 if i < 100 else 7) for i in range(200)]
+    df = spark.createDataFrame(rows, "value binary, partition int").coalesce(2)
+    with pytest.raises(Exception, match="does not exist"):
+        (
+            df.write.format("headwater")
+            .mode("append")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("topic", "eo-failed")
+            .option("exactlyOnce", "true")
+            .save()
+        )
+    assert read_headwater(bootstrap, "eo-failed", "read_committed", 0) == []
+
+
+def test_exactly_once_stream_with_a_topic_column_is_written_once(
+    spark_and_broker: tuple[Any, str], tmp_path: Path
+) -> None:
+    from tests.integration.test_client_transactions import read_headwater
+
+    spark, bootstrap = spark_and_broker
+    _create(bootstrap, "eo-copy-in", 2)
+    _create(bootstrap, "eo-copy-out", 2)
+    from headwater.client.producer import Producer
+
+    with Producer(bootstrap_servers=bootstrap) as p:
+        for i in range(200):
+            p.send("eo-copy-in", b"v%d" % i, partition=i % 2)
+        p.flush()
+    for _ in range(2):  # the second run finds nothing new and writes nothing
+        q = (
+            spark.readStream.format("headwater")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", "eo-copy-in")
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", "70")
+            .load()
+            .selectExpr("'eo-copy-out' as topic", "upper(cast(value as string)) as value")
+            .writeStream.format("headwater")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("exactlyOnce", "true")
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        q.awaitTermination(180)
+        assert q.exception() is None
+    got = read_headwater(bootstrap, "eo-copy-out", "read_committed", 200)
+    assert sorted(got) == sorted(b"V%d" % i for i in range(200))
 
 
 if __name__ == "__main__":
