@@ -27,6 +27,9 @@ SCRIPTS = [
     "bench_replication.py",
     "bench_security.py",
     "bench_transactions.py",
+    "bench_client_transactions.py",
+    "bench_read_committed.py",
+    "bench_session_memory.py",
 ]
 
 

@@ -69,9 +69,12 @@ class ProducerBatch:
     def estimated_size(self) -> int:
         return self.builder.estimated_size if self.payload is None else len(self.payload)
 
-    def build(self, producer_id: int = -1, producer_epoch: int = -1) -> bytes:
+    def build(
+        self, producer_id: int = -1, producer_epoch: int = -1, transactional: bool = False
+    ) -> bytes:
         """The batch bytes; the sequence is fixed at the first build and kept for retries."""
         if self.payload is None:
+            self.builder.is_transactional = transactional
             self.builder.producer_id = producer_id
             self.builder.producer_epoch = producer_epoch
             self.builder.base_sequence = self.base_sequence

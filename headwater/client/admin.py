@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from headwater.client.cluster import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ClusterClient
+from headwater.client.coordinator import CoordinatorClient, fetch_committed_offsets
 from headwater.client.errors import KafkaError
 from headwater.client.loop_thread import EventLoopThread
 from headwater.client.types import TopicMetadata, TopicPartition
@@ -213,6 +214,15 @@ class AsyncAdminClient:
         ends = await self._cluster.list_offsets(tps, LATEST_TIMESTAMP)
         return {tp.partition: (starts[tp], ends[tp]) for tp in tps}
 
+    async def list_consumer_group_offsets(
+        self, group_id: str, *, require_stable: bool = False
+    ) -> dict[TopicPartition, int]:
+        """The group's committed offsets (Kafka's Admin.listConsumerGroupOffsets)."""
+        coordinators = CoordinatorClient(self._cluster, max_block_ms=self.request_timeout_ms)
+        return await fetch_committed_offsets(
+            coordinators, group_id, require_stable=require_stable
+        )
+
     async def list_transactions(
         self, states: Sequence[str] = (), producer_ids: Sequence[int] = ()
     ) -> list[TransactionListing]:
@@ -334,6 +344,14 @@ class AdminClient:
 
     def log_offsets(self, topic: str) -> dict[int, tuple[int, int]]:
         result: dict[int, tuple[int, int]] = self._run(self._admin.log_offsets(topic))
+        return result
+
+    def list_consumer_group_offsets(
+        self, group_id: str, *, require_stable: bool = False
+    ) -> dict[TopicPartition, int]:
+        result: dict[TopicPartition, int] = self._run(
+            self._admin.list_consumer_group_offsets(group_id, require_stable=require_stable)
+        )
         return result
 
     def list_transactions(

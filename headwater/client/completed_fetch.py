@@ -30,15 +30,20 @@ import pyarrow as pa
 from headwater.client.errors import KafkaError
 from headwater.client.types import ConsumerRecord, TopicPartition
 from headwater.fetch.types import AbortedTransaction
-from headwater.records.batch import BatchHeader, iter_batch_headers
+from headwater.records.batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    batch_crc_is_valid,
+    iter_batch_headers,
+)
 from headwater.records.columnar import decode_columns
+from headwater.records.control import ABORT, parse_control_batch
 from headwater.records.errors import CorruptRecordError
-from headwater.records.record import Record, decode_batches
+from headwater.records.record import decode_varint
 
 CORRUPT_MESSAGE: Final = 2
 READ_COMMITTED: Final = 1
 _CONTROL_KEY = struct.Struct(">hh")  # version, type (0 = ABORT, 1 = COMMIT)
-_ABORT_MARKER: Final = 0
 
 # tuple.__new__ skips the NamedTuple's Python-level __new__: ~15% of the
 # per-record cost on the consumer's hot path.
@@ -65,6 +70,36 @@ def _collector_paused() -> Iterator[None]:
         gc.enable()
 
 
+def control_is_abort(records: bytes, header: BatchHeader, check_crc: bool = True) -> bool:
+    """Whether the control batch ``header`` is an ABORT marker.
+
+    Read straight from the batch's one record (length, attributes, timestamp
+    and offset deltas, key length, then the key's version and type): a
+    read_committed consumer meets one marker per transaction and partition,
+    and a full record decode per marker showed in its profile. Compressed
+    control batches (Kafka never writes them) take the general decoder.
+    """
+    if check_crc and not batch_crc_is_valid(records, header):
+        raise CorruptRecordError(f"batch at offset {header.base_offset} fails its CRC-32C check")
+    if header.compression:
+        marker = parse_control_batch(records, header)
+        return marker is not None and not marker.commit
+    end = header.position + header.size
+    pos = header.position + HEADER_SIZE
+    try:
+        _, pos = decode_varint(records, pos)  # record length
+        pos += 1  # attributes (int8, unused in v2)
+        _, pos = decode_varint(records, pos)  # timestamp delta
+        _, pos = decode_varint(records, pos)  # offset delta
+        key_length, pos = decode_varint(records, pos)
+    except (IndexError, ValueError) as exc:
+        raise CorruptRecordError(f"control batch at offset {header.base_offset}: {exc}") from exc
+    if key_length < _CONTROL_KEY.size or pos + _CONTROL_KEY.size > end:
+        raise CorruptRecordError(f"control record at offset {header.base_offset} has no type")
+    _version, kind = _CONTROL_KEY.unpack_from(records, pos)
+    return bool(kind == ABORT)
+
+
 def next_fetch_offset(records: bytes | memoryview, fetch_offset: int) -> int:
     """Where the next fetch starts: after the last complete batch, never before ``fetch_offset``."""
     last = fetch_offset
@@ -81,6 +116,7 @@ class CompletedFetch:
         "_aborted_producers",
         "_columns",
         "_columns_have_headers",
+        "_deliverable",
         "_offsets",
         "check_crcs",
         "fetch_offset",
@@ -116,6 +152,7 @@ class CompletedFetch:
         self._aborted_producers: set[int] = set()
         self._columns: pa.RecordBatch | None = None
         self._columns_have_headers = False
+        self._deliverable: list[BatchHeader] | None = None
         self._offsets: np.ndarray | None = None
 
     @property
@@ -175,7 +212,7 @@ class CompletedFetch:
                     self.records,
                     check_crcs=self.check_crcs,
                     include_headers=include_headers,
-                    batches=self._deliverable_batches(),
+                    batches=self.deliverable_batches(),
                 )
             except CorruptRecordError as exc:
                 topic, partition = self.tp
@@ -194,38 +231,45 @@ class CompletedFetch:
             out = out.drop_columns(["headers"])
         return out
 
-    def _deliverable_batches(self) -> list[BatchHeader]:
-        """Headers of the batches whose records the application sees."""
+    def deliverable_batches(self) -> list[BatchHeader]:
+        """Headers of the batches whose records the application sees.
+
+        Decided once per fetch: the read_committed filter walks the aborted
+        list as it goes, so a second walk (a re-decode with headers) must not
+        run it again. Whole batches are skipped from their headers; only a
+        control batch's one tiny record is read, for its ABORT/COMMIT type.
+        """
+        if self._deliverable is None:
+            self._deliverable = self._filter_batches()
+        return self._deliverable
+
+    def _filter_batches(self) -> list[BatchHeader]:
         out = []
         read_committed = self.isolation_level == READ_COMMITTED
         for header in iter_batch_headers(self.records):
             if read_committed and header.producer_id >= 0:
-                records: list[Record] = []
-                if header.is_control:
-                    # A transaction marker: one tiny record, read for its ABORT/COMMIT key.
-                    view = memoryview(self.records)[header.position : header.position + header.size]
-                    try:
-                        records = next(decode_batches(view, check_crc=self.check_crcs)).records
-                    except CorruptRecordError as exc:
-                        topic, partition = self.tp
-                        raise KafkaError(CORRUPT_MESSAGE, f"{topic}-{partition}: {exc}") from exc
-                if self._skip_for_read_committed(header, records):
+                try:
+                    aborts = header.is_control and control_is_abort(
+                        self.records, header, self.check_crcs
+                    )
+                except CorruptRecordError as exc:
+                    topic, partition = self.tp
+                    raise KafkaError(CORRUPT_MESSAGE, f"{topic}-{partition}: {exc}") from exc
+                if self._skip_for_read_committed(header, aborts):
                     continue
             if not header.is_control:
                 out.append(header)
         return out
 
-    def _skip_for_read_committed(self, header: BatchHeader, records: list[Record]) -> bool:
-        """Kafka's read_committed filter: aborted data and control markers are dropped."""
+    def _skip_for_read_committed(self, header: BatchHeader, aborts: bool) -> bool:
+        """Kafka's read_committed filter (Java's CompletedFetch): a producer enters the
+        aborted set when its aborted transaction's first offset is reached and leaves
+        it at its ABORT marker; its transactional batches in between are dropped."""
         aborted = self._aborted
         while aborted and aborted[0].first_offset <= header.last_offset:
             self._aborted_producers.add(aborted.pop(0).producer_id)
         if header.is_control:
-            for record in records:
-                key = record.key
-                if key is not None and len(key) >= _CONTROL_KEY.size:
-                    _, kind = _CONTROL_KEY.unpack_from(key)
-                    if kind == _ABORT_MARKER:
-                        self._aborted_producers.discard(header.producer_id)
+            if aborts:
+                self._aborted_producers.discard(header.producer_id)
             return True
         return header.is_transactional and header.producer_id in self._aborted_producers

@@ -116,6 +116,8 @@ class ProducerConfig(_KafkaConfig):
     reconnect_backoff_max_ms: int = 1_000
     buffer_memory: int = 33_554_432
     max_block_ms: int = 60_000
+    transactional_id: str = ""  # empty: not transactional (Kafka: null)
+    transaction_timeout_ms: int = 60_000
 
     _choices = {
         "acks": ("0", "1", "all", "-1"),
@@ -128,8 +130,22 @@ class ProducerConfig(_KafkaConfig):
         return -1 if self.acks in ("all", "-1") else int(self.acks)
 
     @property
+    def transactional(self) -> bool:
+        return bool(self.transactional_id)
+
+    @property
     def idempotent(self) -> bool:
-        """Kafka 3's rule: on by default, off when acks is not all, an error if both forced."""
+        """Kafka 3's rule: on by default, off when acks is not all, an error if both forced.
+
+        A transactional producer is always idempotent (its batches carry
+        the producer id and sequences the coordinator fences by).
+        """
+        if self.transactional:
+            if self.required_acks != -1:
+                raise ValueError("transactional.id needs acks=all")
+            if self.enable_idempotence != "default" and not _to_bool(self.enable_idempotence):
+                raise ValueError("transactional.id needs enable.idempotence=true")
+            return True
         if self.enable_idempotence == "default":
             return self.required_acks == -1
         wanted = _to_bool(self.enable_idempotence)

@@ -11,6 +11,16 @@ sequence number across retries so the broker drops duplicates.
 ``Producer`` is the blocking front: ``send`` appends straight from the
 caller's thread under a lock (no event-loop round trip per record) and
 returns a ``concurrent.futures.Future``; the loop thread sends.
+
+With ``transactional.id`` the producer is transactional (KIP-98), with
+Kafka's API: ``init_transactions`` (fences older producers of the id and
+aborts what they left open), ``begin_transaction``, ``send``...,
+``send_offsets_to_transaction``, ``commit_transaction`` /
+``abort_transaction``. The rules live in the sans-I/O
+``TransactionManager``; the producer adds each partition to the transaction
+(AddPartitionsToTxn) before its first batch goes out (the batches wait for
+it), marks batches transactional, flushes before EndTxn, and turns a failed
+batch into an abortable transaction.
 """
 
 from __future__ import annotations
@@ -30,6 +40,11 @@ from headwater.client.accumulator import ProducerBatch, RecordAccumulator, estim
 from headwater.client.cluster import ClusterClient
 from headwater.client.config import ProducerConfig
 from headwater.client.connection import BrokerConnection
+from headwater.client.coordinator import (
+    CoordinatorClient,
+    CoordinatorType,
+    end_transaction,
+)
 from headwater.client.errors import (
     RETRIABLE_CODES,
     KafkaConnectionError,
@@ -38,7 +53,22 @@ from headwater.client.errors import (
 )
 from headwater.client.loop_thread import EventLoopThread
 from headwater.client.partitioner import StickyPartitioner, partition_for_key
-from headwater.client.types import Header, RecordMetadata, TopicMetadata, TopicPartition
+from headwater.client.transaction_manager import (
+    Action,
+    TransactionManager,
+    TransactionStateError,
+    TxnState,
+    classify,
+    error_for,
+)
+from headwater.client.types import (
+    ConsumerGroupMetadata,
+    Header,
+    RecordMetadata,
+    TopicMetadata,
+    TopicPartition,
+    TransactionHandle,
+)
 from headwater.protocol.apis import ApiKey
 from headwater.protocol.produce_codec import (
     ProducePartitionData,
@@ -73,6 +103,55 @@ def _as_bytes(value: bytes | bytearray | memoryview | str | None, what: str) -> 
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
     raise TypeError(f"{what} must be bytes, str or None, not {type(value).__name__}")
+
+
+class TransactionAbortedError(KafkaError):
+    """The record's transaction was aborted before the record was sent."""
+
+    def __init__(self, message: str = "the transaction was aborted") -> None:
+        super().__init__(-1, message)
+
+    def __reduce__(self) -> tuple[type[KafkaError], tuple[int, str]]:
+        return (KafkaError, (self.code, self.message))
+
+
+def _group_metadata(group: str | ConsumerGroupMetadata) -> ConsumerGroupMetadata:
+    if isinstance(group, ConsumerGroupMetadata):
+        return group
+    if isinstance(group, str) and group:
+        return ConsumerGroupMetadata(group)
+    raise ValueError(f"a group id or ConsumerGroupMetadata is needed, not {group!r}")
+
+
+def _offset_value(value: Any) -> tuple[int, str]:
+    """An offset as an int, or anything with ``.offset`` (and ``.metadata``)."""
+    if isinstance(value, int):
+        return value, ""
+    offset = getattr(value, "offset", None)
+    if not isinstance(offset, int):
+        raise TypeError(f"an offset must be an int or have an int .offset, not {value!r}")
+    return offset, getattr(value, "metadata", "") or ""
+
+
+def _worst_code(codes: list[int]) -> int:
+    """The code that decides a multi-partition answer: fatal, then abortable, then retries."""
+    order = {Action.FATAL: 0, Action.ABORTABLE: 1, Action.FIND_COORDINATOR: 2, Action.RETRY: 3}
+    failed = [c for c in codes if c]
+    return min(failed, key=lambda c: order.get(classify(c), 4)) if failed else 0
+
+
+def _worst_add_partitions_error(response: Any) -> int:
+    return _worst_code(
+        [
+            int(p.partition_error_code)
+            for t in response.results_by_topic_v3_and_below
+            for p in t.results_by_partition
+        ]
+    )
+
+
+def _worst_partition_error(response: Any) -> int:
+    return _worst_code([int(p.error_code) for t in response.topics for p in t.partitions])
 
 
 def _resolve(future: Any, result: RecordMetadata) -> None:
@@ -121,6 +200,15 @@ class AsyncProducer:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._refreshing: set[str] = set()  # topics with a metadata refresh under way
         self._connecting: set[int] = set()  # nodes with a connection attempt under way
+        self._coordinators = CoordinatorClient(
+            self._cluster, retry_backoff_ms=c.retry_backoff_ms, max_block_ms=c.max_block_ms
+        )
+        self._txn: TransactionManager | None = (
+            TransactionManager(c.transactional_id, c.transaction_timeout_ms)
+            if c.transactional
+            else None
+        )
+        self._adding: asyncio.Task[None] | None = None  # AddPartitionsToTxn in flight
         self._closed = False
 
     async def __aenter__(self) -> AsyncProducer:
@@ -139,7 +227,7 @@ class AsyncProducer:
         self._space_freed = asyncio.Event()
         self._all_done = asyncio.Event()
         self._all_done.set()
-        if self.idempotent:
+        if self.idempotent and self._txn is None:
             await self._init_producer_id()
         self._sender = asyncio.ensure_future(self._run_sender())
 
@@ -157,6 +245,282 @@ class AsyncProducer:
             raise KafkaError(int(resp.error_code), "InitProducerId failed")
         self._producer_id = int(resp.producer_id)
         self._producer_epoch = int(resp.producer_epoch)
+
+    # -- transactions ------------------------------------------------------------
+
+    def _transaction_manager(self) -> TransactionManager:
+        if self._txn is None:
+            raise TransactionStateError("transactional.id is not set: no transactions")
+        return self._txn
+
+    @property
+    def transaction_state(self) -> TxnState | None:
+        """Where the transaction stands (None for a producer without ``transactional.id``)."""
+        return None if self._txn is None else self._txn.state
+
+    async def init_transactions(self) -> None:
+        """Get the producer id and epoch for ``transactional.id`` (once, before the first
+        transaction). The coordinator bumps the epoch, which fences every older
+        producer of the id, and aborts a transaction one of them left open."""
+        txn = self._transaction_manager()
+        await self.start()
+        with self._lock:
+            txn.begin_init()
+        tid = txn.transactional_id
+        try:
+            resp, code = await self._coordinators.request(
+                CoordinatorType.TRANSACTION,
+                tid,
+                ApiKey.INIT_PRODUCER_ID,
+                {
+                    "transactional_id": tid,
+                    "transaction_timeout": txn.transaction_timeout_ms,
+                    "producer_id": -1,
+                    "producer_epoch": -1,
+                },
+                what=f"InitProducerId for {tid!r}",
+            )
+        except BaseException as exc:
+            with self._lock:
+                txn.abortable_error(
+                    exc if isinstance(exc, KafkaError) else KafkaError(-1, str(exc))
+                )
+            raise
+        with self._lock:
+            if code:
+                txn.handle(code, f"InitProducerId for {tid!r}")
+                raise error_for(code, f"InitProducerId for {tid!r}")
+            txn.init_done(int(resp.producer_id), int(resp.producer_epoch))
+            self._producer_id = int(resp.producer_id)
+            self._producer_epoch = int(resp.producer_epoch)
+            self._sequences.clear()  # a new epoch starts its sequences at 0
+
+    def begin_transaction(self) -> None:
+        """Start a transaction (local only; the coordinator hears of it with the first send)."""
+        txn = self._transaction_manager()
+        with self._lock:
+            txn.begin()
+
+    async def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, Any],
+        group: str | ConsumerGroupMetadata,
+    ) -> None:
+        """Commit consumer offsets as part of the transaction (consume-transform-produce).
+
+        ``offsets`` maps partitions to the next offset to consume (an int, or an
+        object with ``.offset`` and optional ``.metadata``); ``group`` is a group
+        id or a ``ConsumerGroupMetadata``. The offsets become visible to the
+        group only if the transaction commits.
+        """
+        txn = self._transaction_manager()
+        meta = _group_metadata(group)
+        with self._lock:
+            txn.check_can_send_offsets()
+        tid = txn.transactional_id
+        what = f"AddOffsetsToTxn({meta.group_id!r}) for {tid!r}"
+        _, code = await self._coordinators.request(
+            CoordinatorType.TRANSACTION,
+            tid,
+            ApiKey.ADD_OFFSETS_TO_TXN,
+            {
+                "transactional_id": tid,
+                "producer_id": self._producer_id,
+                "producer_epoch": self._producer_epoch,
+                "group_id": meta.group_id,
+            },
+            what=what,
+        )
+        self._raise_for_transaction(code, what)
+        with self._lock:
+            txn.offsets_added()
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for tp, value in offsets.items():
+            offset, metadata = _offset_value(value)
+            by_topic.setdefault(tp[0], []).append(
+                {
+                    "partition_index": int(tp[1]),
+                    "committed_offset": offset,
+                    "committed_leader_epoch": -1,
+                    "committed_metadata": metadata,
+                }
+            )
+        what = f"TxnOffsetCommit({meta.group_id!r}) for {tid!r}"
+        _, code = await self._coordinators.request(
+            CoordinatorType.GROUP,
+            meta.group_id,
+            ApiKey.TXN_OFFSET_COMMIT,
+            {
+                "transactional_id": tid,
+                "group_id": meta.group_id,
+                "producer_id": self._producer_id,
+                "producer_epoch": self._producer_epoch,
+                "generation_id": meta.generation_id,
+                "member_id": meta.member_id,
+                "group_instance_id": meta.group_instance_id,
+                "topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()],
+            },
+            error_of=_worst_partition_error,
+            what=what,
+        )
+        self._raise_for_transaction(code, what)
+
+    def _raise_for_transaction(self, code: int, what: str) -> None:
+        """Apply a final coordinator answer to the transaction; raise unless it is 0."""
+        if not code:
+            return
+        assert self._txn is not None
+        with self._lock:
+            action = self._txn.handle(code, what)
+        if action in (Action.ABORTABLE, Action.FATAL):
+            self._fail_undrained(error_for(code, what))
+        raise error_for(code, what)
+
+    async def commit_transaction(self) -> None:
+        """Flush, then commit: every record sent in the transaction becomes visible at once.
+
+        Raises ``TransactionAbortableError`` if a record failed (abort, then
+        try again) and ``ProducerFencedError`` if a newer producer took over.
+        """
+        txn = self._transaction_manager()
+        with self._lock:
+            txn.begin_commit()
+        await self.flush()
+        await self._settle_partitions()
+        with self._lock:
+            if txn.has_error:
+                assert txn.last_error is not None
+                raise txn.last_error
+        if txn.started_on_coordinator:
+            await self._end_transaction(txn, commit=True)
+        with self._lock:
+            txn.end_done()
+
+    async def abort_transaction(self) -> None:
+        """Drop what is not sent yet, wait for what is, and abort on the coordinator."""
+        txn = self._transaction_manager()
+        with self._lock:
+            txn.begin_abort()
+        self._fail_undrained(TransactionAbortedError())
+        await self.flush()
+        await self._settle_partitions()
+        if txn.started_on_coordinator:
+            await self._end_transaction(txn, commit=False)
+        with self._lock:
+            txn.end_done()
+
+    async def hand_off_transaction(self) -> TransactionHandle | None:
+        """Flush the open transaction and give it away without ending it.
+
+        For a coordinator process that commits or aborts many producers'
+        transactions at once (the exactly-once Spark sink's driver): pass the
+        handle to ``end_transactions`` there. None means the coordinator never
+        heard of the transaction (nothing was sent in it): there is nothing to
+        end. This producer needs ``init_transactions`` again before its next
+        transaction (which fences the handed-off one if it is still open).
+        """
+        txn = self._transaction_manager()
+        with self._lock:
+            txn.check_can_append()  # in a transaction, without an error
+        await self.flush()
+        await self._settle_partitions()
+        with self._lock:
+            if txn.has_error:
+                assert txn.last_error is not None
+                raise txn.last_error
+            started = txn.started_on_coordinator
+            owner = txn.hand_off()
+        if not started:
+            return None
+        return TransactionHandle(txn.transactional_id, owner.producer_id, owner.epoch)
+
+    async def _settle_partitions(self) -> None:
+        """Wait for an AddPartitionsToTxn in flight: it may add to what EndTxn must end."""
+        adding = self._adding
+        if adding is not None and not adding.done():
+            await asyncio.gather(adding, return_exceptions=True)
+
+    async def _end_transaction(self, txn: TransactionManager, commit: bool) -> None:
+        try:
+            await end_transaction(
+                self._coordinators,
+                txn.transactional_id,
+                self._producer_id,
+                self._producer_epoch,
+                commit,
+            )
+        except KafkaError as exc:
+            if exc.code:
+                with self._lock:
+                    txn.handle(exc.code, str(exc))
+            raise
+
+    def _transaction_ready(self, ready: list[TopicPartition]) -> list[TopicPartition]:
+        """Start AddPartitionsToTxn for new partitions; only added ones may be drained."""
+        txn = self._txn
+        assert txn is not None
+        with self._lock:
+            if txn.has_error:
+                return []
+            new = txn.take_new_partitions() if self._adding is None else []
+            allowed = [tp for tp in ready if txn.may_send(tp)]
+        if new:
+            self._adding = asyncio.ensure_future(self._add_partitions(new))
+        return allowed
+
+    async def _add_partitions(self, tps: list[TopicPartition]) -> None:
+        txn = self._txn
+        assert txn is not None
+        tid = txn.transactional_id
+        by_topic: dict[str, list[int]] = {}
+        for tp in tps:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        what = f"AddPartitionsToTxn for {tid!r}"
+        try:
+            _, code = await self._coordinators.request(
+                CoordinatorType.TRANSACTION,
+                tid,
+                ApiKey.ADD_PARTITIONS_TO_TXN,
+                {
+                    "v3_and_below_transactional_id": tid,
+                    "v3_and_below_producer_id": self._producer_id,
+                    "v3_and_below_producer_epoch": self._producer_epoch,
+                    "v3_and_below_topics": [
+                        {"name": t, "partitions": ps} for t, ps in by_topic.items()
+                    ],
+                },
+                error_of=_worst_add_partitions_error,
+                what=what,
+            )
+            if code:
+                self._raise_for_transaction(code, what)
+            with self._lock:
+                txn.partitions_added(tps)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            error = exc if isinstance(exc, KafkaError) else KafkaError(-1, f"{what}: {exc}")
+            log.info("%s failed: %s", what, error)
+            with self._lock:
+                txn.partitions_not_added(tps)
+                if not txn.has_error:
+                    txn.abortable_error(error_for(error.code, str(error)))
+            self._fail_undrained(error)
+        finally:
+            self._adding = None
+            self._wake()
+
+    def _fail_undrained(self, error: KafkaError) -> None:
+        """Fail every batch not sent yet: the transaction cannot take them any more."""
+        with self._lock:
+            leftover = self._accumulator.abort_all()
+        reason = (
+            error
+            if isinstance(error, TransactionAbortedError)
+            else TransactionAbortedError(f"the transaction failed: {error}")
+        )
+        for batch in leftover:
+            self._complete(batch, error=reason)
 
     # -- sending -----------------------------------------------------------------
 
@@ -251,6 +615,9 @@ class AsyncProducer:
         futures = []
         now = time.monotonic()
         with self._lock:
+            if self._txn is not None:
+                self._txn.check_can_append()
+                self._txn.maybe_add_partition(tp)
             for builder in builders:
                 future = new_future()
                 size = builder.estimated_size
@@ -304,7 +671,10 @@ class AsyncProducer:
         ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
         now = time.monotonic()
         append = self._accumulator.append
+        txn = self._txn
         with self._lock:
+            if txn is not None:
+                txn.check_can_append()
             if partition is None and key_bytes is None:
                 sticky = self._partitioner.partition(name, count)
                 result = append(
@@ -347,6 +717,8 @@ class AsyncProducer:
             if result.new_batch:
                 assert result.batch is not None
                 self._incomplete.add(result.batch)
+                if txn is not None:
+                    txn.maybe_add_partition(result.batch.tp)
             self._buffered_bytes += size
         return result.new_batch or result.batch_full
 
@@ -421,6 +793,12 @@ class AsyncProducer:
         """Flush, then stop; records still unsent after ``timeout_s`` fail."""
         if self._closed:
             return
+        txn = self._txn
+        if txn is not None and txn.state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR):
+            # As Kafka's producer: an unfinished transaction is aborted on a clean close.
+            log.info("aborting the open transaction of %r on close", txn.transactional_id)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.abort_transaction(), timeout_s)
         try:
             if self._sender is not None:
                 with contextlib.suppress(TimeoutError):
@@ -455,6 +833,8 @@ class AsyncProducer:
                 ready, next_due = self._accumulator.ready(now)
             for batch in expired:
                 self._complete(batch, error=KafkaTimeoutError("delivery.timeout.ms expired"))
+            if self._txn is not None:
+                ready = self._transaction_ready(ready)
             wait = next_due
             if ready:
                 wait = self._send_ready(ready, wait)
@@ -488,10 +868,11 @@ class AsyncProducer:
                 continue
             with self._lock:
                 batches = self._accumulator.drain(tps, self.config.max_request_size)
+                transactional = self._txn is not None
                 for batch in batches:
                     if batch.payload is None and self.idempotent:
                         batch.base_sequence = self._next_sequence(batch)
-                    batch.build(self._producer_id, self._producer_epoch)
+                    batch.build(self._producer_id, self._producer_epoch, transactional)
             if not batches:
                 continue
             self._spawn(self._produce(node_id, conn, batches))
@@ -551,7 +932,7 @@ class AsyncProducer:
                 ProducePartitionData(batch.tp.partition, memoryview(batch.payload))
             )
         req = ProduceRequestData(
-            transactional_id=None,
+            transactional_id=None if self._txn is None else self._txn.transactional_id,
             acks=self.acks,
             timeout_ms=self.config.request_timeout_ms,
             topics=list(topics.values()),
@@ -622,6 +1003,17 @@ class AsyncProducer:
         append_time: int = -1,
         error: BaseException | None = None,
     ) -> None:
+        txn = self._txn
+        if (
+            txn is not None
+            and isinstance(error, KafkaError)
+            and not isinstance(error, TransactionAbortedError)
+            and batch in self._incomplete
+        ):
+            # A batch failed for good: the transaction cannot commit (or, fenced, at all).
+            with self._lock:
+                txn.batch_failed(error)
+            self._fail_undrained(error)
         with self._space:
             if batch not in self._incomplete:
                 return  # already resolved (close() may see a batch twice)
@@ -710,6 +1102,32 @@ class Producer:
     def partitions_for(self, topic: str) -> set[int]:
         return set(self._thread.run(self._producer.topic_metadata(topic)).partitions)
 
+    # -- transactions (see AsyncProducer) -------------------------------------------
+
+    @property
+    def transaction_state(self) -> TxnState | None:
+        return self._producer.transaction_state
+
+    def init_transactions(self) -> None:
+        self._thread.run(self._producer.init_transactions())
+
+    def begin_transaction(self) -> None:
+        self._producer.begin_transaction()
+
+    def send_offsets_to_transaction(
+        self, offsets: Mapping[TopicPartition, Any], group: str | ConsumerGroupMetadata
+    ) -> None:
+        self._thread.run(self._producer.send_offsets_to_transaction(dict(offsets), group))
+
+    def commit_transaction(self) -> None:
+        self._thread.run(self._producer.commit_transaction())
+
+    def abort_transaction(self) -> None:
+        self._thread.run(self._producer.abort_transaction())
+
+    def hand_off_transaction(self) -> TransactionHandle | None:
+        return self._thread.run(self._producer.hand_off_transaction())
+
     def flush(self, timeout_s: float | None = None) -> None:
         self._thread.run(self._producer.flush(timeout_s))
 
@@ -721,3 +1139,55 @@ class Producer:
             self._thread.run(self._producer.close(timeout_s))
         finally:
             self._thread.stop()
+
+
+async def end_transactions_async(
+    handles: Sequence[TransactionHandle],
+    commit: bool,
+    config: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> None:
+    """End transactions other producers handed off (``hand_off_transaction``), all at once.
+
+    ``config`` needs ``bootstrap.servers``; the EndTxn requests go out
+    concurrently and the first failure is raised after all have finished
+    (a fenced handle fails with ``ProducerFencedError``).
+    """
+    if not handles:
+        return
+    c = ProducerConfig.from_mapping(config, **kwargs)
+    cluster = ClusterClient(
+        c.bootstrap_servers,
+        client_id=c.client_id,
+        request_timeout_ms=c.request_timeout_ms,
+        reconnect_backoff_ms=c.reconnect_backoff_ms,
+        reconnect_backoff_max_ms=c.reconnect_backoff_max_ms,
+    )
+    coordinators = CoordinatorClient(
+        cluster, retry_backoff_ms=c.retry_backoff_ms, max_block_ms=c.max_block_ms
+    )
+    try:
+        results = await asyncio.gather(
+            *(
+                end_transaction(
+                    coordinators, h.transactional_id, h.producer_id, h.producer_epoch, commit
+                )
+                for h in handles
+            ),
+            return_exceptions=True,
+        )
+    finally:
+        await cluster.close()
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+
+
+def end_transactions(
+    handles: Sequence[TransactionHandle],
+    commit: bool,
+    config: Mapping[str, Any] | None = None,
+    **kwargs: Any,
+) -> None:
+    """Blocking ``end_transactions_async`` (for code without an event loop, e.g. a Spark driver)."""
+    asyncio.run(end_transactions_async(handles, commit, config, **kwargs))

@@ -67,3 +67,25 @@ class BrokerMetadata(NamedTuple):
     host: str
     port: int
     rack: str | None = None
+
+
+class ConsumerGroupMetadata(NamedTuple):
+    """The group a transaction commits offsets for (KIP-447).
+
+    A plain group id (generation -1, no member) suits an application that
+    assigns partitions itself; a member of a live group passes its
+    generation and member id so the coordinator can fence a zombie member.
+    """
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None
+
+
+class TransactionHandle(NamedTuple):
+    """What it takes to end a transaction from another process (EndTxn on its behalf)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int

@@ -39,7 +39,10 @@ Source options (names and defaults as in Spark's Kafka source, case-insensitive)
 ``failOnDataLoss``                 ``true`` (default): fail when offsets to
                                    read are gone; ``false``: skip them
 ``includeHeaders``                 add ``headers array<struct<key, value>>``
-``kafka.isolation.level``          ``read_uncommitted`` / ``read_committed``
+``kafka.isolation.level``          ``read_uncommitted`` (default, as Spark's
+                                   Kafka source) / ``read_committed``: skip
+                                   aborted transactions, read up to the last
+                                   stable offset
 ``kafkaConsumer.pollTimeoutMs``    how long a task waits for records
                                    (120000)
 ``kafka.*``                        other client settings, e.g.
@@ -55,7 +58,13 @@ Sink (``write`` with ``mode("append")``, or ``writeStream``): columns
 ``topic``, which wins), ``partition`` and ``headers``; producer settings as
 ``kafka.*`` options (``kafka.compression.type``, default ``lz4``;
 ``kafka.linger.ms``, ``kafka.batch.size``, ``kafka.acks``). Like Spark's
-Kafka sink it is at-least-once.
+Kafka sink it is at-least-once, unless ``exactlyOnce`` is ``true``: then each
+task writes in a Kafka transaction the driver commits with the micro-batch,
+with the sink's progress committed in the same transaction, so a replayed
+batch is written exactly once for ``read_committed`` readers
+(``transactionalIdPrefix``, default ``headwater-sink``, starts the task
+transactional ids; ``kafka.transaction.timeout.ms``, default 300000, must
+cover a whole micro-batch). See ``headwater.spark.exactly_once``.
 
 Executors need the ``headwater`` package importable by ``PYSPARK_PYTHON``
 (the demo ships it with ``addPyFile`` to remote clusters).

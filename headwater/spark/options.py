@@ -8,6 +8,7 @@ lookups here lower-case too so the objects also work when built by hand.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -170,18 +171,54 @@ def _check_batch_bounds(starting: OffsetSpec, ending: OffsetSpec) -> None:
         raise ValueError("endingOffsets: -2 (earliest) is not valid for a batch query")
 
 
+DEFAULT_TRANSACTIONAL_ID_PREFIX = "headwater-sink"
+_TRANSACTIONAL_ID_CHARS = re.compile(r"^[A-Za-z0-9._-]+$")
+
+
 @dataclass(frozen=True)
 class SinkOptions:
-    """Where and how the writer produces."""
+    """Where and how the writer produces.
+
+    ``exactly_once`` (option ``exactlyOnce``) makes every task write inside a
+    transaction that the driver commits (see ``headwater.spark.sink``);
+    ``transactional_id_prefix`` (option ``transactionalIdPrefix``) starts the
+    transactional ids and progress groups of those tasks.
+    """
 
     bootstrap: str
     topic: str | None = None
     client_settings: Mapping[str, str] = field(default_factory=dict)
+    exactly_once: bool = False
+    transactional_id_prefix: str = DEFAULT_TRANSACTIONAL_ID_PREFIX
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     opts = _lower(options)
     topic = opts.get("topic", "").strip() or None
+    exactly_once = bool_option(opts, "exactlyonce", False)
+    prefix = opts.get("transactionalidprefix", DEFAULT_TRANSACTIONAL_ID_PREFIX).strip()
+    if not _TRANSACTIONAL_ID_CHARS.match(prefix):
+        raise ValueError(
+            "option 'transactionalIdPrefix' must be letters, digits, '.', '_' or '-', "
+            f"got {prefix!r}"
+        )
+    settings = _client_settings(opts)
+    if exactly_once:
+        for key, why in _EXACTLY_ONCE_REFUSED.items():
+            if key in settings:
+                raise ValueError(f"option 'kafka.{key}' cannot be used with exactlyOnce: {why}")
     return SinkOptions(
-        bootstrap=_bootstrap(opts), topic=topic, client_settings=_client_settings(opts)
+        bootstrap=_bootstrap(opts),
+        topic=topic,
+        client_settings=settings,
+        exactly_once=exactly_once,
+        transactional_id_prefix=prefix,
     )
+
+
+# The sink owns these when it writes transactionally.
+_EXACTLY_ONCE_REFUSED = {
+    "transactional.id": "each task's id is derived from 'transactionalIdPrefix'",
+    "acks": "transactions need acks=all",
+    "enable.idempotence": "transactions need idempotence",
+}

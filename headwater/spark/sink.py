@@ -15,7 +15,16 @@ sends batches of about ``batch.size`` and compresses (``lz4`` unless
 ``kafka.compression.type`` says otherwise);
 each task flushes and checks every send before reporting success, so a
 committed micro-batch is on the broker. Like Spark's Kafka sink this is
-at-least-once: a retried task produces its rows again.
+at-least-once by default: a retried task produces its rows again.
+
+With ``.option("exactlyOnce", "true")`` it is exactly-once for
+``read_committed`` readers (``headwater.spark.exactly_once`` has the whole
+design): each task writes its rows and the sink's progress (query id, batch
+id, through TxnOffsetCommit under a group per task) inside one Kafka
+transaction which it does not commit; the driver's ``commit(messages,
+batchId)`` commits all of them, ``abort`` aborts them. After a crash, the
+replayed batch's tasks fence their predecessors (``init_transactions``),
+skip when their progress says the batch is in, and write again otherwise.
 """
 
 from __future__ import annotations
@@ -46,6 +55,14 @@ from pyspark.sql.types import (
 
 from headwater.records.columnar_encode import key_partitions
 from headwater.spark.clients import ClientConfig, discard, pooled_producer
+from headwater.spark.exactly_once import (
+    TransactionalCommit,
+    abort_all,
+    commit_all,
+    current_place,
+    new_job_id,
+    write_transactionally,
+)
 from headwater.spark.options import SinkOptions
 
 
@@ -106,38 +123,63 @@ def produce_batches(
     """Produce every row, flush, and fail if any record was refused."""
     config = ClientConfig.of(options.bootstrap, options.client_settings)
     producer = pooled_producer(config)
-    # Futures in send order; finished ones are checked and dropped after each
-    # Arrow batch, so memory follows what is in flight, not the task's size.
-    pending: collections.deque[Any] = collections.deque()
-    partition_counts: dict[str, int] = {}
-    count = 0
     try:
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            for topic, rows in _by_topic(batch, options.topic):
-                if topic not in partition_counts:
-                    partition_counts[topic] = len(producer.partitions_for(topic))
-                for partition, part in _by_partition(rows, columns, partition_counts[topic]):
-                    pending.extend(
-                        producer.send_arrow(
-                            topic,
-                            partition,
-                            part.column("value"),
-                            part.column("key") if columns.has_key else None,
-                            headers=_headers(part) if columns.has_headers else None,
-                        )
-                    )
-            count += batch.num_rows
-            while pending and pending[0].done():
-                pending.popleft().result()
-        producer.flush()
-        for future in pending:
-            future.result()
+        count, _ = produce_rows(producer, options, columns, batches)
     except BaseException:
         discard(config)
         raise
     return ProducedCount(count)
+
+
+def produce_rows(
+    producer: Any, options: SinkOptions, columns: SinkColumns, batches: Iterator[pa.RecordBatch]
+) -> tuple[int, str | None]:
+    """Send every row and check every send (flushing first); returns the row count and
+    the first topic written to (None: no rows)."""
+    # Futures in send order; finished ones are checked and dropped after each
+    # Arrow batch, so memory follows what is in flight, not the task's size.
+    pending: collections.deque[Any] = collections.deque()
+    partition_counts: dict[str, int] = {}
+    first_topic: str | None = None
+    count = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        for topic, rows in _by_topic(batch, options.topic):
+            if topic not in partition_counts:
+                partition_counts[topic] = len(producer.partitions_for(topic))
+                first_topic = first_topic or topic
+            for partition, part in _by_partition(rows, columns, partition_counts[topic]):
+                pending.extend(
+                    producer.send_arrow(
+                        topic,
+                        partition,
+                        part.column("value"),
+                        part.column("key") if columns.has_key else None,
+                        headers=_headers(part) if columns.has_headers else None,
+                    )
+                )
+        count += batch.num_rows
+        while pending and pending[0].done():
+            pending.popleft().result()
+    producer.flush()
+    for future in pending:
+        future.result()
+    return count, first_topic
+
+
+def write_task(
+    options: SinkOptions, columns: SinkColumns, job_id: str, batches: Iterator[pa.RecordBatch]
+) -> WriterCommitMessage:
+    """One task's write, in the mode the options ask for."""
+    if not options.exactly_once:
+        return produce_batches(options, columns, batches)
+    return write_transactionally(
+        options,
+        current_place(job_id),
+        batches,
+        lambda producer, rows: produce_rows(producer, options, columns, rows),
+    )
 
 
 def _by_topic(batch: pa.RecordBatch, topic: str | None) -> Iterator[tuple[str, pa.RecordBatch]]:
@@ -200,28 +242,55 @@ def _headers(rows: pa.RecordBatch) -> list[list[tuple[str, bytes | None]] | None
 
 
 class HeadwaterBatchWriter(DataSourceArrowWriter):  # type: ignore[misc]
-    """``df.write.format("headwater")``."""
+    """``df.write.format("headwater")``; with ``exactlyOnce``, all-or-nothing at job commit."""
 
     def __init__(self, options: SinkOptions, columns: SinkColumns) -> None:
         self.options = options
         self.columns = columns
+        self.job_id = new_job_id()
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> ProducedCount:
-        return produce_batches(self.options, self.columns, iterator)
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return write_task(self.options, self.columns, self.job_id, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.options.exactly_once:
+            commit_all(self.options, messages)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        if self.options.exactly_once:
+            abort_all(self.options, messages)
 
 
 class HeadwaterStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc]
-    """``df.writeStream.format("headwater")``: at-least-once, like Spark's Kafka sink."""
+    """``df.writeStream.format("headwater")``: at-least-once like Spark's Kafka sink,
+    or exactly-once with ``exactlyOnce`` (the driver commits each micro-batch)."""
 
     def __init__(self, options: SinkOptions, columns: SinkColumns) -> None:
         self.options = options
         self.columns = columns
+        self.job_id = new_job_id()
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> ProducedCount:
-        return produce_batches(self.options, self.columns, iterator)
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return write_task(self.options, self.columns, self.job_id, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Nothing to do: every task flushed before it reported success."""
+        """At-least-once: nothing to do, every task flushed before it reported success.
+        Exactly-once: commit every task's transaction."""
+        if self.options.exactly_once:
+            commit_all(self.options, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Nothing to undo: produced records cannot be taken back (at-least-once)."""
+        """At-least-once: produced records cannot be taken back. Exactly-once: abort them."""
+        if self.options.exactly_once:
+            abort_all(self.options, messages)
+
+
+__all__ = [
+    "HeadwaterBatchWriter",
+    "HeadwaterStreamWriter",
+    "ProducedCount",
+    "SinkColumns",
+    "TransactionalCommit",
+    "check_sink_schema",
+    "produce_batches",
+]

@@ -37,6 +37,7 @@ def test_demo_short_run_writes_parquet_and_the_counts_topic(tmp_path: Path) -> N
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         assert "demo running" in done.stdout
         assert "page views produced" in done.stdout
+        assert "committed running-count updates" in done.stdout
         assert not (tmp_path / "headwater-data").exists(), "started an embedded broker"
 
         files = [p for p in (output / "page_view_counts").glob("*.parquet")]
@@ -49,6 +50,7 @@ def test_demo_short_run_writes_parquet_and_the_counts_topic(tmp_path: Path) -> N
             "page-view-counts",
             bootstrap_servers=broker.bootstrap,
             auto_offset_reset="earliest",
+            isolation_level="read_committed",  # the demo writes the counts in transactions
             consumer_timeout_ms=5000,
         )
         counts = [m for _, m in zip(range(10), consumer, strict=False)]

@@ -12,6 +12,7 @@ from headwater.client.completed_fetch import CompletedFetch, next_fetch_offset
 from headwater.client.errors import KafkaError
 from headwater.client.types import LOG_APPEND_TIME, TopicPartition
 from headwater.fetch.types import AbortedTransaction
+from headwater.records.batch import iter_batch_headers
 from headwater.records.compression import Compression
 from headwater.records.record import RecordBatchBuilder
 
@@ -194,3 +195,152 @@ def test_columns_hold_the_same_records_as_take() -> None:
         r.headers for r in records[3:]
     ]
     assert cols.take_columns(10).num_rows == 0
+
+
+def test_read_committed_filter_runs_once_when_columns_are_decoded_again() -> None:
+    data = (
+        batch(0, 2, producer_id=1, transactional=True)  # aborted
+        + marker(2, 1, commit=False)
+        + batch(3, 2)
+    )
+    aborted = [AbortedTransaction(producer_id=1, first_offset=0)]
+    fetch = CompletedFetch(TP, data, 0, isolation_level=1, aborted_transactions=aborted)
+    assert fetch.take_columns(0).column("offset").to_pylist() == [3, 4]
+    # take() needs headers: the second decode must keep the first decision.
+    assert offsets(fetch, 0) == [3, 4]
+
+
+def test_aborted_transaction_that_began_before_the_fetch_is_still_skipped() -> None:
+    # The broker lists aborted transactions overlapping the fetch, also older ones.
+    data = batch(10, 2, producer_id=4, transactional=True) + marker(12, 4, commit=False)
+    aborted = [AbortedTransaction(producer_id=4, first_offset=3)]
+    fetch = CompletedFetch(TP, data, 10, isolation_level=1, aborted_transactions=aborted)
+    assert offsets(fetch, 10) == []
+    assert fetch.next_fetch_offset == 13, "the position moves past skipped batches"
+
+
+def test_abort_marker_of_a_producer_not_listed_changes_nothing() -> None:
+    data = marker(0, 8, commit=False) + batch(1, 2, producer_id=8, transactional=True)
+    fetch = CompletedFetch(TP, data, 0, isolation_level=1, aborted_transactions=[])
+    assert offsets(fetch, 0) == [1, 2]
+
+
+def test_idempotent_batches_are_never_filtered() -> None:
+    # An idempotent (not transactional) batch of a producer id that also aborted.
+    data = (
+        batch(0, 1, producer_id=5, transactional=True)
+        + batch(1, 2, producer_id=5)
+        + marker(3, 5, commit=False)
+    )
+    aborted = [AbortedTransaction(producer_id=5, first_offset=0)]
+    fetch = CompletedFetch(TP, data, 0, isolation_level=1, aborted_transactions=aborted)
+    assert offsets(fetch, 0) == [1, 2]
+
+
+@st.composite
+def transactional_logs(
+    draw: st.DrawFn,
+) -> tuple[bytes, list[tuple[AbortedTransaction, int]], list[int], list[int], int]:
+    """A partition log as a broker writes it: plain batches, transactions of 3
+    producers interleaved, COMMIT/ABORT markers. Returns (bytes, every aborted
+    transaction with its ABORT marker's offset, committed-visible offsets, all
+    data offsets, log end)."""
+    data = b""
+    offset = 0
+    open_txn: dict[int, int] = {}  # producer -> first offset of its open transaction
+    txn_records: dict[int, list[int]] = {}
+    aborted: list[tuple[AbortedTransaction, int]] = []
+    visible: list[int] = []
+    every: list[int] = []
+    steps = draw(st.lists(st.tuples(st.sampled_from("ptcA"), st.integers(1, 3)), max_size=25))
+    for kind, pid in steps:
+        if kind == "p":  # a plain, non-transactional batch
+            n = draw(st.integers(1, 3))
+            data += batch(offset, n)
+            visible.extend(range(offset, offset + n))
+            every.extend(range(offset, offset + n))
+            offset += n
+        elif kind == "t":
+            n = draw(st.integers(1, 3))
+            data += batch(offset, n, producer_id=pid, transactional=True)
+            open_txn.setdefault(pid, offset)
+            txn_records.setdefault(pid, []).extend(range(offset, offset + n))
+            every.extend(range(offset, offset + n))
+            offset += n
+        elif pid in open_txn:  # end the producer's transaction
+            commit = kind == "c"
+            data += marker(offset, pid, commit=commit)
+            if commit:
+                visible.extend(txn_records[pid])
+            else:
+                aborted.append((AbortedTransaction(pid, open_txn[pid]), offset))
+            del open_txn[pid]
+            txn_records[pid] = []
+            offset += 1
+    for pid in sorted(open_txn):  # close what is open: read_committed stops at the LSO
+        data += marker(offset, pid, commit=True)
+        visible.extend(txn_records[pid])
+        offset += 1
+    return data, aborted, sorted(visible), every, offset
+
+
+@settings(max_examples=150, deadline=None)
+@given(transactional_logs(), st.data())
+def test_read_committed_sees_exactly_the_committed_records(
+    log: tuple[bytes, list[tuple[AbortedTransaction, int]], list[int], list[int], int],
+    draw: st.DataObject,
+) -> None:
+    data, aborted_at, visible, every, end = log
+    aborted = [txn for txn, _ in aborted_at]
+    committed = CompletedFetch(TP, data, 0, isolation_level=1, aborted_transactions=aborted)
+    assert offsets(committed, 0) == visible
+    assert committed.take_columns(0).column("offset").to_pylist() == visible
+    uncommitted = CompletedFetch(TP, data, 0, isolation_level=0, aborted_transactions=aborted)
+    assert offsets(uncommitted, 0) == every, "read_uncommitted: all data, no markers"
+    if end:
+        assert committed.next_fetch_offset == end
+    # A fetch from the middle of the log, with the aborted transactions the broker
+    # lists for it: those not ended before the fetch starts (TransactionIndex).
+    start = draw.draw(st.integers(0, max(0, end - 1)))
+    overlapping = [txn for txn, ended in aborted_at if ended >= start]
+    tail = b"".join(
+        data[h.position : h.position + h.size]
+        for h in iter_batch_headers(data)
+        if h.next_offset > start
+    )
+    fetch = CompletedFetch(TP, tail, start, isolation_level=1, aborted_transactions=overlapping)
+    assert offsets(fetch, start) == [o for o in visible if o >= start]
+
+
+def test_control_type_is_read_from_the_record_also_when_compressed() -> None:
+    from headwater.client.completed_fetch import control_is_abort
+    from headwater.records.batch import parse_batch_header
+
+    for commit in (True, False):
+        plain = marker(0, 1, commit=commit)
+        assert control_is_abort(plain, parse_batch_header(plain)) is not commit
+        b = RecordBatchBuilder(
+            Compression.GZIP,
+            producer_id=1,
+            producer_epoch=0,
+            is_transactional=True,
+            is_control=True,
+        )
+        b.append(0, struct.pack(">hh", 0, 1 if commit else 0), struct.pack(">hi", 0, 0))
+        packed = b.build()
+        assert control_is_abort(packed, parse_batch_header(packed)) is not commit
+
+
+def test_corrupt_control_batch_is_corrupt_message_under_read_committed() -> None:
+    data = bytearray(marker(2, 1, commit=False))
+    data[-3] ^= 0xFF
+    fetch = CompletedFetch(
+        TP,
+        batch(0, 2, producer_id=1, transactional=True) + bytes(data),
+        0,
+        isolation_level=1,
+        aborted_transactions=[AbortedTransaction(1, 0)],
+    )
+    with pytest.raises(KafkaError) as info:
+        fetch.take(0)
+    assert info.value.name == "CORRUPT_MESSAGE"
