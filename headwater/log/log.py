@@ -273,11 +273,11 @@ class Log:
             if rebuild:
                 segment.txn_index.reset()
             for header in segment.iter_headers(position):
-                marker = (
-                    self._marker_of(header, segment.read_batch(header), 0)
-                    if (header.is_control)
-                    else None
-                )
+                if header.last_offset < start_offset:
+                    continue  # already in the snapshot
+                marker = None
+                if header.is_control:
+                    marker = self._marker_of(header, segment.read_batch(header), 0)
                 done = table.update(header, header.max_timestamp, marker)
                 if done is not None and rebuild:
                     self._index_if_aborted(segment, done)

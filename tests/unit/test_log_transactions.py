@@ -5,12 +5,18 @@ from __future__ import annotations
 import asyncio
 import os
 import struct
+import uuid
 from pathlib import Path
 
 import pytest
 
 from headwater.broker.handlers.txn_markers import WriteTxnMarkersApi
 from headwater.broker.offsets_log import PartitionOffsetsLog
+from headwater.fetch.contexts import new_fetch_context
+from headwater.fetch.planner import read_partitions
+from headwater.fetch.purgatory import SessionPartitionWatcher
+from headwater.fetch.session_cache import FetchSessionCache
+from headwater.fetch.types import FetchRequestData, FetchResponseData, PartitionFetch
 from headwater.group.storage import TxnEnd
 from headwater.log import log as log_module
 from headwater.log.config import LogConfig
@@ -589,3 +595,48 @@ def test_offsets_log_replay_steps_over_transaction_markers(tmp_path: Path) -> No
     log.append_control_marker(7, 0, True, 0, NOW)
     offsets_log.append([(b"k2", None)])
     assert list(offsets_log.replay()) == [(b"k1", b"v1"), TxnEnd(7, True), (b"k2", None)]
+
+
+def test_an_incremental_fetch_session_reports_an_lso_move_as_news(tmp_path: Path) -> None:
+    """KIP-227 with real logs: a commit marker moves only the LSO, and the session says so."""
+    logs = LogDirectory(tmp_path, LogConfig())
+    logs.open()
+    logs.create_topic("t", 1)
+    log = logs.log("t", 0)
+    log.append(plain(), NOW)  # 0
+    p = Producer(3)
+    log.append(p.batch(), NOW)  # 1: open
+    cache = FetchSessionCache()
+    watcher = SessionPartitionWatcher(logs.existing_log)
+
+    def fetch(session_id: int, epoch: int, parts: list[PartitionFetch]) -> FetchResponseData:
+        req = FetchRequestData(
+            version=12,
+            isolation_level=1,
+            max_wait_ms=0,
+            session_id=session_id,
+            session_epoch=epoch,
+            partitions=parts,
+        )
+        ctx = new_fetch_context(cache, req, 0, watcher)
+        result = read_partitions(
+            ctx.partitions_to_read(),
+            logs.existing_log,
+            max_bytes=1 << 20,
+            isolation=RC,
+            aborted_list=True,
+        )
+        return ctx.update_and_generate_response(result.partitions, 0)
+
+    zero = uuid.UUID(int=0)
+    first = fetch(0, 0, [PartitionFetch(zero, "t", 0, 0)])
+    assert first.session_id > 0
+    (part,) = first.partitions
+    assert (part.high_watermark, part.last_stable_offset) == (2, 1)
+    # The client moved to the LSO; no records, HW or LSO change: nothing to send.
+    assert fetch(first.session_id, 1, [PartitionFetch(zero, "t", 0, 1)]).partitions == []
+    assert fetch(first.session_id, 2, []).partitions == []
+    commit(log, p)  # 2
+    news = fetch(first.session_id, 3, [])
+    assert [(p.high_watermark, p.last_stable_offset) for p in news.partitions] == [(3, 3)]
+    assert news.partitions[0].records_size > 0  # the committed record, readable now
