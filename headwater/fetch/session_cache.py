@@ -21,7 +21,12 @@ and lets a larger consumer evict an old follower session; a flood of
 consumer sessions can then push replica fetchers to sessionless full
 fetches, which costs the whole cluster. So a consumer newcomer looks only at
 consumer sessions: their own use order for step 1 and their own sorted lists
-for step 2. Followers may still evict anything by Kafka's rule. Likewise the
+for step 2. A follower newcomer takes step 1 among consumer sessions, then
+step 2, and only then evicts the least recently used *follower* session if
+idle past the eviction time: follower sessions parked in long polls are
+often the least recently used of all, and two replica fetchers resetting
+their sessions must not evict each other in turn while consumers hold
+slots (seen as a cluster test losing a follower session). Likewise the
 per-principal and per-client limits count and replace consumer sessions only
 (followers are exempt from them). Seed 004 adds an optional minimum session
 size and a separate, smaller pool of slots for consumers.
@@ -302,18 +307,28 @@ class FetchSessionCache:
 
     def _evict_for(self, privileged: bool, size: int, now_ms: int) -> bool:
         # A consumer newcomer sees consumer sessions only (see the module docstring).
-        lru = self._lru if privileged else self._consumers.lru
-        if lru:
-            stalest = next(iter(lru.values()))
-            if now_ms - stalest.session.last_used_ms > self.eviction_ms:
-                self._evict(stalest)
-                return True
+        # A follower newcomer takes a consumer's slot before another follower's:
+        # with follower sessions parked in long polls they are often the least
+        # recently used, and two replica fetchers must not evict each other in turn.
+        if self._evict_stale(self._consumers.lru, now_ms):
+            return True
         victim = self._smallest_evictable(privileged)
-        if victim is None:
-            return False
-        newcomer = (privileged, size, 0)
-        if newcomer > (victim.session.privileged, victim.size, victim.session.id):
+        if victim is not None and (privileged, size, 0) > (
+            victim.session.privileged,
+            victim.size,
+            victim.session.id,
+        ):
             self._evict(victim)
+            return True
+        return privileged and self._evict_stale(self._followers.lru, now_ms)
+
+    def _evict_stale(self, lru: OrderedDict[int, _Slot], now_ms: int) -> bool:
+        """Evict the least recently used session of ``lru`` if idle past the eviction time."""
+        if not lru:
+            return False
+        stalest = next(iter(lru.values()))
+        if now_ms - stalest.session.last_used_ms > self.eviction_ms:
+            self._evict(stalest)
             return True
         return False
 

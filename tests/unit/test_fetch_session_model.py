@@ -80,18 +80,24 @@ class FetchSessionMachine(RuleBasedStateMachine):
         """(admitted, evicted id) by Headwater's rule, found by brute force.
 
         Kafka's rule, except that a consumer newcomer only ever considers
-        consumer sessions (issues 8, 9, 12): it never evicts a follower's.
+        consumer sessions (issues 8, 9, 12): it never evicts a follower's; and
+        a follower newcomer takes a consumer's slot before another follower's.
         """
         if len(self.model) < SLOTS:
             return True, None
         now = self.now
+
+        def stalest_of(ids: list[int]) -> int | None:
+            if not ids:
+                return None
+            i = min(ids, key=lambda j: (self.model[j].last_used_ms, self.model[j].touched))
+            return i if now - self.model[i].last_used_ms > EVICTION_MS else None
+
+        consumers = [i for i, m in self.model.items() if not m.privileged]
+        stale = stalest_of(consumers)
+        if stale is not None:
+            return True, stale
         candidates = {i: m for i, m in self.model.items() if privileged or not m.privileged}
-        if candidates:
-            stalest = min(
-                candidates, key=lambda i: (candidates[i].last_used_ms, candidates[i].touched)
-            )
-            if now - candidates[stalest].last_used_ms > EVICTION_MS:
-                return True, stalest
 
         def old(i: int) -> bool:
             return now - candidates[i].created_ms > EVICTION_MS
@@ -99,12 +105,15 @@ class FetchSessionMachine(RuleBasedStateMachine):
         evictable = [
             i for i, m in candidates.items() if (old(i) or (privileged and not m.privileged))
         ]
-        if not evictable:
-            return False, None
-        victim = min(evictable, key=lambda i: (candidates[i].privileged, candidates[i].size, i))
-        v = candidates[victim]
-        if (privileged, size, 0) > (v.privileged, v.size, victim):
-            return True, victim
+        if evictable:
+            victim = min(evictable, key=lambda i: (candidates[i].privileged, candidates[i].size, i))
+            v = candidates[victim]
+            if (privileged, size, 0) > (v.privileged, v.size, victim):
+                return True, victim
+        if privileged:
+            stale = stalest_of([i for i, m in self.model.items() if m.privileged])
+            if stale is not None:
+                return True, stale
         return False, None
 
     def use(self, session_id: int, size: int) -> None:
