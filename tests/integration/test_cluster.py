@@ -446,6 +446,18 @@ def test_partitions_added_from_any_broker_get_leaders_and_take_writes(cluster: C
     admin = AdminClient({"bootstrap.servers": cluster.brokers[2].bootstrap})
     admin.create_partitions([NewPartitions("grows", 5)], request_timeout=30)["grows"].result(30)
     wait_for(lambda: cluster.all_have_leaders("grows", 5), what="leaders of new partitions")
+
+    def every_broker_knows_five() -> bool:
+        # Each broker learns from its own ZooKeeper watch, as Kafka brokers learn
+        # from UpdateMetadata: a consumer asking a broker that has not heard yet
+        # would be assigned two partitions (and refresh only minutes later).
+        for b in cluster.brokers:
+            md = AdminClient({"bootstrap.servers": b.bootstrap}).list_topics("grows", timeout=5)
+            if len(md.topics["grows"].partitions) != 5:
+                return False
+        return True
+
+    wait_for(every_broker_knows_five, what="five partitions in every broker's metadata")
     for p in cluster.partitions("grows").values():
         assert len(p.replicas) == 2
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
