@@ -132,8 +132,22 @@ class TransactionCoordinatorService:
     async def start(self) -> None:
         if not self._timers:
             self._timers = [
-                asyncio.create_task(self._abort_timed_out_forever(), name="txn-abort-timer"),
-                asyncio.create_task(self._expire_ids_forever(), name="txn-expire-timer"),
+                asyncio.create_task(
+                    self._every(
+                        self.config.abort_interval_ms,
+                        self.abort_timed_out_transactions,
+                        "aborting timed-out transactions",
+                    ),
+                    name="txn-abort-timer",
+                ),
+                asyncio.create_task(
+                    self._every(
+                        self.config.removal_interval_ms,
+                        self.expire_transactional_ids,
+                        "expiring transactional ids",
+                    ),
+                    name="txn-expire-timer",
+                ),
             ]
 
     async def stop(self) -> None:
@@ -459,33 +473,39 @@ class TransactionCoordinatorService:
 
     # ------------------------------------------------------------ timers
 
-    async def _abort_timed_out_forever(self) -> None:
+    @staticmethod
+    async def _every(interval_ms: int, task: Callable[[], None], what: str) -> None:
+        """Run ``task`` every ``interval_ms``; a failure is logged and retried next round."""
         while True:
-            await asyncio.sleep(self.config.abort_interval_ms / 1000)
+            await asyncio.sleep(interval_ms / 1000)
             try:
-                self.abort_timed_out_transactions()
+                task()
             except Exception:
-                log.exception("aborting timed-out transactions failed; will retry")
+                log.exception("%s failed; will retry", what)
+
+    def _loaded_transactions(self) -> Iterator[tuple[int, _Partition, TransactionMetadata]]:
+        """Every transaction of every fully loaded partition (a snapshot: safe to spawn from)."""
+        for partition, loaded in list(self._partitions.items()):
+            if not loaded.loading:
+                for meta in list(loaded.txns.values()):
+                    yield partition, loaded, meta
 
     def abort_timed_out_transactions(self) -> None:
         """Abort (with a bumped epoch) every ongoing transaction past its timeout."""
         now = self._clock_ms()
-        for partition, loaded in list(self._partitions.items()):
-            if loaded.loading:
-                continue
-            for meta in list(loaded.txns.values()):
-                if timed_out(meta, now):
-                    log.info(
-                        "aborting transaction of %r (producer %d): timed out after %d ms",
-                        meta.transactional_id,
-                        meta.producer_id,
-                        meta.timeout_ms,
-                    )
-                    transit = abort_timed_out(meta, now)
-                    self._spawn(
-                        self._abort(partition, loaded, meta, transit),
-                        f"txn-timeout-{meta.transactional_id}",
-                    )
+        for partition, loaded, meta in self._loaded_transactions():
+            if timed_out(meta, now):
+                log.info(
+                    "aborting transaction of %r (producer %d): timed out after %d ms",
+                    meta.transactional_id,
+                    meta.producer_id,
+                    meta.timeout_ms,
+                )
+                transit = abort_timed_out(meta, now)
+                self._spawn(
+                    self._abort(partition, loaded, meta, transit),
+                    f"txn-timeout-{meta.transactional_id}",
+                )
 
     async def _abort(
         self, partition: int, loaded: _Partition, meta: TransactionMetadata, transit: TxnTransit
@@ -500,27 +520,16 @@ class TransactionCoordinatorService:
                 error.name,
             )
 
-    async def _expire_ids_forever(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.removal_interval_ms / 1000)
-            try:
-                self.expire_transactional_ids()
-            except Exception:
-                log.exception("expiring transactional ids failed; will retry")
-
     def expire_transactional_ids(self) -> None:
         """Tombstone ids unused for transactional.id.expiration.ms."""
         now = self._clock_ms()
-        for partition, loaded in list(self._partitions.items()):
-            if loaded.loading:
-                continue
-            for meta in list(loaded.txns.values()):
-                if expired_id(meta, now, self.config.expiration_ms):
-                    log.info("transactional id %r expired", meta.transactional_id)
-                    self._spawn(
-                        self._write_and_log(partition, loaded, meta, meta.prepare_dead()),
-                        f"txn-expire-{meta.transactional_id}",
-                    )
+        for partition, loaded, meta in self._loaded_transactions():
+            if expired_id(meta, now, self.config.expiration_ms):
+                log.info("transactional id %r expired", meta.transactional_id)
+                self._spawn(
+                    self._write_and_log(partition, loaded, meta, meta.prepare_dead()),
+                    f"txn-expire-{meta.transactional_id}",
+                )
 
     async def _write_and_log(
         self, partition: int, loaded: _Partition, meta: TransactionMetadata, transit: TxnTransit
