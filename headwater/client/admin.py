@@ -219,9 +219,7 @@ class AsyncAdminClient:
     ) -> dict[TopicPartition, int]:
         """The group's committed offsets (Kafka's Admin.listConsumerGroupOffsets)."""
         coordinators = CoordinatorClient(self._cluster, max_block_ms=self.request_timeout_ms)
-        return await fetch_committed_offsets(
-            coordinators, group_id, require_stable=require_stable
-        )
+        return await fetch_committed_offsets(coordinators, group_id, require_stable=require_stable)
 
     async def list_transactions(
         self, states: Sequence[str] = (), producer_ids: Sequence[int] = ()

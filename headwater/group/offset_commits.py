@@ -7,7 +7,7 @@ subscriptions), which is decided here, before anything is written.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from kio.schema.errors import ErrorCode
 
@@ -21,7 +21,7 @@ from headwater.group.membership import Group, GroupState
 from headwater.group.offsets import OffsetCommitEntry, TopicPartition
 from headwater.group.pending import Pending
 from headwater.group.replication import coordinator_error
-from headwater.group.storage import AppendFailed
+from headwater.group.storage import AppendFailed, CommittedOffset
 
 
 class OffsetCommits:
@@ -83,26 +83,14 @@ class OffsetCommits:
         member = group.members.get(member_id)
         if member is not None:
             member.touch(now_ms)
-        try:
-            appended = self._store.offsets.commit(group_id, valid, timestamp_ms=timestamp_ms)
-        except AppendFailed as failed:
-            refused = coordinator_error(failed.error, commit=True)
-            return Pending.completed(
-                [refused if e is ErrorCode.none else e for e in partition_errors]
-            )
-        stored = iter(appended.errors)
-        errors = [next(stored) if e is ErrorCode.none else e for e in partition_errors]
-        if appended.end_offset is None:
-            return Pending.completed(errors)
-
-        def answer(replication_error: ErrorCode) -> list[ErrorCode]:
-            if replication_error is ErrorCode.none:
-                self._store.offsets.apply(group_id, appended.accepted)
-                return errors
-            failed = coordinator_error(replication_error, commit=True)
-            return [failed if e is ErrorCode.none else e for e in errors]
-
-        return self._store.replicated(appended.end_offset).map(answer)
+        return self._append(
+            group_id,
+            valid,
+            partition_errors,
+            timestamp_ms=timestamp_ms,
+            producer=None,
+            on_replicated=lambda accepted: self._store.offsets.apply(group_id, accepted),
+        )
 
     def txn_commit(
         self,
@@ -155,9 +143,36 @@ class OffsetCommits:
         valid = [
             entry for entry, e in zip(entries, partition_errors, strict=True) if e is ErrorCode.none
         ]
+        return self._append(
+            group_id,
+            valid,
+            partition_errors,
+            timestamp_ms=timestamp_ms,
+            producer=(producer_id, producer_epoch),
+            on_replicated=lambda accepted: self._store.pending_txn.add(
+                producer_id, group_id, accepted
+            ),
+        )
+
+    def _append(
+        self,
+        group_id: str,
+        valid: list[OffsetCommitEntry],
+        partition_errors: list[ErrorCode],
+        *,
+        timestamp_ms: int,
+        producer: tuple[int, int] | None,
+        on_replicated: Callable[[dict[TopicPartition, CommittedOffset]], None],
+    ) -> Pending[list[ErrorCode]]:
+        """Write the valid entries; once replicated, ``on_replicated(accepted)`` and answer.
+
+        The one path of OffsetCommit and TxnOffsetCommit: they differ only in
+        whose batch it is (``producer``) and where accepted offsets go (the
+        committed table, or pending until the transaction's marker).
+        """
         try:
             appended = self._store.offsets.commit(
-                group_id, valid, timestamp_ms=timestamp_ms, producer=(producer_id, producer_epoch)
+                group_id, valid, timestamp_ms=timestamp_ms, producer=producer
             )
         except AppendFailed as failed:
             refused = coordinator_error(failed.error, commit=True)
@@ -171,7 +186,7 @@ class OffsetCommits:
 
         def answer(replication_error: ErrorCode) -> list[ErrorCode]:
             if replication_error is ErrorCode.none:
-                self._store.pending_txn.add(producer_id, group_id, appended.accepted)
+                on_replicated(appended.accepted)
                 return errors
             failed = coordinator_error(replication_error, commit=True)
             return [failed if e is ErrorCode.none else e for e in errors]

@@ -170,9 +170,7 @@ class ConfigsApi:
                 "num.partitions": str(c.num_partitions),
                 "queued.max.request.bytes": str(limits.queued_max_request_bytes),
                 "socket.request.max.bytes": str(c.socket_request_max_bytes),
-                "transaction.state.log.num.partitions": str(
-                    c.transaction_state_log_num_partitions
-                ),
+                "transaction.state.log.num.partitions": str(c.transaction_state_log_num_partitions),
                 "transaction.state.log.replication.factor": str(
                     c.transaction_state_log_replication_factor
                 ),
