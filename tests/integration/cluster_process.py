@@ -102,6 +102,15 @@ class Cluster:
                 # BrokerProcess.stop forgets the process even when it timed out.
                 proc.kill()
                 proc.wait()
+        self.print_logs()
+
+    def print_logs(self, tail: int = 80) -> None:
+        """Each broker's last log lines on stdout, which pytest shows only for a failed test:
+        CI keeps nothing else of a cluster that misbehaved under load."""
+        for broker_id, b in enumerate(self.brokers):
+            print(f"----- broker {broker_id}: last {tail} log lines -----")
+            for line in b.lines[-tail:]:
+                print(line)
 
     def metric(self, broker_id: int, name: str) -> float:
         """One Prometheus sample of a broker's /metrics (the sum over its labels)."""
