@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import inspect
 import itertools
 import logging
@@ -52,6 +51,7 @@ from headwater.cluster.replication_quota import ReplicationQuotaConfig
 from headwater.cluster.zk_security import ZkSecurityStores
 from headwater.fetch.purgatory import FetchPurgatory
 from headwater.fetch.session_cache import FetchSessionCache
+from headwater.gc_policy import COLLECTOR
 from headwater.group.apis import SUPPORTED_VERSIONS as GROUP_API_VERSIONS
 from headwater.group.coordinator import GroupConfig
 from headwater.group.service import GroupService
@@ -79,7 +79,6 @@ KioHandler = Callable[[RequestContext, Any], "dict[str, Any] | Awaitable[dict[st
 
 
 #: Freeze the collector's long-lived objects again once this many new logs are open.
-FREEZE_AFTER_NEW_LOGS = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +265,6 @@ class Broker:
         self.listeners: list[Listener] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._conn_ids = itertools.count(1)
-        self._frozen_at_logs = 0
         #: ``sasl.enabled.mechanisms`` per listener (``listener.name.<l>.`` resolved once).
         self._sasl_mechanisms: dict[str, tuple[str, ...]] = {}
         self.address: tuple[str, int] = (config.host, config.port)
@@ -741,7 +739,10 @@ class Broker:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.logs.open()
         self._build_handlers()
-        self._freeze_long_lived(collect=True)
+        # Start-up objects and the logs loaded so far live for the whole run;
+        # later ones are frozen as they come (headwater.gc_policy).
+        COLLECTOR.enable()
+        COLLECTOR.freeze(collect=True)
         if self.cluster is None:
             await self.groups.start()
             await self._load_local_transactions()
@@ -924,25 +925,6 @@ class Broker:
                         else logging.WARNING,
                     )
 
-    def _freeze_long_lived(self, *, collect: bool) -> None:
-        """Move what exists now (loaded logs, segments, indexes) out of the collector's reach.
-
-        Those objects live as long as their partitions, yet every full
-        collection walks them all: with 100,000 partitions that is hundreds
-        of ms with the loop stopped, two or three times per huge fetch
-        (measured in bench_stalls). ``gc.freeze`` leaves reference counting
-        alone, so a deleted topic's objects are still freed; only garbage in
-        reference cycles at freeze time would stay. At start a collection
-        runs first (nothing is served yet); later the freeze runs without
-        one (a collection is the very stall to avoid), and only once at least
-        ``FREEZE_AFTER_NEW_LOGS`` logs were opened since the last time, so
-        what cyclic garbage it may keep is bounded and rare.
-        """
-        if collect:
-            gc.collect()
-        gc.freeze()
-        self._frozen_at_logs = self.logs.loaded_count
-
     async def _housekeeping(self) -> None:
         """Retention and time-based roll every ``log.retention.check.interval.ms``
         (as Kafka; they touch every partition, so not every tick), time-based
@@ -961,8 +943,6 @@ class Broker:
                     self.logs.run_retention(now_ms)
                 if self._time_based_flush():
                     self.logs.flush_due(now_ms)
-                if self.logs.loaded_count - self._frozen_at_logs >= FREEZE_AFTER_NEW_LOGS:
-                    self._freeze_long_lived(collect=False)
             except Exception:
                 log.exception("housekeeping failed; will retry")
 
@@ -991,4 +971,5 @@ class Broker:
             await self.cluster.stop()
         self.metrics.close()
         self.logs.close()
+        COLLECTOR.disable()
         log.info("stopped")

@@ -18,6 +18,8 @@ import time
 from collections.abc import Awaitable, Generator
 from typing import Any, TypeVar
 
+from headwater.gc_policy import COLLECTOR
+
 T = TypeVar("T")
 
 #: Well under the 50 ms any other client may be made to wait.
@@ -33,16 +35,22 @@ def run_cooperatively(steps: Steps[T], slice_seconds: float = SLICE_SECONDS) -> 
         return value  # type: ignore[return-value]
 
     async def rest() -> T:
-        pending = waiting
-        while True:
-            sent = None
-            if pending is not None:
-                sent = await pending
-            else:
-                await asyncio.sleep(0)
-            finished, result, pending = _run_slice(steps, slice_seconds, sent)
-            if finished:
-                return result  # type: ignore[return-value]
+        # A request this long makes many transient objects: no full collection
+        # walks them while it runs (see headwater.gc_policy).
+        COLLECTOR.heavy_started()
+        try:
+            pending = waiting
+            while True:
+                sent = None
+                if pending is not None:
+                    sent = await pending
+                else:
+                    await asyncio.sleep(0)
+                finished, result, pending = _run_slice(steps, slice_seconds, sent)
+                if finished:
+                    return result  # type: ignore[return-value]
+        finally:
+            COLLECTOR.heavy_done()
 
     return rest()
 

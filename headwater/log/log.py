@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from headwater.gc_policy import COLLECTOR
 from headwater.log.config import LogConfig
 from headwater.log.errors import (
     OffsetOutOfRangeError,
@@ -168,6 +169,7 @@ class Log:
         if self._loaded:
             return
         self._loaded = True
+        COLLECTOR.long_lived_created()  # segments, indexes: as long-lived as the log
         try:
             names = os.listdir(self._path)
         except FileNotFoundError:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
+from headwater.gc_policy import COLLECTOR
 from headwater.log.config import LogConfig
 from headwater.log.errors import (
     InvalidPartitionsError,
@@ -308,6 +309,7 @@ class LogDirectory:
             recover=not self.clean_shutdown,
         )
         self._logs[(topic, partition)] = log
+        COLLECTOR.long_lived_created()
         return log
 
     @property

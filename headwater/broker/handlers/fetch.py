@@ -28,6 +28,7 @@ from headwater.fetch.types import (
     FetchResponseData,
     PartitionFetch,
 )
+from headwater.gc_policy import COLLECTOR
 from headwater.log.log_directory import LogDirectory
 from headwater.log.slice import FileSlice
 from headwater.protocol.fetch_codec import (
@@ -121,10 +122,15 @@ class FetchApi:
     async def _handle_large(
         self, ctx: RequestContext, frame: bytes, offset: int, version: int
     ) -> EncodedBody:
-        """Decode in time slices (the frame is a copy: its buffer may be reused meanwhile)."""
-        req = await sliced(decode_fetch_request_steps(frame, offset, version))
-        await sliced(self._resolve_names_steps(req))
-        return await self._start(ctx, req, len(frame), names_resolved=True)
+        """Decode in time slices (the frame is a copy: its buffer may be reused meanwhile).
+
+        A request this large holds one object per partition from decoding to
+        encoding: no full collection may walk them in between (gc_policy).
+        """
+        with COLLECTOR.heavy():
+            req = await sliced(decode_fetch_request_steps(frame, offset, version))
+            await sliced(self._resolve_names_steps(req))
+            return await self._start(ctx, req, len(frame), names_resolved=True)
 
     def _start(
         self,
