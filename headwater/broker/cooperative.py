@@ -14,13 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import time
 from collections.abc import Awaitable, Generator
 from typing import Any, TypeVar
 
 from headwater.gc_policy import COLLECTOR
+from headwater.steps import drain
 
 T = TypeVar("T")
+
+log = logging.getLogger(__name__)
 
 #: Well under the 50 ms any other client may be made to wait.
 SLICE_SECONDS = 0.010
@@ -81,3 +85,44 @@ def _run_slice(
                 return False, None, None
     except StopIteration as stop:
         return True, stop.value, None
+
+
+class BackgroundSteps:
+    """Runs step generators later, in slices, as tasks of the running loop.
+
+    For work no client waits for (letting a closed 100,000-partition session
+    go, say) that would still stall every client if done at once. Without a
+    running loop the steps run at once; a task cancelled at shutdown runs
+    what is left of its steps at once, so the work is never half done.
+    """
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def __call__(self, steps: Generator[None, None, None]) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            drain(steps)
+            return
+        task = loop.create_task(self._run(steps))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    @staticmethod
+    async def _run(steps: Generator[None, None, None]) -> None:
+        try:
+            await sliced(steps)
+        except Exception:
+            log.exception("background work failed")
+        finally:
+            drain(steps)
+
+    @property
+    def pending(self) -> int:
+        return len(self._tasks)
+
+    async def wait(self) -> None:
+        """Until every started piece of work is done."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -278,10 +278,13 @@ class IncrementalFetchContext(FetchContext):
         session: FetchSession,
         *,
         retransmission: bool = False,
+        update_pending: bool = False,
     ) -> None:
         super().__init__(request)
         self._cache = cache
         self._session = session
+        self._update_pending = update_pending
+        """The request's partitions and forgotten list are not in the session yet."""
         self.is_retransmission = retransmission
         self._resend: frozenset[SessionKey] = (
             frozenset(session.last_response_keys) if retransmission else frozenset()
@@ -294,7 +297,22 @@ class IncrementalFetchContext(FetchContext):
     def session(self) -> FetchSession:
         return self._session
 
+    def prepare_steps(self, now_ms: int) -> Generator[None, None, None]:
+        """Apply the request to the session (it may name 100,000 partitions)."""
+        if not self._update_pending:
+            return
+        self._update_pending = False
+        session = self._session
+        yield from session.update_steps(self.request.partitions, self.request.forgotten)
+        self._cache.touch(session, now_ms)  # re-indexed under its new size
+
+    def _ensure_updated(self) -> None:
+        """For callers that skip :meth:`prepare_steps` (a throttled answer, pure tests)."""
+        if self._update_pending:
+            drain(self.prepare_steps(self._session.last_used_ms))
+
     def partitions_to_read(self) -> list[PartitionFetch]:
+        self._ensure_updated()
         session = self._session
         self._read_since = session.change_clock
         chosen = session.pending_requests(self._resend)
@@ -317,6 +335,7 @@ class IncrementalFetchContext(FetchContext):
     def update_and_generate_response(
         self, results: Sequence[PartitionData], now_ms: int
     ) -> FetchResponseData:
+        self._ensure_updated()
         error = self.completion_error()
         if error:
             return FetchResponseData(error_code=error, session_id=INVALID_SESSION_ID)
@@ -376,19 +395,26 @@ def new_fetch_context(
         cache.session_errors_total += 1
         return SessionErrorContext(request, FETCH_SESSION_TOPIC_ID_ERROR)
 
-    session.update(request.partitions, request.forgotten)
-    if session.size == 0:
-        # Everything was forgotten: Kafka drops the session and serves sessionless.
-        cache.remove(session_id)
-        cache.full_fetches_total += 1
-        return SessionlessFetchContext(request)
+    # Only a request that names nothing and forgets at least as many partitions
+    # as the session holds may empty it; any other update can wait for the
+    # context's prepare steps, which a broker runs in slices.
+    if not request.partitions and len(request.forgotten) >= session.size:
+        session.update(request.partitions, request.forgotten)
+        if session.size == 0:
+            # Everything was forgotten: Kafka drops the session and serves sessionless.
+            cache.remove(session_id)
+            cache.full_fetches_total += 1
+            return SessionlessFetchContext(request)
+        update_pending = False
+    else:
+        update_pending = True
     cache.incremental_fetches_total += 1
     cache.touch(session, now_ms)
     if cache.retransmit_enabled:
         session.last_request_epoch = epoch
         session.last_request_fingerprint = request_fingerprint(request)
     session.epoch = next_epoch(session.epoch)
-    return IncrementalFetchContext(cache, request, session)
+    return IncrementalFetchContext(cache, request, session, update_pending=update_pending)
 
 
 def unique_partitions(

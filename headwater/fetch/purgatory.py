@@ -13,7 +13,7 @@ This is the only part of ``headwater.fetch`` that touches asyncio.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
@@ -75,6 +75,12 @@ class FetchPurgatory:
                 ctx.remove_change_listener(waiter.wake)
 
 
+#: Sessions of at least this many partitions are released in the background.
+RELEASE_IN_BACKGROUND = 2_000
+#: Partitions unwatched per step of a background release.
+RELEASE_STEP = 1_000
+
+
 class _LogWatch:
     """The sessions watching one partition's log: one session, or a set of them.
 
@@ -100,10 +106,17 @@ class SessionPartitionWatcher:
     which finds the log's sessions in one dict.
     """
 
-    def __init__(self, lookup: Callable[[str, int], Log | None]) -> None:
+    def __init__(
+        self,
+        lookup: Callable[[str, int], Log | None],
+        background: Callable[[Generator[None, None, None]], None] | None = None,
+    ) -> None:
+        """``background`` runs step generators later, in slices (the broker's event
+        loop); without it a closed session is released at once."""
         self._lookup = lookup
         self._watches: dict[Log, _LogWatch] = {}
         self._listener = self._log_changed  # one bound method for every log
+        self.background = background
 
     def watch(self, key: TopicIdPartition, session: FetchSession) -> None:
         log = self._lookup(key.topic, key.partition) if key.topic else None
@@ -131,6 +144,24 @@ class SessionPartitionWatcher:
         if w.sessions is session:
             del self._watches[log]
             log.remove_listener(self._listener)
+
+    def release(self, session: FetchSession, keys: Iterator[TopicIdPartition]) -> None:
+        """Unwatch a closed session's partitions: a large session in the background,
+        ``RELEASE_STEP`` partitions per step (190 ms at once for 100,000, measured)."""
+        if self.background is None or session.size < RELEASE_IN_BACKGROUND:
+            for key in keys:
+                self.unwatch(key, session)
+            return
+        self.background(self._release_steps(session, keys))
+
+    def _release_steps(
+        self, session: FetchSession, keys: Iterator[TopicIdPartition]
+    ) -> Generator[None, None, None]:
+        unwatch = self.unwatch
+        for n, key in enumerate(keys, 1):
+            unwatch(key, session)
+            if n % RELEASE_STEP == 0:
+                yield None
 
     def watching(self, topic: str, partition: int) -> int:
         """How many sessions watch this partition's log (for tests and metrics)."""

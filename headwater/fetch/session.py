@@ -21,6 +21,7 @@ from collections.abc import Callable, Collection, Generator, Iterable, Iterator,
 from typing import Protocol
 
 from headwater.fetch.types import ZERO_UUID, PartitionData, PartitionFetch, TopicIdPartition
+from headwater.steps import drain
 
 INVALID_SESSION_ID = 0
 """A request or response session id meaning "no session"."""
@@ -84,6 +85,15 @@ class PartitionWatcher(Protocol):
     def watch(self, key: TopicIdPartition, session: FetchSession) -> None: ...
 
     def unwatch(self, key: TopicIdPartition, session: FetchSession) -> None: ...
+
+    def release(self, session: FetchSession, keys: Iterator[TopicIdPartition]) -> None:
+        """``session`` closed: unwatch all of ``keys``, at once or later.
+
+        Unwatching 100,000 partitions takes longer than any client may wait,
+        so a broker may spread it over time; the closed session ignores
+        changes meanwhile.
+        """
+        ...
 
 
 class CachedPartition:
@@ -402,7 +412,14 @@ class FetchSession:
         moved, so it must be read. The order matches Kafka (a partition both
         named and forgotten ends up removed).
         """
-        for fetch in partitions:
+        drain(self.update_steps(partitions, forgotten))
+
+    def update_steps(
+        self, partitions: Iterable[PartitionFetch], forgotten: Iterable[TopicIdPartition]
+    ) -> Generator[None, None, None]:
+        """:meth:`update`, yielding every ``ADD_STEP`` partitions (an incremental
+        request may name 100,000 of them: ~120 ms at once, measured)."""
+        for n, fetch in enumerate(partitions, 1):
             t = self._topic_of(fetch)
             i = self._topic_index[t].get(fetch.partition)
             if i < 0:
@@ -411,13 +428,19 @@ class FetchSession:
             else:
                 self._store(i, fetch)
             self._pending.add(i)
-        for key in forgotten:
+            if n % ADD_STEP == 0:
+                yield None
+                if self.closed:
+                    return  # evicted meanwhile: watch nothing more
+        for n, key in enumerate(forgotten, 1):
             i = self._slot_of(self.key_of(key))
             if i >= 0:
                 gone = self._key(i)
                 self._unpend(i)
                 self._remove(i)
                 self.watcher.unwatch(gone, self)
+            if n % ADD_STEP == 0:
+                yield None
 
     def add_steps(self, partitions: Sequence[PartitionFetch]) -> Generator[None, None, None]:
         """Add the partitions of a new session, watching each; yields every ``ADD_STEP``.
@@ -482,22 +505,28 @@ class FetchSession:
         if self.closed:
             return
         self.closed = True
-        topic = self._topic
-        unwatch = self.watcher.unwatch
-        for i in range(len(topic)):
-            if topic[i] >= 0:
-                unwatch(self._key(i), self)
+        self.watcher.release(self, self._watched_keys())
         self._pending.clear()
         self._notify()
+
+    def _watched_keys(self) -> Iterator[TopicIdPartition]:
+        """The key of every partition, read lazily (a closed session's slots no longer change)."""
+        topic = self._topic
+        for i in range(len(topic)):
+            if topic[i] >= 0:
+                yield self._key(i)
 
     # -- change signal ----------------------------------------------------
 
     def partition_changed(self, key: TopicIdPartition) -> None:
         """The broker's log listener: this partition may have news for the client."""
-        self._changed(self._slot_of(self.key_of(key)))
+        if not self.closed:
+            self._changed(self._slot_of(self.key_of(key)))
 
     def log_changed(self, topic: str, partition: int) -> None:
         """Like :meth:`partition_changed`, by topic name (what a log knows itself by)."""
+        if self.closed:
+            return  # still watched while its release runs
         t = self._topic_by_name.get(topic)
         if t is not None:
             self._changed(self._topic_index[t].get(partition))

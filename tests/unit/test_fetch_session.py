@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +84,10 @@ class World:
             watching.discard(session)
             if not watching:
                 del self.watchers[(key.topic, key.partition)]
+
+    def release(self, session: FetchSession, keys: Iterator[TopicIdPartition]) -> None:
+        for key in keys:
+            self.unwatch(key, session)
 
     def watching(self, tp: TP) -> set[FetchSession]:
         return self.watchers.get(tp, set())

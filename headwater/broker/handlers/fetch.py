@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Generator
 
 from headwater.broker.config import BrokerConfig
 from headwater.broker.connection import RequestContext
-from headwater.broker.cooperative import sliced
+from headwater.broker.cooperative import BackgroundSteps, sliced
 from headwater.broker.metrics import BrokerMetrics
 from headwater.cluster.replica_manager import ReplicaManager
 from headwater.fetch.contexts import FetchContext, new_fetch_context
@@ -86,7 +86,9 @@ class FetchApi:
         self.purgatory = purgatory
         self.metrics = metrics
         self.replication = replication
-        self.watcher = SessionPartitionWatcher(logs.existing_log)
+        #: Closed sessions' partitions are unwatched here, in slices.
+        self.background = BackgroundSteps()
+        self.watcher = SessionPartitionWatcher(logs.existing_log, background=self.background)
 
     def _topic_id_of(self, topic: str) -> uuid.UUID:
         info = self.logs.topics().get(topic)
