@@ -18,7 +18,10 @@ Run: ``.venv/bin/python bench/bench_stalls.py [--partitions N] [--fresh N]
 [--cases idle,create,produce,metadata,session,stop]`` (``--cases idle,create,session``
 measures only the topic and the fetch session: seconds instead of a minute).
 The fetch session case also sends one incremental fetch on the new session
-(its answer must carry no partition: the session was filled correctly).
+(its answer must carry no partition: the session was filled correctly),
+then creates a second session, sends an incremental fetch naming every
+partition, and closes that session (epoch -1; the window includes 1 s after
+the answer, while the broker unwatches the partitions in the background).
 Prints a table and writes bench/results/stalls.json.
 """
 
@@ -38,8 +41,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from brokers import Headwater, ScratchDir, machine_info
-from fetch_session_client import TopicFetcher, WireClient
+from fetch_session_client import FETCH_VERSION, TopicFetcher, WireClient
 
+from headwater.fetch.types import FetchRequestData
 from headwater.protocol.apis import ApiKey
 from headwater.records.record import build_batch
 
@@ -176,6 +180,37 @@ def main() -> None:
                         parent,
                         f"Second fetch session of {args.partitions:,} partitions",
                         session,
+                    )
+                )
+
+                def incremental_naming_all() -> None:
+                    fetcher._moved = set(range(args.partitions))
+                    session()
+
+                rows.append(
+                    measure(
+                        parent,
+                        f"Incremental fetch naming {args.partitions:,} partitions",
+                        incremental_naming_all,
+                    )
+                )
+
+                def close_session() -> None:
+                    final = FetchRequestData(
+                        version=FETCH_VERSION,
+                        max_bytes=1 << 20,
+                        session_id=fetcher.session_id,
+                        session_epoch=-1,  # FINAL_EPOCH: the client closes its session
+                    )
+                    response, _ = client.fetch(final)
+                    assert response.error_code == 0, response
+                    time.sleep(1.0)  # the broker lets the partitions go after answering
+
+                rows.append(
+                    measure(
+                        parent,
+                        f"Closing a session of {args.partitions:,} partitions (+1 s)",
+                        close_session,
                     )
                 )
             client.close()
