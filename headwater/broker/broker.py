@@ -17,6 +17,7 @@ import logging
 import resource
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -59,6 +60,7 @@ from headwater.log.log_directory import LogDirectory
 from headwater.protocol.apis import SUPPORTED, ApiKey
 from headwater.protocol.header import api_versions_error_body
 from headwater.protocol.messages import build_response, decode_request, encode_response
+from headwater.protocol.messages import preload as preload_schemas
 from headwater.records.validation import prepare as prepare_record_validation
 from headwater.security.acl_store import AclStore, FileAclStore
 from headwater.security.authorizer import AclAuthorizer, AllowAllAuthorizer, Authorizer
@@ -242,6 +244,8 @@ class Broker:
         self._connection_refusals = RejectionLog(log)
         self._slot_freed = asyncio.Event()
         self.handlers: dict[int, ApiEntry] = {}
+        #: (API key, version) pairs served through kio schemas, preloaded at start.
+        self._kio_schemas: set[tuple[int, int]] = set()
         #: Cluster mode (``zookeeper.connect``); None: a single broker, as always.
         self.cluster: ClusterNode | None = None
         if config.zookeeper_connect:
@@ -281,6 +285,22 @@ class Broker:
         self, api_key: int, fn: KioHandler, versions: tuple[int, int] | None = None
     ) -> None:
         self.register(api_key, _kio(api_key, fn), versions)
+        lo, hi = versions or SUPPORTED[ApiKey(api_key)]
+        self._kio_schemas.update((api_key, v) for v in range(lo, hi + 1))
+
+    def _preload_schemas(self) -> None:
+        """Load every kio schema the broker serves, on a thread (see ``messages.preload``)."""
+        pairs = sorted(self._kio_schemas)
+
+        def load() -> None:
+            try:
+                preload_schemas(pairs)
+            except Exception:
+                log.exception("cannot preload the protocol schemas; they load on first use")
+                return
+            COLLECTOR.freeze()  # schemas live as long as the process
+
+        threading.Thread(target=load, name="schema-preload", daemon=True).start()
 
     def _build_handlers(self) -> None:
         cluster = self.cluster
@@ -739,6 +759,7 @@ class Broker:
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.logs.open()
         self._build_handlers()
+        self._preload_schemas()
         # Start-up objects and the logs loaded so far live for the whole run;
         # later ones are frozen as they come (headwater.gc_policy).
         COLLECTOR.enable()

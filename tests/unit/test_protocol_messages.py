@@ -233,3 +233,13 @@ def test_api_versions_response_round_trips(version: int, error: int, keys: list[
         },
     )
     assert decode_response(ApiKey.API_VERSIONS, version, encode_response(response)) == response
+
+
+def test_preload_loads_every_served_pair_and_skips_what_kio_lacks() -> None:
+    from headwater.protocol import messages
+
+    pairs = [(int(ApiKey.METADATA), 12), (int(ApiKey.DESCRIBE_GROUPS), 5), (9_999, 0)]
+    assert messages.preload(pairs) == 2
+    before = messages.request_class.cache_info().hits
+    messages.request_class(int(ApiKey.METADATA), 12)
+    assert messages.request_class.cache_info().hits == before + 1  # already loaded
