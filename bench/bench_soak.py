@@ -61,9 +61,11 @@ OVERRIDES = [
 ]
 
 
-def rss_mb(pid: int) -> float:
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """Resident memory in MB; ``field="RssAnon"`` leaves out file-backed pages
+    (mapped libraries and files), i.e. what the broker itself allocated."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -185,6 +187,7 @@ def _run(broker: Headwater, minutes: float) -> dict[str, Any]:
     latencies: dict[str, list[float]] = {"baseline": [], "attack": []}
     phase = ["baseline"]
     samples: list[tuple[float, float, int]] = []
+    anon: list[float] = []  # RssAnon at each sample
     start = time.monotonic()
     bad = BadClients(broker.port)
     seq = 0
@@ -209,6 +212,7 @@ def _run(broker: Headwater, minutes: float) -> dict[str, Any]:
             samples.append(
                 (now - start, rss_mb(broker.pid), len(os.listdir(f"/proc/{broker.pid}/fd")))
             )
+            anon.append(rss_mb(broker.pid, "RssAnon"))
             next_sample = now + 2
         time.sleep(0.002)
     producer.flush(60)
@@ -220,7 +224,9 @@ def _run(broker: Headwater, minutes: float) -> dict[str, Any]:
     )
     read = read_back(broker.bootstrap, len(acked))
     lost = len(acked - read)
-    warm = [rss for t, rss, _ in samples if t >= baseline_s + min(60.0, total / 5)]
+    warm_from = baseline_s + min(60.0, total / 5)
+    warm_anon = [a for (t, _, _), a in zip(samples, anon, strict=False) if t >= warm_from]
+    warm = [rss for t, rss, _ in samples if t >= warm_from]
     if not warm:
         warm = [rss for _, rss, _ in samples[-3:]]
     p99 = {k: _p99(v) for k, v in latencies.items()}
@@ -232,6 +238,8 @@ def _run(broker: Headwater, minutes: float) -> dict[str, Any]:
         "rss_after_warmup_min_mb": min(warm),
         "rss_after_warmup_max_mb": max(warm),
         "rss_drift": max(warm) / min(warm) - 1,
+        "rss_anon_after_warmup_min_mb": min(warm_anon, default=float("nan")),
+        "rss_anon_after_warmup_max_mb": max(warm_anon, default=float("nan")),
         "fds_end": samples[-1][2],
         "fds_max": max(f for _, _, f in samples),
         "p99_ack_ms": p99,
@@ -270,15 +278,17 @@ def read_back(bootstrap: str, expected: int, timeout_s: float = 120) -> set[byte
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where to write the JSON")
     args = parser.parse_args()
     with ScratchDir("soak") as data:
         result = run_soak(args.minutes, data)
     summary = {k: v for k, v in result.items() if k != "samples"}
     print(json.dumps(summary, indent=2))
-    RESULTS.parent.mkdir(exist_ok=True)
+    results: Path = args.results
+    results.parent.mkdir(exist_ok=True)
     result["when"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    RESULTS.write_text(json.dumps(result, indent=2))
-    print(f"wrote {RESULTS}")
+    results.write_text(json.dumps(result, indent=2))
+    print(f"wrote {results}")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
+
 from headwater.protocol.wire import write_array_length, write_string, write_uvarint
 
 FLEXIBLE_FROM = 9
@@ -79,25 +81,25 @@ def _cluster_partitions(partitions: Sequence[MetadataPartition], version: int) -
 
 @lru_cache(maxsize=512)
 def _partitions(count: int, leader: int, version: int) -> bytes:
+    """``count`` uniform partitions led by ``leader``: fixed-size entries that differ
+    only in their index, so numpy lays them out at once (a Python loop took 60-80 ms
+    for 100,000 partitions, with every other client waiting)."""
     flexible = version >= FLEXIBLE_FROM
     replicas = write_array_length(1, flexible) + struct.pack(">i", leader)
-    fmt = ">hii"
-    if version >= 7:
-        fmt += "i"  # leader epoch
-    head = struct.Struct(fmt)
     tail = replicas + replicas  # replica nodes, isr nodes
     if version >= 5:
         tail += write_array_length(0, flexible)  # offline replicas
     if flexible:
         tail += b"\x00"
-    out = bytearray(write_array_length(count, flexible))
-    for index in range(count):
-        if version >= 7:
-            out += head.pack(0, index, leader, 0)
-        else:
-            out += head.pack(0, index, leader)
-        out += tail
-    return bytes(out)
+    fields: list[tuple[str, str]] = [("error", ">i2"), ("index", ">i4"), ("leader", ">i4")]
+    if version >= 7:
+        fields.append(("epoch", ">i4"))
+    fields.append(("tail", f"V{len(tail)}"))
+    entries = np.zeros(count, dtype=np.dtype(fields))
+    entries["index"] = np.arange(count, dtype=np.int32)
+    entries["leader"] = leader
+    entries["tail"] = np.frombuffer(tail, dtype=f"V{len(tail)}")[0]
+    return write_array_length(count, flexible) + entries.tobytes()
 
 
 def encode_metadata_response(
