@@ -324,6 +324,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 data / "zc-off", ["headwater.zero.copy.enable=false"]
             ),
         }
+        for n, override in enumerate(args.compare_override):
+            brokers[f"headwater_{override}"] = Headwater(data / f"variant-{n}", [override])
         if not args.skip_tansu:
             brokers["tansu"] = Tansu()
         phases: dict[tuple[str, str, str], list[Phase]] = {}
@@ -450,6 +452,13 @@ def main() -> None:
         help="where Headwater's logs go (default: the system temp dir; /dev/shm for RAM)",
     )
     parser.add_argument("--skip-tansu", action="store_true")
+    parser.add_argument(
+        "--compare-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="also run a Headwater broker with this --override, side by side (repeatable)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     result = run(args)

@@ -57,6 +57,7 @@ from headwater.group.apis import SUPPORTED_VERSIONS as GROUP_API_VERSIONS
 from headwater.group.coordinator import GroupConfig
 from headwater.group.service import GroupService
 from headwater.log.log_directory import LogDirectory
+from headwater.malloc_policy import trim_native_heap
 from headwater.protocol.apis import SUPPORTED, ApiKey
 from headwater.protocol.header import api_versions_error_body
 from headwater.protocol.messages import build_response, decode_request, encode_response
@@ -952,6 +953,8 @@ class Broker:
         flush every tick when ``flush.ms`` is in use anywhere."""
         interval = self.config.housekeeping_interval_ms / 1000
         next_retention = time.monotonic() + self.config.retention_check_interval_ms / 1000
+        trim_every = self.config.malloc_trim_interval_ms / 1000
+        next_trim = time.monotonic() + trim_every
         while True:
             await asyncio.sleep(interval)
             now_ms = int(time.time() * 1000)
@@ -964,6 +967,9 @@ class Broker:
                     self.logs.run_retention(now_ms)
                 if self._time_based_flush():
                     self.logs.flush_due(now_ms)
+                if trim_every > 0 and time.monotonic() >= next_trim:
+                    next_trim = time.monotonic() + trim_every
+                    trim_native_heap()  # see headwater.malloc_policy
             except Exception:
                 log.exception("housekeeping failed; will retry")
 

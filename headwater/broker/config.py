@@ -76,6 +76,9 @@ class BrokerConfig:
     max_incremental_fetch_session_cache_slots_per_principal: int | None = None
     fetch_session_retransmit: bool = True
     fetch_session_slots_per_client: int | None = None
+    # headwater.malloc.trim.interval.ms: how often free C-heap pages go back to
+    # the system (headwater.malloc_policy); 0 never.
+    malloc_trim_interval_ms: int = 30_000
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
@@ -241,6 +244,7 @@ class BrokerConfig:
                 "transaction_remove_expired_transaction_cleanup_interval_ms"
             ),
             "headwater.fetch.session.slots.per.client": "fetch_session_slots_per_client",
+            "headwater.malloc.trim.interval.ms": "malloc_trim_interval_ms",
             "leader.replication.throttled.rate": "leader_replication_throttled_rate",
             "follower.replication.throttled.rate": "follower_replication_throttled_rate",
             "replication.quota.window.num": "replication_quota_window_num",
