@@ -26,8 +26,11 @@ Every context is used the same way by the broker::
     results = planner(ctx.partitions_to_read())  # same order; KIP-74 applied there
     response = ctx.update_and_generate_response(results, now_ms)
 
-Call ``update_and_generate_response`` in the same event-loop step as the
-final read, so no log notification can fall between them.
+A broker runs the same work as steps, in time slices (``prepare_steps``,
+``partitions_to_read_steps``, ``respond_steps``). A log notification may
+then fall between a partition's read and its answer: the session's change
+clock, taken when the partitions were chosen, keeps such a partition pending
+for the next fetch instead of losing the change.
 """
 
 from __future__ import annotations
@@ -77,6 +80,11 @@ class FetchContext:
     def partitions_to_read(self) -> list[PartitionFetch]:
         """The partitions the planner must read, in the order it must serve them."""
         return []
+
+    def partitions_to_read_steps(self) -> Generator[None, None, list[PartitionFetch]]:
+        """``partitions_to_read`` as steps a broker may run in slices."""
+        return self.partitions_to_read()
+        yield  # a generator
 
     def update_and_generate_response(
         self, results: Sequence[PartitionData], now_ms: int
@@ -312,10 +320,13 @@ class IncrementalFetchContext(FetchContext):
             drain(self.prepare_steps(self._session.last_used_ms))
 
     def partitions_to_read(self) -> list[PartitionFetch]:
+        return drain(self.partitions_to_read_steps())
+
+    def partitions_to_read_steps(self) -> Generator[None, None, list[PartitionFetch]]:
         self._ensure_updated()
         session = self._session
         self._read_since = session.change_clock
-        chosen = session.pending_requests(self._resend)
+        chosen = yield from session.pending_requests_steps(self._resend)
         self.partitions_read = len(chosen)
         session.partitions_read_total += len(chosen)
         self._cache.incremental_partitions_read_total += len(chosen)
@@ -335,17 +346,25 @@ class IncrementalFetchContext(FetchContext):
     def update_and_generate_response(
         self, results: Sequence[PartitionData], now_ms: int
     ) -> FetchResponseData:
+        return drain(self.respond_steps(results, now_ms))
+
+    def respond_steps(
+        self, results: Sequence[PartitionData], now_ms: int
+    ) -> Generator[None, None, FetchResponseData]:
         self._ensure_updated()
         error = self.completion_error()
         if error:
             return FetchResponseData(error_code=error, session_id=INVALID_SESSION_ID)
         session = self._session
-        answer = session.absorb_results(
+        answer = yield from session.absorb_results_steps(
             results,
             read_since=self._read_since,
             read_committed=self.read_committed,
             always_send=self._resend,
         )
+        error = self.completion_error()  # evicted or overtaken between two steps
+        if error:
+            return FetchResponseData(error_code=error, session_id=INVALID_SESSION_ID)
         by_id = session.uses_topic_ids
         session.last_response_keys = [session_key(data, by_id) for data in answer]
         return FetchResponseData(session_id=session.id, partitions=answer)

@@ -559,6 +559,12 @@ class FetchSession:
         Cost is O(p log p) in the number p of pending partitions: the rest of
         the session is never visited.
         """
+        return drain(self.pending_requests_steps(extra))
+
+    def pending_requests_steps(
+        self, extra: Collection[SessionKey] = ()
+    ) -> Generator[None, None, list[PartitionFetch]]:
+        """:meth:`pending_requests`, yielding every ``ADD_STEP`` partitions built."""
         chosen: Collection[int] = self._pending
         if extra:
             chosen = set(self._pending)
@@ -567,7 +573,13 @@ class FetchSession:
                 if i >= 0:
                     chosen.add(i)
         ordered = sorted(chosen, key=self._position.__getitem__)
-        return [self._request(i) for i in ordered]
+        out: list[PartitionFetch] = []
+        request = self._request
+        for start in range(0, len(ordered), ADD_STEP):
+            out.extend(request(i) for i in ordered[start : start + ADD_STEP])
+            if start + ADD_STEP < len(ordered):
+                yield None
+        return out
 
     def absorb_results(
         self,
@@ -585,10 +597,30 @@ class FetchSession:
         order, keeping their relative order. ``always_send`` forces keys into
         the answer (a retransmitted response must repeat the lost one).
         """
+        return drain(
+            self.absorb_results_steps(
+                results,
+                read_since=read_since,
+                read_committed=read_committed,
+                always_send=always_send,
+            )
+        )
+
+    def absorb_results_steps(
+        self,
+        results: Sequence[PartitionData],
+        *,
+        read_since: int,
+        read_committed: bool,
+        always_send: Collection[SessionKey] = (),
+    ) -> Generator[None, None, list[PartitionData]]:
+        """:meth:`absorb_results`, yielding every ``ADD_STEP`` partitions."""
         answer: list[PartitionData] = []
         served: list[int] = []
         by_id = self.uses_topic_ids
-        for data in results:
+        for n, data in enumerate(results, 1):
+            if n % ADD_STEP == 0:
+                yield None
             k = session_key(data, by_id)
             i = self._slot_of(k)
             if i < 0:

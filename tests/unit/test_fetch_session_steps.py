@@ -16,7 +16,7 @@ from headwater.log.config import LogConfig
 from headwater.log.handles import FileHandleCache
 from headwater.log.log import Log
 from headwater.records.record import build_batch
-from headwater.steps import drain
+from headwater.steps import count_steps, drain
 from tests.unit.test_fetch_session import World, fetch, request, tpkey
 
 
@@ -210,3 +210,36 @@ def test_an_incremental_request_forgetting_everything_still_ends_the_session() -
     _, resp = world.serve(cache, request(resp.session_id, 1, forgotten=forget))
     assert resp.session_id == 0 and cache.num_incremental_fetch_sessions == 0
     assert all(not world.watching(("t", p)) for p in range(3))
+
+
+def test_an_incremental_fetch_reads_and_answers_in_steps_and_keeps_late_changes() -> None:
+    cache, world = FetchSessionCache(), World.with_partitions(3000, records=5)
+    _, resp = world.serve(cache, request(0, 0, [fetch("t", p, 5) for p in range(3000)]))
+    session = cache.get(resp.session_id)
+    assert session is not None
+    # Every partition named again (a new size limit), all caught up at offset 5.
+    named = [fetch("t", p, 5, partition_max_bytes=4096) for p in range(3000)]
+    ctx = new_fetch_context(cache, request(session.id, 1, named), 1, world)
+    drain(ctx.prepare_steps(1))
+    to_read, steps = count_steps(ctx.partitions_to_read_steps())
+    assert len(to_read) == 3000 and steps >= 2
+    results = world.read(to_read)
+    world.append(("t", 10))  # after its read, before its answer
+    resp, steps = count_steps(ctx.respond_steps(results, 1))
+    assert steps >= 2 and resp.error_code == 0 and resp.partitions == []
+    assert session.is_pending(tpkey("t", 10)) and session.pending_count == 1
+
+
+def test_an_incremental_session_evicted_while_answering_gets_error_70() -> None:
+    cache, world = FetchSessionCache(max_slots=1), World.with_partitions(3000, records=5)
+    _, resp = world.serve(cache, request(0, 0, [fetch("t", p, 5) for p in range(3000)]))
+    session = cache.get(resp.session_id)
+    assert session is not None
+    req = request(session.id, 1, [fetch("t", p, 2) for p in range(3000)])
+    ctx = new_fetch_context(cache, req, 1, world)
+    drain(ctx.prepare_steps(1))
+    steps = ctx.respond_steps(world.read(ctx.partitions_to_read()), 1)
+    next(steps)
+    cache.remove(session.id)  # closed between two steps
+    resp = drain(steps)
+    assert resp.error_code == 70 and resp.session_id == 0

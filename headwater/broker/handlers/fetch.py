@@ -266,7 +266,7 @@ class FetchApi:
         # A full fetch that creates a session adds and watches its partitions
         # before reading them, in slices (a no-op for other contexts).
         await sliced(ctx.prepare_steps(now))
-        to_read = ctx.partitions_to_read()
+        to_read = await sliced(ctx.partitions_to_read_steps())
         result = await self._read(req, to_read, authorized)
         if req.replica_id >= 0 and self.replication is not None:
             # A follower's fetch offsets say what it has: they move the high
@@ -290,7 +290,7 @@ class FetchApi:
                         break
                     # Re-read at completion (the chapter's DelayedFetch.onComplete):
                     # more data may have arrived since the wake-up.
-                    to_read = ctx.partitions_to_read()
+                    to_read = await sliced(ctx.partitions_to_read_steps())
                     result = await self._read(req, to_read, authorized)
         response = await sliced(ctx.respond_steps(result.partitions, _now_ms()))
         bound_open_files(response, MAX_OPEN_SLICES_PER_RESPONSE)
