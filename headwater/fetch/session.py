@@ -198,8 +198,9 @@ def _zeros(n: int) -> array[int]:
     return array("i", bytes(4 * n))
 
 
-ADD_STEP = 256
-"""Partitions a session adds or absorbs between two yields of its step generators."""
+ADD_STEP = 64
+"""Partitions a session adds or absorbs between two yields of its step generators
+(adding one may create its partition's ``Log`` object: 256 made 13-17 ms steps)."""
 
 
 class FetchSession:
