@@ -22,18 +22,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from headwater.fetch.types import (
-    ZERO_UUID,
-    FetchRequestData,
-    FetchResponseData,
-    PartitionData,
-    PartitionFetch,
-)
 from headwater.protocol.apis import ApiKey
 from headwater.protocol.fetch_codec import (
     decode_fetch_request,
     encode_fetch_request,
     encode_fetch_response,
+)
+from headwater.protocol.fetch_types import (
+    ZERO_UUID,
+    FetchRequestData,
+    FetchResponseData,
+    PartitionData,
+    PartitionFetch,
 )
 from headwater.protocol.messages import (
     build_response,

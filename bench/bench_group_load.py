@@ -28,12 +28,12 @@ from typing import Any
 from brokers import machine_info
 
 from headwater.broker.offsets_log import PartitionOffsetsLog
-from headwater.fetch.types import Isolation
 from headwater.group.coordinator import GroupConfig, GroupCoordinator
 from headwater.group.offsets import OffsetCommitEntry
 from headwater.group.service import GroupService
 from headwater.log.config import LogConfig
 from headwater.log.handles import FileHandleCache
+from headwater.log.isolation import Isolation
 from headwater.log.log import Log
 
 RESULTS = Path(__file__).parent / "results" / "group_load.json"

@@ -39,9 +39,9 @@ from fetch_session_client import TopicFetcher
 from headwater.broker.broker import Broker
 from headwater.broker.config import BrokerConfig
 from headwater.broker.cooperative import sliced
-from headwater.fetch.types import FetchRequestData
 from headwater.gc_policy import COLLECTOR
 from headwater.protocol.fetch_codec import decode_fetch_request_steps, encode_fetch_request
+from headwater.protocol.fetch_types import FetchRequestData
 
 RESULTS = Path(__file__).parent / "results" / "loop_gaps.json"
 

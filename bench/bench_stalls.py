@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from brokers import Headwater, ScratchDir, machine_info
 from fetch_session_client import FETCH_VERSION, TopicFetcher, WireClient
 
-from headwater.fetch.types import FetchRequestData
 from headwater.protocol.apis import ApiKey
+from headwater.protocol.fetch_types import FetchRequestData
 from headwater.records.record import build_batch
 
 RESULTS = Path(__file__).parent / "results" / "stalls.json"

@@ -16,9 +16,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from headwater.fetch.types import ZERO_UUID, FetchRequestData, FetchResponseData, PartitionFetch
 from headwater.protocol.apis import ApiKey, is_flexible
 from headwater.protocol.fetch_codec import decode_fetch_response, encode_fetch_request
+from headwater.protocol.fetch_types import (
+    ZERO_UUID,
+    FetchRequestData,
+    FetchResponseData,
+    PartitionFetch,
+)
 from headwater.protocol.messages import build_request, decode_response, encode_request
 from headwater.protocol.produce_codec import (
     ProducePartitionData,

@@ -44,11 +44,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from headwater.protocol.error_codes import ErrorCode
+
 log = logging.getLogger("headwater.demo")
 
 EVENTS_TOPIC = "page-views"
 COUNTS_TOPIC = "page-view-counts"
-TOPIC_ALREADY_EXISTS = 36
 
 # -- the event stream ----------------------------------------------------------
 
@@ -292,7 +293,7 @@ def ensure_topics(bootstrap: str, partitions: int) -> None:
             try:
                 admin.create_topics([(name, count, {})])
             except KafkaError as e:
-                if e.code != TOPIC_ALREADY_EXISTS:
+                if e.code != ErrorCode.topic_already_exists:
                     raise
     finally:
         admin.close()

@@ -15,7 +15,7 @@ import os
 import socket
 from collections.abc import Sequence
 
-from headwater.log.slice import FileSlice
+from headwater.protocol.file_slice import FileSlice
 
 Part = bytes | bytearray | memoryview | FileSlice
 

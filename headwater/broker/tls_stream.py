@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from headwater.broker.socket_writer import Part, SocketWriter
-from headwater.log.slice import FileSlice
+from headwater.protocol.file_slice import FileSlice
 
 #: Plaintext gathered per ``SSLObject.write``; 16 KiB TLS records are cut from it.
 _WRITE_CHUNK = 256 * 1024

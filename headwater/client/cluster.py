@@ -26,8 +26,8 @@ from headwater.client.types import (
     TopicMetadata,
     TopicPartition,
 )
-from headwater.fetch.types import ZERO_UUID
 from headwater.protocol.apis import ApiKey
+from headwater.protocol.fetch_types import ZERO_UUID
 from headwater.security.client_security import ClientSecurity
 
 log = logging.getLogger(__name__)

@@ -29,7 +29,7 @@ import pyarrow as pa
 
 from headwater.client.errors import KafkaError
 from headwater.client.types import ConsumerRecord, TopicPartition
-from headwater.fetch.types import AbortedTransaction
+from headwater.protocol.fetch_types import AbortedTransaction
 from headwater.records.batch import (
     HEADER_SIZE,
     BatchHeader,

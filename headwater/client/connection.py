@@ -34,10 +34,10 @@ from headwater.client.errors import (
     KafkaError,
     KafkaTimeoutError,
 )
-from headwater.fetch.types import FetchRequestData, FetchResponseData
 from headwater.protocol.apis import SUPPORTED, ApiKey
 from headwater.protocol.errors import ProtocolError
 from headwater.protocol.fetch_codec import decode_fetch_response, encode_fetch_request
+from headwater.protocol.fetch_types import FetchRequestData, FetchResponseData
 from headwater.protocol.frame import FrameDecoder
 from headwater.protocol.header import RequestHeader, encode_request_header, parse_response_header
 from headwater.protocol.messages import build_request, decode_response, encode_request

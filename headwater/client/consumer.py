@@ -43,10 +43,16 @@ from headwater.client.config import ConsumerConfig
 from headwater.client.connection import BrokerConnection
 from headwater.client.errors import RETRIABLE_CODES, KafkaError
 from headwater.client.loop_thread import EventLoopThread
-from headwater.client.session_handler import FINAL_EPOCH, FetchSessionHandler
+from headwater.client.session_handler import FetchSessionHandler
 from headwater.client.types import ConsumerRecord, TopicPartition
-from headwater.fetch.types import ZERO_UUID, FetchRequestData, FetchResponseData, PartitionFetch
 from headwater.protocol.apis import ApiKey
+from headwater.protocol.fetch_metadata import FINAL_EPOCH
+from headwater.protocol.fetch_types import (
+    ZERO_UUID,
+    FetchRequestData,
+    FetchResponseData,
+    PartitionFetch,
+)
 
 log = logging.getLogger(__name__)
 

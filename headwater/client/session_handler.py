@@ -32,7 +32,15 @@ import uuid
 from collections.abc import Iterable
 from typing import Final
 
-from headwater.fetch.types import (
+from headwater.protocol.fetch_metadata import (
+    FINAL_EPOCH,
+    FIRST_SESSION_VERSION,
+    FIRST_TOPIC_ID_VERSION,
+    INITIAL_EPOCH,
+    INVALID_SESSION_ID,
+    next_epoch,
+)
+from headwater.protocol.fetch_types import (
     ZERO_UUID,
     FetchRequestData,
     FetchResponseData,
@@ -42,22 +50,10 @@ from headwater.fetch.types import (
 
 log = logging.getLogger(__name__)
 
-INVALID_SESSION_ID: Final = 0
-INITIAL_EPOCH: Final = 0
-FINAL_EPOCH: Final = -1
-MAX_EPOCH: Final = 0x7FFFFFFF
-
 FETCH_SESSION_ID_NOT_FOUND: Final = 70
-FIRST_SESSION_VERSION: Final = 7  # Fetch v7 introduced sessions
-FIRST_TOPIC_ID_VERSION: Final = 13
 
 # Name-keyed, like the consumer's TopicPartition.
 _Key = tuple[str, int]
-
-
-def next_epoch(epoch: int) -> int:
-    """The epoch after ``epoch``: 1, 2, ..., 2^31-1, 1, ... (never 0 or negative)."""
-    return 1 if epoch >= MAX_EPOCH or epoch < 1 else epoch + 1
 
 
 def _state(p: PartitionFetch) -> tuple[int, int, int, int, int, uuid.UUID]:

@@ -15,10 +15,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-NONE = 0
-NOT_LEADER_OR_FOLLOWER = 6
-REQUEST_TIMED_OUT = 7
-NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+from headwater.protocol.error_codes import ErrorCode
 
 PartitionKey = tuple[str, int]
 
@@ -52,7 +49,7 @@ class ProducePurgatory:
 
         As Kafka does, an append that reached the HW while the ISR had
         shrunk below ``min.insync.replicas`` is answered
-        NOT_ENOUGH_REPLICAS_AFTER_APPEND: it is stored, but not as safely as
+        ErrorCode.not_enough_replicas_after_append: it is stored, but not as safely as
         the producer asked.
         """
         waiters = self._waiting.get(key)
@@ -65,7 +62,11 @@ class ProducePurgatory:
                 continue
             if waiter.required_offset <= high_watermark:
                 if code is None:
-                    code = NONE if enough_isr() else NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                    code = (
+                        ErrorCode.none
+                        if enough_isr()
+                        else ErrorCode.not_enough_replicas_after_append
+                    )
                 waiter.future.set_result(code)
             else:
                 keep.append(waiter)
@@ -74,13 +75,13 @@ class ProducePurgatory:
         else:
             del self._waiting[key]
 
-    def fail(self, key: PartitionKey, error_code: int = NOT_LEADER_OR_FOLLOWER) -> None:
+    def fail(self, key: PartitionKey, error_code: int = ErrorCode.not_leader_or_follower) -> None:
         """Answer every waiter of ``key`` with ``error_code`` (leadership lost)."""
         for waiter in self._waiting.pop(key, ()):
             if not waiter.future.done():
                 waiter.future.set_result(error_code)
 
-    def fail_all(self, error_code: int = NOT_LEADER_OR_FOLLOWER) -> None:
+    def fail_all(self, error_code: int = ErrorCode.not_leader_or_follower) -> None:
         for key in list(self._waiting):
             self.fail(key, error_code)
 
@@ -109,5 +110,5 @@ async def await_acks(
         else:
             purgatory.forget(key, future)
             future.cancel()
-            out[key] = REQUEST_TIMED_OUT
+            out[key] = ErrorCode.request_timed_out
     return out

@@ -28,9 +28,9 @@ from headwater.client.session_handler import FetchSessionHandler
 from headwater.cluster.inter_broker import InterBrokerConnector
 from headwater.cluster.partition import PartitionReplica
 from headwater.cluster.replication_quota import ReplicationThrottles
-from headwater.fetch.types import ZERO_UUID, PartitionData, PartitionFetch
 from headwater.log.errors import KafkaApiError
 from headwater.log.log import Log
+from headwater.protocol.fetch_types import ZERO_UUID, PartitionData, PartitionFetch
 from headwater.records.batch import LOG_OVERHEAD
 
 log = logging.getLogger(__name__)

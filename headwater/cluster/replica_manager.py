@@ -37,27 +37,19 @@ from typing import Any
 from headwater.cluster.cluster_view import ClusterChange, ClusterView
 from headwater.cluster.inter_broker import InterBrokerConnector
 from headwater.cluster.partition import PartitionReplica, ReplicaAssignment
-from headwater.cluster.produce_purgatory import (
-    NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-    ProducePurgatory,
-    await_acks,
-)
+from headwater.cluster.produce_purgatory import ProducePurgatory, await_acks
 from headwater.cluster.replica_fetcher import FetcherConfig, ReplicaFetcher
 from headwater.cluster.replication_quota import ReplicationQuotaConfig, ReplicationThrottles
 from headwater.cluster.store import ClusterStore, PartitionState, SessionEvent
-from headwater.fetch.types import PartitionFetch
 from headwater.log.errors import KafkaApiError
 from headwater.log.hw_checkpoint import HighWatermarkCheckpoint
 from headwater.log.log import Log
 from headwater.log.log_directory import LogDirectory
+from headwater.protocol.error_codes import ErrorCode
+from headwater.protocol.fetch_types import PartitionFetch
 
 log = logging.getLogger(__name__)
 
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-LEADER_NOT_AVAILABLE = 5
-NOT_LEADER_OR_FOLLOWER = 6
-NOT_ENOUGH_REPLICAS = 19
 
 PartitionKey = tuple[str, int]
 LeadershipListener = Callable[[str, int, bool], None]
@@ -196,7 +188,7 @@ class ReplicaManager:
 
         Kafka's rule: a broker whose session expired stops acting as leader
         until ZooKeeper tells it otherwise. Its partitions answer
-        NOT_LEADER_OR_FOLLOWER (clients move), waiting ``acks=all`` produces
+        ErrorCode.not_leader_or_follower (clients move), waiting ``acks=all`` produces
         fail, groups unload; once the session is restored (the store has
         re-registered the broker) every partition takes its role afresh from
         the view. A merely *suspended* connection changes nothing: leaders
@@ -378,9 +370,13 @@ class ReplicaManager:
         """Wait until the ISR has everything before ``offset``; the error code, 0 when it does."""
         replica = self.replicas.get((topic, partition))
         if replica is None or not replica.is_leader:
-            return NOT_LEADER_OR_FOLLOWER
+            return ErrorCode.not_leader_or_follower
         if replica.log.high_watermark >= offset:
-            return NONE if self.enough_isr(replica) else NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            return (
+                ErrorCode.none
+                if self.enough_isr(replica)
+                else ErrorCode.not_enough_replicas_after_append
+            )
         future = self.purgatory.wait(replica.key, offset)
         codes = await await_acks(self.purgatory, {replica.key: future}, timeout_s)
         return codes[replica.key]
@@ -452,11 +448,11 @@ class ReplicaManager:
         """0 when this broker leads the partition; the error a client must see otherwise."""
         replica = self.replicas.get((topic, partition))
         if replica is not None:
-            return NONE if replica.is_leader else NOT_LEADER_OR_FOLLOWER
+            return ErrorCode.none if replica.is_leader else ErrorCode.not_leader_or_follower
         assignment = self.view.topics.get(topic)
         if assignment is None or partition not in assignment.replicas:
-            return UNKNOWN_TOPIC_OR_PARTITION
-        return NOT_LEADER_OR_FOLLOWER
+            return ErrorCode.unknown_topic_or_partition
+        return ErrorCode.not_leader_or_follower
 
     def follower_serving_error(self, replica_id: int, topic: str, partition: int) -> int:
         """As :meth:`serving_error`, and the fetching broker must be a replica (Kafka's rule)."""
@@ -464,7 +460,9 @@ class ReplicaManager:
         if error:
             return error
         replica = self.replicas[(topic, partition)]
-        return NONE if replica_id in replica.replicas else NOT_LEADER_OR_FOLLOWER
+        return (
+            ErrorCode.none if replica_id in replica.replicas else ErrorCode.not_leader_or_follower
+        )
 
     def min_insync_replicas(self, topic: str) -> int:
         assignment = self.view.topics.get(topic)

@@ -8,9 +8,9 @@ session id  epoch       meaning                                        context
 id          0           close id, full fetch, create a new session     FullFetchContext
 id          -1          close id, full fetch, no session               SessionlessFetchContext
 id          n > 0       incremental fetch on session id at epoch n     IncrementalFetchContext
-unknown id  n > 0       error 70 FETCH_SESSION_ID_NOT_FOUND            SessionErrorContext
-id          wrong n     error 71 INVALID_FETCH_SESSION_EPOCH           SessionErrorContext
-id          n > 0       error 106 FETCH_SESSION_TOPIC_ID_ERROR when    SessionErrorContext
+unknown id  n > 0       error 70 ErrorCode.fetch_session_id_not_found            SessionErrorContext
+id          wrong n     error 71 ErrorCode.invalid_fetch_session_epoch           SessionErrorContext
+id          n > 0       error 106 ErrorCode.fetch_session_topic_id_error when    SessionErrorContext
                         the request's topic-id mode (v13+) differs
 ==========  ==========  =============================================  =======================
 
@@ -38,23 +38,27 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Sequence
 
 from headwater.fetch.session import (
-    FINAL_EPOCH,
-    INITIAL_EPOCH,
-    INVALID_SESSION_ID,
     ChangeListener,
     FetchSession,
     PartitionWatcher,
     SessionKey,
-    next_epoch,
     session_key,
 )
 from headwater.fetch.session_cache import FetchSessionCache
-from headwater.fetch.types import FetchRequestData, FetchResponseData, PartitionData, PartitionFetch
+from headwater.protocol.error_codes import ErrorCode
+from headwater.protocol.fetch_metadata import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    INVALID_SESSION_ID,
+    next_epoch,
+)
+from headwater.protocol.fetch_types import (
+    FetchRequestData,
+    FetchResponseData,
+    PartitionData,
+    PartitionFetch,
+)
 from headwater.steps import drain
-
-FETCH_SESSION_ID_NOT_FOUND = 70
-INVALID_FETCH_SESSION_EPOCH = 71
-FETCH_SESSION_TOPIC_ID_ERROR = 106
 
 
 class FetchContext:
@@ -348,9 +352,9 @@ class IncrementalFetchContext(FetchContext):
     def completion_error(self) -> int:
         """70 if the session was closed or evicted meanwhile, 71 if a newer request overtook."""
         if self._session.closed:
-            return FETCH_SESSION_ID_NOT_FOUND
+            return ErrorCode.fetch_session_id_not_found
         if self._session.epoch != self.expected_epoch:
-            return INVALID_FETCH_SESSION_EPOCH
+            return ErrorCode.invalid_fetch_session_epoch
         return 0
 
     def update_and_generate_response(
@@ -412,17 +416,17 @@ def new_fetch_context(
         cache.session_errors_total += 1
         if session is not None:
             cache.foreign_session_attempts_total += 1
-        return SessionErrorContext(request, FETCH_SESSION_ID_NOT_FOUND)
+        return SessionErrorContext(request, ErrorCode.fetch_session_id_not_found)
     if epoch != session.epoch:
         if cache.retransmit_enabled and _is_retransmission(session, request):
             cache.incremental_fetches_total += 1
             cache.touch(session, now_ms)
             return IncrementalFetchContext(cache, request, session, retransmission=True)
         cache.session_errors_total += 1
-        return SessionErrorContext(request, INVALID_FETCH_SESSION_EPOCH)
+        return SessionErrorContext(request, ErrorCode.invalid_fetch_session_epoch)
     if session.uses_topic_ids != request.uses_topic_ids:
         cache.session_errors_total += 1
-        return SessionErrorContext(request, FETCH_SESSION_TOPIC_ID_ERROR)
+        return SessionErrorContext(request, ErrorCode.fetch_session_topic_id_error)
 
     # Only a request that names nothing and forgets at least as many partitions
     # as the session holds may empty it; any other update can wait for the

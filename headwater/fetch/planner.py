@@ -22,24 +22,16 @@ import uuid
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
-from headwater.fetch.types import (
+from headwater.log.errors import OffsetOutOfRangeError
+from headwater.log.isolation import Isolation
+from headwater.log.log import Log
+from headwater.protocol.error_codes import ErrorCode
+from headwater.protocol.fetch_types import (
     ZERO_UUID,
-    Isolation,
     PartitionData,
     PartitionFetch,
 )
-from headwater.log.errors import OffsetOutOfRangeError
-from headwater.log.log import Log
 from headwater.steps import drain
-
-NONE = 0
-OFFSET_OUT_OF_RANGE = 1
-UNKNOWN_TOPIC_OR_PARTITION = 3
-NOT_LEADER_OR_FOLLOWER = 6
-TOPIC_AUTHORIZATION_FAILED = 29
-FENCED_LEADER_EPOCH = 74
-UNKNOWN_LEADER_EPOCH = 75
-UNKNOWN_TOPIC_ID = 100
 
 #: The only leader epoch a single broker ever has.
 LEADER_EPOCH = 0
@@ -78,7 +70,9 @@ def _missing(p: PartitionFetch) -> PartitionData:
         topic_id=p.topic_id,
         topic=p.topic,
         partition=p.partition,
-        error_code=UNKNOWN_TOPIC_ID if unknown_id else UNKNOWN_TOPIC_OR_PARTITION,
+        error_code=ErrorCode.unknown_topic_id
+        if unknown_id
+        else ErrorCode.unknown_topic_or_partition,
     )
 
 
@@ -89,8 +83,12 @@ def leader_epoch_error(current_leader_epoch: int, leader_epoch: int = LEADER_EPO
     (fenced). Newer: we have not yet heard of the election it has (unknown).
     """
     if current_leader_epoch < 0 or current_leader_epoch == leader_epoch:
-        return NONE
-    return FENCED_LEADER_EPOCH if current_leader_epoch < leader_epoch else UNKNOWN_LEADER_EPOCH
+        return ErrorCode.none
+    return (
+        ErrorCode.fenced_leader_epoch
+        if current_leader_epoch < leader_epoch
+        else ErrorCode.unknown_leader_epoch
+    )
 
 
 def divergence(log: Log, p: PartitionFetch) -> tuple[int, int] | None:
@@ -162,7 +160,7 @@ def read_partitions_steps(
     transaction index (an empty list, never null: librdkafka expects one).
     ``serving`` refuses partitions this broker does not lead. Followers
     (``LOG_END``) whose log diverged get the divergence point instead of data.
-    ``authorized(topic)`` False answers TOPIC_AUTHORIZATION_FAILED for the
+    ``authorized(topic)`` False answers ErrorCode.topic_authorization_failed for the
     partition without reading it (or saying whether it exists).
     """
     remaining = max(0, max_bytes)
@@ -179,7 +177,7 @@ def read_partitions_steps(
                     topic_id=p.topic_id,
                     topic=p.topic,
                     partition=p.partition,
-                    error_code=TOPIC_AUTHORIZATION_FAILED,
+                    error_code=ErrorCode.topic_authorization_failed,
                 )
             )
             has_error = True
@@ -195,7 +193,7 @@ def read_partitions_steps(
         data = PartitionData(topic_id=topic_id, topic=p.topic, partition=p.partition)
         if aborted_list:
             data.aborted_transactions = []
-        error = serving(p.topic, p.partition) if serving is not None else NONE
+        error = serving(p.topic, p.partition) if serving is not None else ErrorCode.none
         if error:
             data.error_code = error
             out.append(data)
@@ -216,7 +214,7 @@ def read_partitions_steps(
             try:
                 result = log.read(p.fetch_offset, max(0, limit), isolation, min_one_batch)
             except OffsetOutOfRangeError:
-                error = OFFSET_OUT_OF_RANGE
+                error = ErrorCode.offset_out_of_range
         if error:
             # The client needs the log's bounds to recover (e.g. reset its position).
             data.error_code = error

@@ -18,8 +18,8 @@ from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 from headwater.fetch.session import FetchSession
-from headwater.fetch.types import PartitionFetch, TopicIdPartition
 from headwater.log.log import Log
+from headwater.protocol.fetch_types import PartitionFetch, TopicIdPartition
 
 
 class _Context(Protocol):

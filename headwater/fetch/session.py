@@ -20,17 +20,17 @@ from array import array
 from collections.abc import Callable, Collection, Generator, Iterable, Iterator, Sequence
 from typing import Protocol
 
-from headwater.fetch.types import ZERO_UUID, PartitionData, PartitionFetch, TopicIdPartition
+from headwater.protocol.fetch_metadata import (
+    INITIAL_EPOCH,
+    next_epoch,
+)
+from headwater.protocol.fetch_types import (
+    ZERO_UUID,
+    PartitionData,
+    PartitionFetch,
+    TopicIdPartition,
+)
 from headwater.steps import drain
-
-INVALID_SESSION_ID = 0
-"""A request or response session id meaning "no session"."""
-INITIAL_EPOCH = 0
-"""Request epoch of a full fetch that asks for a new session."""
-FINAL_EPOCH = -1
-"""Request epoch of a full fetch that wants no session (every request before v7)."""
-MAX_EPOCH = 2**31 - 1
-"""The largest epoch; the one after it is 1 (epochs are always positive)."""
 
 SessionKey = tuple[uuid.UUID | str, int]
 """How a session indexes a partition: (topic id, partition) in topic-id mode
@@ -39,15 +39,6 @@ SessionKey = tuple[uuid.UUID | str, int]
 a planner may fill in an id the request lacked), so it is not compared."""
 
 ChangeListener = Callable[[], None]
-
-
-def next_epoch(epoch: int) -> int:
-    """The epoch that follows ``epoch``: +1, wrapping from 2^31-1 to 1."""
-    if epoch < 0:
-        return FINAL_EPOCH
-    if epoch >= MAX_EPOCH:
-        return 1
-    return epoch + 1
 
 
 class Addressed(Protocol):

@@ -45,7 +45,8 @@ import secrets
 from collections import OrderedDict, deque
 from collections.abc import Callable
 
-from headwater.fetch.session import MAX_EPOCH, FetchSession, PartitionWatcher
+from headwater.fetch.session import FetchSession, PartitionWatcher
+from headwater.protocol.fetch_metadata import MAX_EPOCH
 
 SizeKey = tuple[int, int]
 """(partition count, session id): eviction order within one kind of session."""

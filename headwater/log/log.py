@@ -51,8 +51,9 @@ from headwater.log.producer_snapshot import (
 )
 from headwater.log.producer_state import CompletedTxn, ProducerStateTable
 from headwater.log.segment import LOG_SUFFIX, Segment
-from headwater.log.slice import FileSlice
-from headwater.log.txn_index import TXN_INDEX_SUFFIX, AbortedTransaction, AbortedTxn
+from headwater.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn
+from headwater.protocol.fetch_types import AbortedTransaction
+from headwater.protocol.file_slice import FileSlice
 from headwater.records.batch import (
     BatchHeader,
     iter_batch_headers,

@@ -18,8 +18,8 @@ from collections.abc import Iterator, Sequence
 
 from headwater.log.handles import FileHandleCache
 from headwater.log.index import MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex
-from headwater.log.slice import FileSlice
 from headwater.log.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
+from headwater.protocol.file_slice import FileSlice
 from headwater.records.batch import (
     HEADER_SIZE,
     MAGIC_V2,

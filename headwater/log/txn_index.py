@@ -19,23 +19,15 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from headwater.log.handles import FileHandleCache
+from headwater.protocol.fetch_types import AbortedTransaction
 
 TXN_INDEX_SUFFIX = ".txnindex"
 ENTRY = struct.Struct(">hqqqq")
 ENTRY_SIZE = ENTRY.size  # 34
 VERSION = 0
-
-
-@dataclass(slots=True)
-class AbortedTransaction:
-    """What a fetch response lists per aborted transaction (the wire's AbortedTransaction)."""
-
-    producer_id: int
-    first_offset: int
 
 
 class AbortedTxn(NamedTuple):

@@ -21,7 +21,12 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from headwater.fetch.types import (
+from headwater.protocol.errors import (
+    InvalidRequestError,
+    InvalidResponseError,
+    UnsupportedVersionError,
+)
+from headwater.protocol.fetch_types import (
     ZERO_UUID,
     AbortedTransaction,
     FetchRequestData,
@@ -30,12 +35,7 @@ from headwater.fetch.types import (
     PartitionFetch,
     TopicIdPartition,
 )
-from headwater.log.slice import FileSlice
-from headwater.protocol.errors import (
-    InvalidRequestError,
-    InvalidResponseError,
-    UnsupportedVersionError,
-)
+from headwater.protocol.file_slice import FileSlice
 from headwater.protocol.wire import (
     EMPTY_TAGS,
     INT32,

@@ -14,13 +14,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from headwater.protocol.apis import SUPPORTED, ApiKey, is_flexible
+from headwater.protocol.error_codes import ErrorCode
 from headwater.protocol.errors import InvalidRequestError, InvalidResponseError
 from headwater.protocol.frame import encode_frame
 from headwater.protocol.wire import EMPTY_TAGS, INT16, INT32, skip_tagged_fields
 
 _FIXED = INT16.size * 2 + INT32.size  # api_key, api_version, correlation_id
-
-UNSUPPORTED_VERSION = 35
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +109,7 @@ def api_versions_error_body(supported: Mapping[ApiKey, tuple[int, int]] = SUPPOR
     """
     low, high = supported[ApiKey.API_VERSIONS]
     return (
-        INT16.pack(UNSUPPORTED_VERSION)
+        INT16.pack(ErrorCode.unsupported_version)
         + INT32.pack(1)
         + INT16.pack(ApiKey.API_VERSIONS)
         + INT16.pack(low)

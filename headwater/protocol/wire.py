@@ -12,7 +12,7 @@ import struct
 import uuid
 from typing import Final
 
-from headwater.fetch.types import ZERO_UUID
+from headwater.protocol.fetch_types import ZERO_UUID
 
 Buffer = bytes | bytearray | memoryview
 

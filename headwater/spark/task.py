@@ -23,10 +23,10 @@ from pyspark.sql.datasource import InputPartition
 
 from headwater.client.errors import KafkaError
 from headwater.client.types import TopicPartition
+from headwater.protocol.error_codes import ErrorCode
 from headwater.spark.clients import ClientConfig, discard, pooled_consumer
 from headwater.spark.planning import OffsetRange, report_data_loss
 
-OFFSET_OUT_OF_RANGE = 1
 POLL_INTERVAL_S = 0.5
 MAX_ROWS_PER_BATCH = 65_536
 """Rows per Arrow batch handed to Spark at most. A fetch (4 MiB per partition,
@@ -74,7 +74,7 @@ def _read(task: RangeTask) -> Iterator[pa.RecordBatch]:
         try:
             table = consumer.poll_arrow(POLL_INTERVAL_S, include_headers=task.include_headers)
         except KafkaError as e:
-            if e.code != OFFSET_OUT_OF_RANGE:
+            if e.code != ErrorCode.offset_out_of_range:
                 raise
             position = _skip_lost_offsets(task, position)
             consumer.seek(tp, position)

@@ -24,14 +24,10 @@ from headwater.cluster.replica_manager import ReplicaManager
 from headwater.log.errors import KafkaApiError
 from headwater.log.log import Log
 from headwater.log.log_directory import LogDirectory
+from headwater.protocol.error_codes import ErrorCode
 
 log = logging.getLogger(__name__)
 
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-NOT_LEADER_OR_FOLLOWER = 6
-NOT_ENOUGH_REPLICAS = 19
-UNKNOWN_SERVER_ERROR = -1
 
 #: How long a marker waits for the ISR before the coordinator is told to retry.
 DEFAULT_REPLICATION_TIMEOUT_S = 30.0
@@ -77,20 +73,20 @@ class TxnMarkerWriter:
                 return error, None
             replica = replication.replica(topic, partition)
             if replica is None or not replica.is_leader:
-                return NOT_LEADER_OR_FOLLOWER, None
+                return ErrorCode.not_leader_or_follower, None
             if not replication.enough_isr(replica):
                 # Kafka appends markers with acks=all and refuses before writing
                 # when the ISR is below min.insync.replicas; the coordinator retries.
-                return NOT_ENOUGH_REPLICAS, None
-            return NONE, replica.log
+                return ErrorCode.not_enough_replicas, None
+            return ErrorCode.none, replica.log
         info = self.logs.topics().get(topic)
         if info is None or not 0 <= partition < info.num_partitions:
-            return UNKNOWN_TOPIC_OR_PARTITION, None
-        return NONE, self.logs.log(topic, partition)
+            return ErrorCode.unknown_topic_or_partition, None
+        return ErrorCode.none, self.logs.log(topic, partition)
 
     async def write(self, marker: TxnMarker) -> dict[tuple[str, int], int]:
         """Error code per partition (0 ok; NOT_LEADER_OR_FOLLOWER 6,
-        UNKNOWN_TOPIC_OR_PARTITION 3, INVALID_PRODUCER_EPOCH 47 when the marker's
+        ErrorCode.unknown_topic_or_partition 3, INVALID_PRODUCER_EPOCH 47 when the marker's
         epoch is older than the producer's, TRANSACTION_COORDINATOR_FENCED 52 ...).
         Returns once the markers are appended and (cluster) replicated to the ISR
         (acks=all semantics)."""
@@ -101,7 +97,7 @@ class TxnMarkerWriter:
             topic, partition = key
             error, plog = self._leader_log(topic, partition)
             if plog is None:
-                codes[key] = error or NOT_LEADER_OR_FOLLOWER
+                codes[key] = error or ErrorCode.not_leader_or_follower
                 continue
             try:
                 result = plog.append_control_marker(
@@ -117,10 +113,10 @@ class TxnMarkerWriter:
                 continue
             except OSError:
                 log.exception("writing a transaction marker to %s-%d failed", topic, partition)
-                codes[key] = UNKNOWN_SERVER_ERROR
+                codes[key] = ErrorCode.unknown_server_error
                 continue
             appended[key] = result.last_offset + 1
-            codes[key] = NONE
+            codes[key] = ErrorCode.none
         if appended and self.replication is not None:
             keys = list(appended)
             waits = [
@@ -130,8 +126,8 @@ class TxnMarkerWriter:
             for key, code in zip(keys, await asyncio.gather(*waits), strict=True):
                 codes[key] = code
         for key in appended:
-            if codes[key] == NONE and not self._completed(marker, key):
-                codes[key] = UNKNOWN_SERVER_ERROR
+            if codes[key] == ErrorCode.none and not self._completed(marker, key):
+                codes[key] = ErrorCode.unknown_server_error
         return codes
 
     def _completed(self, marker: TxnMarker, key: tuple[str, int]) -> bool:

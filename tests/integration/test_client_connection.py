@@ -17,8 +17,8 @@ import pytest
 
 from headwater.client.connection import BrokerConnection
 from headwater.client.errors import KafkaConnectionError, KafkaError
-from headwater.fetch.types import ZERO_UUID, FetchRequestData, PartitionFetch
 from headwater.protocol.apis import ApiKey
+from headwater.protocol.fetch_types import ZERO_UUID, FetchRequestData, PartitionFetch
 from headwater.protocol.header import (
     RequestHeader,
     encode_api_versions_error,

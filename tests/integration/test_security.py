@@ -223,7 +223,7 @@ def test_user_without_acls_is_refused_at_each_check_point(secure: SecureBroker) 
 
 def test_fetch_of_an_unauthorized_partition_is_error_29_on_the_wire(secure: SecureBroker) -> None:
     """Per partition: the authorized one reads, the other gets TOPIC_AUTHORIZATION_FAILED."""
-    from headwater.fetch.types import ZERO_UUID, FetchRequestData, PartitionFetch
+    from headwater.protocol.fetch_types import ZERO_UUID, FetchRequestData, PartitionFetch
 
     cli("topics", "create", "fetch-open", "--bootstrap", secure.admin)
     cli("topics", "create", "fetch-closed", "--bootstrap", secure.admin)
@@ -541,7 +541,7 @@ def test_expired_sessions_must_reauthenticate(tmp_path: Path, certs: Certs) -> N
 
 
 def test_session_hijack_by_another_principal_gets_70(secure: SecureBroker) -> None:
-    from headwater.fetch.types import ZERO_UUID, FetchRequestData, PartitionFetch
+    from headwater.protocol.fetch_types import ZERO_UUID, FetchRequestData, PartitionFetch
 
     cli("topics", "create", "hijack", "--bootstrap", secure.admin)
     for user in ("alice", "bob"):

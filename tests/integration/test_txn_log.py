@@ -22,8 +22,8 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 
-from headwater.fetch.types import AbortedTransaction, FetchRequestData, PartitionFetch
 from headwater.protocol.apis import ApiKey
+from headwater.protocol.fetch_types import AbortedTransaction, FetchRequestData, PartitionFetch
 from headwater.protocol.messages import build_request, decode_response, encode_request
 from headwater.protocol.produce_codec import (
     ProducePartitionData,

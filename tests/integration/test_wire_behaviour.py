@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from kafka import KafkaProducer
 
-from headwater.fetch.types import FetchRequestData, PartitionFetch
 from headwater.protocol.apis import ApiKey
+from headwater.protocol.fetch_types import FetchRequestData, PartitionFetch
 from tests.integration.broker_process import BrokerProcess
 from tests.integration.wire import WireClient
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import socket
 import struct
 
-from headwater.fetch.types import FetchRequestData, FetchResponseData
 from headwater.protocol.apis import API_FLEXIBLE_FROM, ApiKey
 from headwater.protocol.fetch_codec import decode_fetch_response, encode_fetch_request
+from headwater.protocol.fetch_types import FetchRequestData, FetchResponseData
 
 
 class WireClient:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from headwater.client.completed_fetch import CompletedFetch, next_fetch_offset
 from headwater.client.errors import KafkaError
 from headwater.client.types import LOG_APPEND_TIME, TopicPartition
-from headwater.fetch.types import AbortedTransaction
+from headwater.protocol.fetch_types import AbortedTransaction
 from headwater.records.batch import iter_batch_headers
 from headwater.records.compression import Compression
 from headwater.records.record import RecordBatchBuilder

@@ -7,8 +7,9 @@ import uuid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headwater.client.session_handler import MAX_EPOCH, FetchSessionHandler, next_epoch
-from headwater.fetch.types import (
+from headwater.client.session_handler import FetchSessionHandler
+from headwater.protocol.fetch_metadata import MAX_EPOCH, next_epoch
+from headwater.protocol.fetch_types import (
     ZERO_UUID,
     FetchRequestData,
     FetchResponseData,

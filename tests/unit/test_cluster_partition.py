@@ -6,17 +6,12 @@ import asyncio
 from pathlib import Path
 
 from headwater.cluster.partition import PartitionReplica, ReplicaAssignment
-from headwater.cluster.produce_purgatory import (
-    NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-    NOT_LEADER_OR_FOLLOWER,
-    REQUEST_TIMED_OUT,
-    ProducePurgatory,
-    await_acks,
-)
+from headwater.cluster.produce_purgatory import ProducePurgatory, await_acks
 from headwater.cluster.replica_fetcher import complete_batches
 from headwater.log.config import LogConfig
 from headwater.log.handles import FileHandleCache
 from headwater.log.log import Log
+from headwater.protocol.error_codes import ErrorCode
 from headwater.records.record import RecordBatchBuilder
 
 LAG_MS = 10_000
@@ -165,8 +160,8 @@ def test_produce_purgatory_acknowledges_when_the_high_watermark_passes() -> None
 
     assert asyncio.run(scenario()) == {
         ("t", 0): 0,
-        ("t", 1): NOT_ENOUGH_REPLICAS_AFTER_APPEND,
-        ("t", 2): NOT_LEADER_OR_FOLLOWER,
+        ("t", 1): ErrorCode.not_enough_replicas_after_append,
+        ("t", 2): ErrorCode.not_leader_or_follower,
     }
 
 
@@ -178,7 +173,7 @@ def test_produce_purgatory_times_out_and_forgets_the_waiter() -> None:
         return out, len(purgatory)
 
     out, left = asyncio.run(scenario())
-    assert out == {("t", 0): REQUEST_TIMED_OUT}
+    assert out == {("t", 0): ErrorCode.request_timed_out}
     assert left == 0
 
 

@@ -13,10 +13,11 @@ from headwater.cluster.inter_broker import InterBrokerConnector
 from headwater.cluster.partition import PartitionReplica, ReplicaAssignment
 from headwater.cluster.replica_fetcher import FetcherConfig, ReplicaFetcher
 from headwater.fetch.planner import read_partitions
-from headwater.fetch.types import ZERO_UUID, Isolation, PartitionData, PartitionFetch
 from headwater.log.config import LogConfig
 from headwater.log.handles import FileHandleCache
+from headwater.log.isolation import Isolation
 from headwater.log.log import Log
+from headwater.protocol.fetch_types import ZERO_UUID, PartitionData, PartitionFetch
 from headwater.records.record import RecordBatchBuilder, decode_batches
 
 

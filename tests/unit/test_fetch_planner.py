@@ -9,17 +9,17 @@ import pytest
 
 from headwater.broker.handlers.fetch import bound_open_files
 from headwater.fetch.planner import isolation_for, read_partitions
-from headwater.fetch.types import (
+from headwater.log.config import LogConfig
+from headwater.log.isolation import Isolation
+from headwater.log.log import Log
+from headwater.log.log_directory import LogDirectory
+from headwater.protocol.fetch_types import (
     ZERO_UUID,
     FetchResponseData,
-    Isolation,
     PartitionData,
     PartitionFetch,
 )
-from headwater.log.config import LogConfig
-from headwater.log.log import Log
-from headwater.log.log_directory import LogDirectory
-from headwater.log.slice import FileSlice
+from headwater.protocol.file_slice import FileSlice
 from headwater.records.record import RecordBatchBuilder
 
 HW = Isolation.HIGH_WATERMARK

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from headwater.fetch.planner import read_partitions
-from headwater.fetch.types import Isolation
 from headwater.log.config import LogConfig
+from headwater.log.isolation import Isolation
 from headwater.log.log import Log
 from headwater.log.log_directory import LogDirectory
 from tests.unit.test_fetch_planner import _batch, _req

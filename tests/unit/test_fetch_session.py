@@ -17,9 +17,6 @@ from typing import Any
 import pytest
 
 from headwater.fetch.contexts import (
-    FETCH_SESSION_ID_NOT_FOUND,
-    FETCH_SESSION_TOPIC_ID_ERROR,
-    INVALID_FETCH_SESSION_EPOCH,
     FetchContext,
     FullFetchContext,
     IncrementalFetchContext,
@@ -27,9 +24,11 @@ from headwater.fetch.contexts import (
     SessionlessFetchContext,
     new_fetch_context,
 )
-from headwater.fetch.session import MAX_EPOCH, FetchSession, next_epoch
+from headwater.fetch.session import FetchSession
 from headwater.fetch.session_cache import FetchSessionCache
-from headwater.fetch.types import (
+from headwater.protocol.error_codes import ErrorCode
+from headwater.protocol.fetch_metadata import MAX_EPOCH, next_epoch
+from headwater.protocol.fetch_types import (
     FetchRequestData,
     FetchResponseData,
     PartitionData,
@@ -263,7 +262,7 @@ class Client:
 
     def handle(self, req: FetchRequestData, resp: FetchResponseData) -> None:
         full = req.session_epoch in (0, -1)
-        if resp.error_code == FETCH_SESSION_ID_NOT_FOUND:
+        if resp.error_code == ErrorCode.fetch_session_id_not_found:
             self.session_id, self.epoch = 0, 0
             self.in_session = {}
             return
@@ -391,12 +390,12 @@ def test_topic_id_mode_differing_from_the_session_gets_106() -> None:
     cache, world = FetchSessionCache(), World.with_partitions(1)
     by_name = new_session(cache, world, [fetch("t", 0)])  # v12
     _, resp = world.serve(cache, request(by_name.id, 1, version=13))
-    assert (resp.error_code, resp.session_id) == (FETCH_SESSION_TOPIC_ID_ERROR, 0)
+    assert (resp.error_code, resp.session_id) == (ErrorCode.fetch_session_topic_id_error, 0)
     _, resp = world.serve(cache, request(0, 0, [fetch("t", 0)], version=13))
     by_id = cache.get(resp.session_id)
     assert by_id is not None and by_id.uses_topic_ids
     _, resp = world.serve(cache, request(by_id.id, 1, version=12))
-    assert resp.error_code == FETCH_SESSION_TOPIC_ID_ERROR
+    assert resp.error_code == ErrorCode.fetch_session_topic_id_error
     _, resp = world.serve(cache, request(by_id.id, 1, version=16))
     assert resp.error_code == 0
 
@@ -644,7 +643,7 @@ def test_request_overtaken_by_a_newer_one_gets_71_at_completion() -> None:
     waiting = new_fetch_context(cache, request(session.id, 1), 0, world)
     to_read = waiting.partitions_to_read()
     world.serve(cache, request(session.id, 2))  # the client gave up and moved on
-    assert waiting.completion_error() == INVALID_FETCH_SESSION_EPOCH
+    assert waiting.completion_error() == ErrorCode.invalid_fetch_session_epoch
     resp = waiting.update_and_generate_response(world.read(to_read), 0)
     assert (resp.error_code, resp.session_id, resp.partitions) == (71, 0, [])
 
@@ -658,7 +657,7 @@ def test_request_whose_session_was_closed_while_waiting_gets_70() -> None:
     world.serve(cache, request(session.id, -1, [fetch("t", 0)]))
     assert woken == [1] and waiting.has_news()
     resp = waiting.update_and_generate_response([], 0)
-    assert (resp.error_code, resp.session_id) == (FETCH_SESSION_ID_NOT_FOUND, 0)
+    assert (resp.error_code, resp.session_id) == (ErrorCode.fetch_session_id_not_found, 0)
 
 
 # ---------------------------------------------------------------------------
@@ -700,12 +699,12 @@ def test_repeated_epoch_with_different_content_gets_71() -> None:
     session = new_session(cache, world, [fetch("t", 0), fetch("t", 1)])
     world.serve(cache, request(session.id, 1, [fetch("t", 0, 0)]))
     _, resp = world.serve(cache, request(session.id, 1, [fetch("t", 0, 1)]))
-    assert resp.error_code == INVALID_FETCH_SESSION_EPOCH
+    assert resp.error_code == ErrorCode.invalid_fetch_session_epoch
     _, resp = world.serve(cache, request(session.id, 1, [fetch("t", 0, 0)], max_bytes=5))
-    assert resp.error_code == INVALID_FETCH_SESSION_EPOCH
+    assert resp.error_code == ErrorCode.invalid_fetch_session_epoch
     world.serve(cache, request(session.id, 2))
     _, resp = world.serve(cache, request(session.id, 1, [fetch("t", 0, 0)]))
-    assert resp.error_code == INVALID_FETCH_SESSION_EPOCH  # only the latest epoch repeats
+    assert resp.error_code == ErrorCode.invalid_fetch_session_epoch  # only the latest epoch repeats
 
 
 @pytest.mark.parametrize("enabled", [True, False])
@@ -715,5 +714,5 @@ def test_retransmission_can_be_switched_off(enabled: bool) -> None:
     session = new_session(cache, world, [fetch("t", 0)])
     world.serve(cache, request(session.id, 1))
     _, resp = world.serve(cache, request(session.id, 1))
-    assert resp.error_code == (0 if enabled else INVALID_FETCH_SESSION_EPOCH)
+    assert resp.error_code == (0 if enabled else ErrorCode.invalid_fetch_session_epoch)
     assert session.epoch == 2

@@ -18,13 +18,10 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from headwater.fetch.contexts import (
-    FETCH_SESSION_ID_NOT_FOUND,
-    INVALID_FETCH_SESSION_EPOCH,
-    unique_partitions,
-)
-from headwater.fetch.session import MAX_EPOCH
+from headwater.fetch.contexts import unique_partitions
 from headwater.fetch.session_cache import FetchSessionCache
+from headwater.protocol.error_codes import ErrorCode
+from headwater.protocol.fetch_metadata import MAX_EPOCH
 from tests.unit.test_fetch_session import (
     NOT_LEADER_OR_FOLLOWER,
     OFFSET_OUT_OF_RANGE,
@@ -227,7 +224,11 @@ class FetchSessionMachine(RuleBasedStateMachine):
             return
         before = self.cache.get(client.session_id)
         _, resp = self.world.serve(self.cache, request(client.session_id, epoch), self.now)
-        expected = FETCH_SESSION_ID_NOT_FOUND if before is None else INVALID_FETCH_SESSION_EPOCH
+        expected = (
+            ErrorCode.fetch_session_id_not_found
+            if before is None
+            else ErrorCode.invalid_fetch_session_epoch
+        )
         assert (resp.error_code, resp.session_id, resp.partitions) == (expected, 0, [])
         if before is not None:
             assert before.epoch == client.epoch  # untouched: the client carries on
@@ -237,7 +238,7 @@ class FetchSessionMachine(RuleBasedStateMachine):
         if session_id in self.model:
             return
         _, resp = self.world.serve(self.cache, request(session_id, epoch), self.now)
-        assert (resp.error_code, resp.session_id) == (FETCH_SESSION_ID_NOT_FOUND, 0)
+        assert (resp.error_code, resp.session_id) == (ErrorCode.fetch_session_id_not_found, 0)
 
     @rule(c=st.integers(0, len(CLIENTS) - 1))
     def close_session(self, c: int) -> None:

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from headwater.fetch.contexts import new_fetch_context
 from headwater.fetch.session_cache import FetchSessionCache
-from headwater.fetch.types import FetchRequestData, FetchResponseData
+from headwater.protocol.fetch_types import FetchRequestData, FetchResponseData
 from tests.unit.test_fetch_session import World, fetch, request
 
 WORLD = World.with_partitions(10, records=1)

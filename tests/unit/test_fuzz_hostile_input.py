@@ -15,9 +15,9 @@ import uuid
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from headwater.fetch.types import FetchRequestData, PartitionFetch
 from headwater.protocol.errors import FrameTooLargeError, InvalidFrameError, ProtocolError
 from headwater.protocol.fetch_codec import decode_fetch_request, encode_fetch_request
+from headwater.protocol.fetch_types import FetchRequestData, PartitionFetch
 from headwater.protocol.frame import FrameDecoder
 from headwater.records.batch import HEADER_SIZE, write_batch_crc
 from headwater.records.compiled_walk import compiled_walk

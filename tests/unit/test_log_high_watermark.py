@@ -11,12 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from headwater.fetch.purgatory import FetchPurgatory
-from headwater.fetch.types import ZERO_UUID, PartitionFetch
 from headwater.log.config import LogConfig
 from headwater.log.errors import OffsetOutOfRangeError
 from headwater.log.handles import FileHandleCache
 from headwater.log.isolation import Isolation
 from headwater.log.log import Log
+from headwater.protocol.fetch_types import ZERO_UUID, PartitionFetch
 from headwater.records import RecordBatchBuilder, decode_batches
 
 NOW = 1_700_000_000_000

@@ -16,7 +16,6 @@ from headwater.fetch.contexts import new_fetch_context
 from headwater.fetch.planner import read_partitions
 from headwater.fetch.purgatory import SessionPartitionWatcher
 from headwater.fetch.session_cache import FetchSessionCache
-from headwater.fetch.types import FetchRequestData, FetchResponseData, PartitionFetch
 from headwater.group.storage import TxnEnd
 from headwater.log import log as log_module
 from headwater.log.config import LogConfig
@@ -35,8 +34,14 @@ from headwater.log.producer_snapshot import (
     encode_snapshot,
     snapshot_file_name,
 )
-from headwater.log.txn_index import ENTRY_SIZE, AbortedTransaction, AbortedTxn, TransactionIndex
+from headwater.log.txn_index import ENTRY_SIZE, AbortedTxn, TransactionIndex
 from headwater.protocol.apis import ApiKey
+from headwater.protocol.fetch_types import (
+    AbortedTransaction,
+    FetchRequestData,
+    FetchResponseData,
+    PartitionFetch,
+)
 from headwater.protocol.messages import build_request
 from headwater.records import RecordBatchBuilder, decode_batches
 from headwater.records.batch import parse_batch_header

@@ -13,16 +13,6 @@ from hypothesis import strategies as st
 from kafka.protocol.consumer import FetchRequest as KpFetchRequest
 from kafka.protocol.consumer import FetchResponse as KpFetchResponse
 
-from headwater.fetch.types import (
-    ZERO_UUID,
-    AbortedTransaction,
-    FetchRequestData,
-    FetchResponseData,
-    PartitionData,
-    PartitionFetch,
-    TopicIdPartition,
-)
-from headwater.log.slice import FileSlice
 from headwater.protocol.apis import ApiKey
 from headwater.protocol.errors import InvalidRequestError, UnsupportedVersionError
 from headwater.protocol.fetch_codec import (
@@ -34,6 +24,16 @@ from headwater.protocol.fetch_codec import (
     encode_fetch_response,
     encode_fetch_response_steps,
 )
+from headwater.protocol.fetch_types import (
+    ZERO_UUID,
+    AbortedTransaction,
+    FetchRequestData,
+    FetchResponseData,
+    PartitionData,
+    PartitionFetch,
+    TopicIdPartition,
+)
+from headwater.protocol.file_slice import FileSlice
 from headwater.protocol.messages import build_request, build_response, encode_request
 from headwater.protocol.messages import encode_response as kio_encode_response
 from headwater.steps import count_steps

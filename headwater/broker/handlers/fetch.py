@@ -22,15 +22,8 @@ from headwater.fetch.contexts import FetchContext, new_fetch_context
 from headwater.fetch.planner import FetchResult, isolation_for, read_partitions_steps
 from headwater.fetch.purgatory import FetchPurgatory, SessionPartitionWatcher
 from headwater.fetch.session_cache import FetchSessionCache
-from headwater.fetch.types import (
-    ZERO_UUID,
-    FetchRequestData,
-    FetchResponseData,
-    PartitionFetch,
-)
 from headwater.gc_policy import COLLECTOR
 from headwater.log.log_directory import LogDirectory
-from headwater.log.slice import FileSlice
 from headwater.protocol.fetch_codec import (
     EncodedBody,
     decode_fetch_request,
@@ -38,6 +31,13 @@ from headwater.protocol.fetch_codec import (
     encode_fetch_response,
     encode_fetch_response_steps,
 )
+from headwater.protocol.fetch_types import (
+    ZERO_UUID,
+    FetchRequestData,
+    FetchResponseData,
+    PartitionFetch,
+)
+from headwater.protocol.file_slice import FileSlice
 from headwater.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from headwater.security.quotas import QuotaKey
 from headwater.steps import drain

@@ -10,22 +10,30 @@ import uuid
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from headwater.log.isolation import Isolation
-from headwater.log.slice import FileSlice
-from headwater.log.txn_index import AbortedTransaction
+from headwater.protocol.file_slice import FileSlice
 
 __all__ = [
     "ZERO_UUID",
-    "AbortedTransaction",  # re-exported: the log's transaction index makes them
+    "AbortedTransaction",
     "FetchRequestData",
     "FetchResponseData",
-    "Isolation",  # re-exported: it moved to headwater.log.isolation
     "PartitionData",
     "PartitionFetch",
     "TopicIdPartition",
 ]
 
 ZERO_UUID = uuid.UUID(int=0)
+
+
+@dataclass(slots=True)
+class AbortedTransaction:
+    """What a fetch response lists per aborted transaction (the wire's AbortedTransaction).
+
+    The log's transaction index makes them; the codec writes them.
+    """
+
+    producer_id: int
+    first_offset: int
 
 
 class TopicIdPartition(NamedTuple):
