@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from headwater.broker.offsets_log import PartitionOffsetsLog
+from headwater.broker.coordinator_state_log import CoordinatorStateLog
 from headwater.group.apis import GroupApis
 from headwater.group.coordinator import GroupConfig, GroupCoordinator
 from headwater.group.membership import GroupState
@@ -665,7 +665,7 @@ def test_the_partition_adapter_turns_log_errors_into_append_failed(tmp_path: Pat
     log = Log(
         tmp_path / "__consumer_offsets-0", LogConfig(max_message_bytes=200), FileHandleCache(4)
     )
-    offsets_log = PartitionOffsetsLog(log)
+    offsets_log = CoordinatorStateLog(log)
     assert offsets_log.append([(b"k", b"v")]) == 1
     assert offsets_log.append([(b"k2", None), (b"k3", b"w")]) == 3  # the next offset after
     with pytest.raises(AppendFailed) as refused:

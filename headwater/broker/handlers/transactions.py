@@ -24,7 +24,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode as E
 
 from headwater.broker.connection import RequestContext
-from headwater.broker.offsets_log import OFFSETS_TOPIC
+from headwater.broker.coordinator_state_log import OFFSETS_TOPIC
 from headwater.group.placement import partition_for
 from headwater.security.acl import AclOperation, ResourceType
 from headwater.txn.coordinator import api_error

@@ -1,4 +1,4 @@
-"""The group coordinator's durable store: the partitions of ``__consumer_offsets``.
+"""Coordinator state: a partition of ``__consumer_offsets`` or ``__transaction_state``.
 
 Committed offsets and group generations are key/value records in an
 ordinary Headwater log, so they get the same CRC validation, torn-tail
@@ -27,8 +27,14 @@ OFFSETS_TOPIC = "__consumer_offsets"
 _READ_CHUNK = 8 << 20
 
 
-class PartitionOffsetsLog:
-    """Adapts a partition ``Log`` to the coordinator's ``OffsetsLog`` protocol."""
+class CoordinatorStateLog:
+    """Adapts a partition ``Log`` to a coordinator's state-log protocol.
+
+    The group coordinator keeps its offsets and generations in
+    ``__consumer_offsets``, the transaction coordinator its transactional ids
+    in ``__transaction_state``; both write key/value records through this one
+    adapter and replay them on becoming coordinator.
+    """
 
     def __init__(self, log: Log) -> None:
         self._log = log
