@@ -30,6 +30,7 @@ test: setup lint
 lint: $(STAMP)
 	$(VENV)/bin/ruff check headwater tests bench
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 unit: $(STAMP)
 	$(PY) -m pytest -q tests/unit

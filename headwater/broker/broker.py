@@ -39,7 +39,6 @@ from headwater.broker.handlers.produce import ProduceApi
 from headwater.broker.handlers.security import SASL_APIS, SecurityApis
 from headwater.broker.handlers.transactions import TransactionApis
 from headwater.broker.handlers.txn_markers import WriteTxnMarkersApi
-from headwater.broker.listeners import Listener, SecurityProtocol
 from headwater.broker.memory_pool import MemoryPool
 from headwater.broker.metrics import BrokerMetrics
 from headwater.broker.producer_ids import ProducerIdAllocator
@@ -67,6 +66,7 @@ from headwater.security.acl_store import AclStore, FileAclStore
 from headwater.security.authorizer import AclAuthorizer, AllowAllAuthorizer, Authorizer
 from headwater.security.credentials import CredentialStore, FileCredentialStore
 from headwater.security.inter_broker import inter_broker_settings
+from headwater.security.listeners import Listener, SecurityProtocol
 from headwater.security.principal import principal_from_certificate
 from headwater.security.quotas import ClientQuotaManager, FileQuotaStore, QuotaKey, QuotaStore
 from headwater.security.tls import server_context

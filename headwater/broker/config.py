@@ -16,9 +16,9 @@ from pathlib import Path
 
 from headwater.addresses import split_host_port
 from headwater.broker.connection_limits import ConnectionLimits
-from headwater.broker.listeners import Listener, SecurityProtocol, parse_listeners
 from headwater.log.config import LogConfig
 from headwater.security.config import SecurityConfig, is_security_key
+from headwater.security.listeners import Listener, SecurityProtocol, parse_listeners
 
 log = logging.getLogger(__name__)
 

@@ -35,13 +35,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from headwater.broker.connection_security import ConnectionSecurity
-from headwater.broker.listeners import Listener
 from headwater.broker.memory_pool import MemoryPool
 from headwater.broker.socket_writer import Part, SocketWriter
 from headwater.protocol.fetch_codec import EncodedBody
 from headwater.protocol.frame import FrameDecoder
 from headwater.protocol.header import RequestHeader, encode_response_header, parse_request_header
 from headwater.security.acl import AclOperation, ResourceType
+from headwater.security.listeners import Listener
 from headwater.security.principal import KafkaPrincipal
 from headwater.security.quotas import QuotaKey
 

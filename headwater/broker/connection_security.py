@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from headwater.broker.listeners import Listener, SecurityProtocol
 from headwater.security.authorizer import AllowAllAuthorizer, Authorizer
+from headwater.security.listeners import Listener, SecurityProtocol
 from headwater.security.principal import ANONYMOUS, KafkaPrincipal
 from headwater.security.quotas import ClientQuotaManager
 from headwater.security.sasl import SaslServerSession

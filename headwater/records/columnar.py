@@ -19,7 +19,6 @@ numba the pure-Python reference decoder fills the same columns.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -35,6 +34,7 @@ from headwater.records.batch import (
     batch_crc_is_valid,
     iter_batch_headers,
 )
+from headwater.records.columnar_support import kernels, readonly
 from headwater.records.compression import Compression, decompress_into
 from headwater.records.errors import CorruptRecordError
 from headwater.records.record import decode_records
@@ -77,26 +77,6 @@ _MESSAGES = {
     k.NEGATIVE_HEADER_COUNT: "has a record with a negative header count",
     k.CAPACITY: "has more headers than its bytes can hold",
 }
-
-
-@functools.cache
-def kernels() -> Any:
-    """The compiled kernels module, imported on first use (it imports numba)."""
-    from headwater.records import columnar_kernels
-
-    return columnar_kernels
-
-
-def readonly(array: Any) -> Any:
-    """``array`` as a read-only view: kernels then see one array type whatever the source.
-
-    numba compiles one specialisation per argument type, and writability is
-    part of the type: a bytes-backed fetch buffer is read-only, an inflated
-    arena is not. One type means one compile (and one cache entry) per kernel.
-    """
-    view = array.view()
-    view.setflags(write=False)
-    return view
 
 
 def warm_up() -> None:

@@ -18,7 +18,7 @@ from typing import Any, Final
 import numpy as np
 import pyarrow as pa
 
-from headwater.records.columnar import kernels, readonly
+from headwater.records.columnar_support import kernels, readonly
 from headwater.records.compression import Compression
 from headwater.records.record import Header, RecordBatchBuilder
 

@@ -26,9 +26,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from headwater.broker.listeners import Listener
 from headwater.security.client_security import ClientSecurity
 from headwater.security.config import SecurityConfig
+from headwater.security.listeners import Listener
 from headwater.security.tls import client_context
 
 _JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')

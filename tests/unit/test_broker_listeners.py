@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from headwater.broker.config import BrokerConfig
-from headwater.broker.listeners import SecurityProtocol, parse_listeners
 from headwater.security.config import SecurityConfig
+from headwater.security.listeners import SecurityProtocol, parse_listeners
 
 
 def test_listeners_with_protocols_and_advertised_addresses() -> None:
