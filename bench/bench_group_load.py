@@ -8,7 +8,7 @@ stall the loop sees while a partition loads (a ticker task records the largest
 gap between its 1 ms sleeps).
 
 The partition is written the way the coordinator writes it: one batch per
-OffsetCommit (`--partitions` offsets per commit) through `CoordinatorStateLog`
+OffsetCommit (`--partitions` offsets per commit) through `PartitionStateLog`
 into a real `Log`, then loaded by `GroupService.load_partition`.
 
 Run: ``.venv/bin/python bench/bench_group_load.py`` (defaults take well under
@@ -27,7 +27,7 @@ from typing import Any
 
 from brokers import machine_info
 
-from headwater.broker.coordinator_state_log import CoordinatorStateLog
+from headwater.coordinator.partition_state_log import PartitionStateLog
 from headwater.group.coordinator import GroupConfig, GroupCoordinator
 from headwater.group.offsets import OffsetCommitEntry
 from headwater.group.service import GroupService
@@ -42,7 +42,7 @@ RESULTS = Path(__file__).parent / "results" / "group_load.json"
 def write_partition(log: Log, groups: int, commits: int, partitions: int) -> float:
     """Commit `commits` times per group; returns the seconds the writes took."""
     coordinator = GroupCoordinator(
-        CoordinatorStateLog(log), lambda topic, partition: True, now_ms=0, config=GroupConfig()
+        PartitionStateLog(log), lambda topic, partition: True, now_ms=0, config=GroupConfig()
     )
     start = time.perf_counter()
     for round_ in range(commits):
@@ -80,7 +80,7 @@ async def load_partition(log: Log) -> tuple[float, float, float]:
     task = asyncio.create_task(ticker())
     await asyncio.sleep(0.01)
     start, cpu_start = time.perf_counter(), time.process_time()
-    await service.load_partition(0, CoordinatorStateLog(log))
+    await service.load_partition(0, PartitionStateLog(log))
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     done = True
     await task

@@ -27,7 +27,6 @@ from headwater.broker.config import BrokerConfig
 from headwater.broker.connection import CloseConnection, Connection, RequestContext, Response
 from headwater.broker.connection_limits import Admission, ConnectionRegistry
 from headwater.broker.connection_security import ConnectionSecurity
-from headwater.broker.coordinator_state_log import OFFSETS_TOPIC, CoordinatorStateLog
 from headwater.broker.handlers.admin import AdminApis
 from headwater.broker.handlers.cluster_admin import ClusterAdminApis
 from headwater.broker.handlers.configs import ConfigsApi
@@ -49,6 +48,7 @@ from headwater.cluster.replica_fetcher import FetcherConfig
 from headwater.cluster.replica_manager import ReplicationConfig
 from headwater.cluster.replication_quota import ReplicationQuotaConfig
 from headwater.cluster.zk_security import ZkSecurityStores
+from headwater.coordinator.partition_state_log import OFFSETS_TOPIC, PartitionStateLog
 from headwater.fetch.purgatory import FetchPurgatory
 from headwater.fetch.session_cache import FetchSessionCache
 from headwater.gc_policy import COLLECTOR
@@ -452,7 +452,7 @@ class Broker:
             )
             for partition in range(num_partitions):
                 self.groups.load_partition_now(
-                    partition, CoordinatorStateLog(self.logs.log(OFFSETS_TOPIC, partition))
+                    partition, PartitionStateLog(self.logs.log(OFFSETS_TOPIC, partition))
                 )
         else:
             self.groups = self._cluster_group_service(self.cluster, host, port)
@@ -532,7 +532,7 @@ class Broker:
             if topic != OFFSETS_TOPIC:
                 return
             if is_leader:
-                offsets_log = CoordinatorStateLog(self.logs.log(OFFSETS_TOPIC, partition))
+                offsets_log = PartitionStateLog(self.logs.log(OFFSETS_TOPIC, partition))
                 self._spawn(groups.load_partition(partition, offsets_log), f"load-{partition}")
             else:
                 groups.unload_partition(partition)
@@ -620,7 +620,7 @@ class Broker:
         (and finish what they left half-done) before serving requests."""
         service = self.transactions
         for partition in range(service.config.num_partitions):
-            state_log = CoordinatorStateLog(self.logs.log(TRANSACTION_STATE_TOPIC, partition))
+            state_log = PartitionStateLog(self.logs.log(TRANSACTION_STATE_TOPIC, partition))
             await service.load_partition(partition, state_log, 0)
 
     def _cluster_txn_service(
@@ -688,7 +688,7 @@ class Broker:
             if is_leader:
                 state = view.partition_states.get((topic, partition))
                 epoch = state.leader_epoch if state is not None else 0
-                state_log = CoordinatorStateLog(self.logs.log(topic, partition))
+                state_log = PartitionStateLog(self.logs.log(topic, partition))
                 self._spawn(
                     service.load_partition(partition, state_log, epoch), f"txn-load-{partition}"
                 )

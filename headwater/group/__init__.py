@@ -6,7 +6,7 @@ coordinator.py       GroupCoordinator: the classic rebalance protocol for one of
 group_store.py       GroupStore: a partition's groups and offsets, as records (GroupMetadataManager)
 offset_commits.py    OffsetCommits: who may commit or delete offsets (OffsetMetadataManager)
 offsets.py           OffsetStore: committed offsets per group
-storage.py           the offsets-log record format, OffsetsLog, InMemoryOffsetsLog
+storage.py           the offsets-log record format, StateLog, InMemoryStateLog
 replication.py       Replicated: waiting for a write's replication, and Kafka's error mapping
 placement.py         which __consumer_offsets partition holds a group (Java String.hashCode)
 shards.py            CoordinatorShards: the offsets partitions loaded here, routing by group

@@ -27,9 +27,9 @@ from typing import Any, Protocol, cast
 
 from kio.schema.errors import ErrorCode
 
+from headwater.coordinator.pending import Pending
 from headwater.group.coordinator import ALL_GROUP_OPERATIONS, GroupCoordinator
 from headwater.group.offsets import OffsetCommitEntry, TopicPartition
-from headwater.group.pending import Pending
 from headwater.group.results import JoinResult, SyncResult
 from headwater.group.shards import CoordinatorShards
 from headwater.group.storage import CommittedOffset

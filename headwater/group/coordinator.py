@@ -12,7 +12,7 @@ milliseconds) and never blocks, sleeps or touches a socket.
   leader sends its assignment, or from `tick`. Callbacks registered with
   `Pending.on_done` run synchronously at completion.
 * `commit_offsets` returns a `Pending[list[ErrorCode]]`: it is answered once
-  its record is replicated (see `group/replication.py`).
+  its record is replicated (see `coordinator/replication.py`).
 * `heartbeat`, `leave_group`, the other offset methods and the queries answer at once.
 * `tick(now_ms)` fires every timer that is due: member session expiry, the end
   of a join phase (rebalance timeout or `group.initial.rebalance.delay.ms`),
@@ -24,7 +24,7 @@ The rules follow Kafka's GroupCoordinator (classic protocol, Kafka 3.x): error
 codes, when a rebalance starts, who is leader, static membership (KIP-345),
 MEMBER_ID_REQUIRED (KIP-394), pending-sync expiry and skip_assignment
 (KIP-814). Durability: completed generations and committed offsets go to the
-`OffsetsLog` (see `group/storage.py`) and are replayed by the constructor (or
+`StateLog` (see `group/storage.py`) and are replayed by the constructor (or
 by `load` in steps). A commit, the leader's SyncGroup and a static member's
 rejoin are answered only when the `Replicated` hook says the record is
 replicated, as Kafka's coordinator answers from its append callback. What is
@@ -44,6 +44,9 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from headwater.coordinator.pending import Pending
+from headwater.coordinator.replication import Replicated, coordinator_error, replicated_at_once
+from headwater.coordinator.state_log import LogEntry, ReplayItem, StateLog
 from headwater.group.group_store import GroupStore
 from headwater.group.membership import Group, GroupState, Member, Protocols
 from headwater.group.offset_commits import OffsetCommits
@@ -53,8 +56,6 @@ from headwater.group.offsets import (
     PartitionExists,
     TopicPartition,
 )
-from headwater.group.pending import Pending
-from headwater.group.replication import Replicated, coordinator_error, replicated_at_once
 from headwater.group.results import (
     GroupDescription,
     GroupListing,
@@ -65,7 +66,7 @@ from headwater.group.results import (
     MemberLeaveResult,
     SyncResult,
 )
-from headwater.group.storage import CommittedOffset, LogEntry, OffsetsLog, ReplayItem
+from headwater.group.storage import CommittedOffset
 
 # Kafka's bit set of operations allowed on a group when no ACLs are in force:
 # READ(3), DELETE(6), DESCRIBE(8), DESCRIBE_CONFIGS(10), ALTER_CONFIGS(11).
@@ -94,11 +95,11 @@ _Completion = tuple[Pending[JoinResult] | Pending[SyncResult], JoinResult | Sync
 
 
 class GroupCoordinator:
-    """The consumer groups of one offsets partition, rebuilt from its `OffsetsLog`."""
+    """The consumer groups of one offsets partition, rebuilt from its `StateLog`."""
 
     def __init__(
         self,
-        log: OffsetsLog,
+        log: StateLog,
         partition_exists: PartitionExists,
         *,
         now_ms: int,

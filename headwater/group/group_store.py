@@ -2,7 +2,7 @@
 
 `GroupCoordinator` decides what happens to a group (the rebalance protocol);
 this store keeps what it decided, in memory and as records in the partition's
-`OffsetsLog`, and rebuilds it from them. Writes the coordinator answers after
+`StateLog`, and rebuilds it from them. Writes the coordinator answers after
 (a commit, an assignment) return a `Pending[ErrorCode]` from the `Replicated`
 hook; tombstones do not wait, as in Kafka (a lost one is written again by the
 next deletion).
@@ -14,21 +14,23 @@ from collections.abc import Iterable, Iterator
 
 from kio.schema.errors import ErrorCode
 
-from headwater.group.membership import Group, GroupState, Member
-from headwater.group.offsets import DEFAULT_MAX_METADATA_BYTES, OffsetStore, PartitionExists
-from headwater.group.pending import Pending
-from headwater.group.replication import Replicated, coordinator_error, replicated_at_once
-from headwater.group.storage import (
+from headwater.coordinator.pending import Pending
+from headwater.coordinator.replication import Replicated, coordinator_error, replicated_at_once
+from headwater.coordinator.state_log import (
     AppendFailed,
-    GroupKey,
-    GroupRecord,
     LogEntry,
-    MemberRecord,
-    OffsetKey,
-    OffsetsLog,
     ReplayItem,
+    StateLog,
     TxnEnd,
     TxnLogEntry,
+)
+from headwater.group.membership import Group, GroupState, Member
+from headwater.group.offsets import DEFAULT_MAX_METADATA_BYTES, OffsetStore, PartitionExists
+from headwater.group.storage import (
+    GroupKey,
+    GroupRecord,
+    MemberRecord,
+    OffsetKey,
     decode_group_value,
     decode_key,
     decode_offset_value,
@@ -43,7 +45,7 @@ class GroupStore:
 
     def __init__(
         self,
-        log: OffsetsLog,
+        log: StateLog,
         partition_exists: PartitionExists,
         *,
         max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,

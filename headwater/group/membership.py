@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from headwater.group.pending import Pending
+from headwater.coordinator.pending import Pending
 from headwater.group.results import JoinResult, SyncResult
 
 Protocols = tuple[tuple[str, bytes], ...]

@@ -11,6 +11,9 @@ from collections.abc import Callable, Sequence
 
 from kio.schema.errors import ErrorCode
 
+from headwater.coordinator.pending import Pending
+from headwater.coordinator.replication import coordinator_error
+from headwater.coordinator.state_log import AppendFailed
 from headwater.group.consumer_protocol import (
     CONSUMER_PROTOCOL_TYPE,
     ConsumerProtocolError,
@@ -19,9 +22,7 @@ from headwater.group.consumer_protocol import (
 from headwater.group.group_store import GroupStore
 from headwater.group.membership import Group, GroupState
 from headwater.group.offsets import OffsetCommitEntry, TopicPartition
-from headwater.group.pending import Pending
-from headwater.group.replication import coordinator_error
-from headwater.group.storage import AppendFailed, CommittedOffset
+from headwater.group.storage import CommittedOffset
 
 
 class OffsetCommits:

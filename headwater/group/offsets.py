@@ -14,14 +14,8 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from headwater.group.storage import (
-    CommittedOffset,
-    LogEntry,
-    OffsetKey,
-    OffsetsLog,
-    encode_key,
-    encode_offset_value,
-)
+from headwater.coordinator.state_log import LogEntry, StateLog
+from headwater.group.storage import CommittedOffset, OffsetKey, encode_key, encode_offset_value
 
 DEFAULT_MAX_METADATA_BYTES = 4096
 
@@ -54,7 +48,7 @@ class OffsetStore:
 
     def __init__(
         self,
-        log: OffsetsLog,
+        log: StateLog,
         partition_exists: PartitionExists,
         *,
         max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,

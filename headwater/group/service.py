@@ -28,13 +28,13 @@ from collections.abc import Awaitable, Callable
 
 from kio.schema.errors import ErrorCode
 
+from headwater.coordinator.pending import Pending
+from headwater.coordinator.replication import Replicated, replicated_at_once
+from headwater.coordinator.state_log import StateLog
 from headwater.group.apis import SUPPORTED_VERSIONS, CoordinatorOf, GroupApis, Response
 from headwater.group.coordinator import GroupConfig, GroupCoordinator, random_member_id
 from headwater.group.offsets import PartitionExists
-from headwater.group.pending import Pending
-from headwater.group.replication import Replicated, replicated_at_once
 from headwater.group.shards import CoordinatorShards
-from headwater.group.storage import OffsetsLog
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class GroupService:
     @classmethod
     def open(
         cls,
-        log: OffsetsLog,
+        log: StateLog,
         partition_exists: PartitionExists,
         *,
         node_id: int,
@@ -163,7 +163,7 @@ class GroupService:
 
     # ------------------------------------------------------------ leadership
 
-    async def load_partition(self, partition: int, offsets_log: OffsetsLog) -> None:
+    async def load_partition(self, partition: int, offsets_log: StateLog) -> None:
         """Become the coordinator of the partition's groups: replay it, then serve them.
 
         Its groups get COORDINATOR_LOAD_IN_PROGRESS until the replay ends. A
@@ -189,7 +189,7 @@ class GroupService:
         coordinator.finish_load(self._clock_ms())
         self.shards.finish_load(token, coordinator)
 
-    def load_partition_now(self, partition: int, offsets_log: OffsetsLog) -> None:
+    def load_partition_now(self, partition: int, offsets_log: StateLog) -> None:
         """`load_partition` in one go, for start-up before any request is served."""
         token = self.shards.begin_load(partition)
         if token is None:
@@ -208,7 +208,7 @@ class GroupService:
         JoinGroup/SyncGroup requests get NOT_COORDINATOR."""
         self.shards.unload(partition)
 
-    def _new_coordinator(self, partition: int, offsets_log: OffsetsLog) -> GroupCoordinator:
+    def _new_coordinator(self, partition: int, offsets_log: StateLog) -> GroupCoordinator:
         if self._partition_exists is None:
             raise RuntimeError("this GroupService was built without partition_exists: use create()")
         return GroupCoordinator(

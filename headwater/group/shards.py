@@ -17,8 +17,8 @@ from collections.abc import Iterator
 
 from kio.schema.errors import ErrorCode
 
+from headwater.coordinator.placement import partition_for
 from headwater.group.coordinator import GroupCoordinator
-from headwater.group.placement import partition_for
 from headwater.group.results import GroupListing
 
 

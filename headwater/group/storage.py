@@ -4,7 +4,7 @@ Like Kafka's `__consumer_offsets`, every committed offset and every completed
 generation of a group is appended as a key/value record; the latest value of a
 key wins and a `None` value (tombstone) deletes it. Replaying the log from the
 start rebuilds the coordinator. The broker supplies the real log (it adapts a
-partition of its own log to `OffsetsLog`); `InMemoryOffsetsLog` serves tests.
+partition of its own log to `StateLog`); `InMemoryStateLog` serves tests.
 
 Encodings (big-endian, `struct`; kio has no schemas for these internal records
 and they are a dozen fixed fields, so a small codec is clearer than a library):
@@ -32,101 +32,12 @@ needs to keep the last record per key and drop tombstoned keys;
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
-
-from kio.schema.errors import ErrorCode
 
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
 OFFSET_VALUE_VERSION = 1
 GROUP_VALUE_VERSION = 1
-
-LogEntry = tuple[bytes, bytes | None]
-
-
-@dataclass(frozen=True, slots=True)
-class TxnLogEntry:
-    """A record of a TxnOffsetCommit: written in a transactional batch of
-    ``producer_id``, it counts only once that producer's COMMIT marker follows."""
-
-    producer_id: int
-    key: bytes
-    value: bytes | None
-
-
-@dataclass(frozen=True, slots=True)
-class TxnEnd:
-    """A COMMIT or ABORT marker of ``producer_id`` in the offsets log."""
-
-    producer_id: int
-    committed: bool
-
-
-#: What a replay yields: plain records, and transactional records with their markers.
-ReplayItem = LogEntry | TxnLogEntry | TxnEnd
-
-
-class OffsetsLog(Protocol):
-    """The durable store the coordinator writes through (adapted by the broker)."""
-
-    def append(self, entries: Sequence[LogEntry]) -> int:
-        """Append all entries atomically; None value = tombstone.
-
-        Returns the log's next offset after the write: the offset the caller
-        waits for when the write must be replicated before it is answered.
-        Raises `AppendFailed` when nothing was written.
-        """
-        ...
-
-    def append_transactional(
-        self, entries: Sequence[LogEntry], producer_id: int, producer_epoch: int
-    ) -> int:
-        """Append entries as one transactional batch of the producer (TxnOffsetCommit):
-        the broker's COMMIT/ABORT marker for the producer decides whether they count."""
-        ...
-
-    def replay(self) -> Iterator[ReplayItem]:
-        """Every entry ever appended, oldest first, transactional ones marked as such."""
-        ...
-
-
-class AppendFailed(Exception):
-    """The offsets log refused a write (too large, not the leader, disk error...).
-
-    Carries the log's error code; the coordinator answers with its own
-    equivalent (`group/replication.py`) instead of failing the request.
-    """
-
-    def __init__(self, error: ErrorCode, reason: str = "") -> None:
-        super().__init__(reason or error.name)
-        self.error = error
-
-
-class InMemoryOffsetsLog:
-    """An `OffsetsLog` in a list: for tests and for brokers run without persistence."""
-
-    def __init__(self) -> None:
-        self.entries: list[ReplayItem] = []
-
-    def append(self, entries: Sequence[LogEntry]) -> int:
-        self.entries.extend(entries)
-        return len(self.entries)
-
-    def append_transactional(
-        self, entries: Sequence[LogEntry], producer_id: int, producer_epoch: int
-    ) -> int:
-        self.entries.extend(TxnLogEntry(producer_id, key, value) for key, value in entries)
-        return len(self.entries)
-
-    def append_marker(self, producer_id: int, committed: bool) -> int:
-        """What the broker's marker writer does to a real log (for tests)."""
-        self.entries.append(TxnEnd(producer_id, committed))
-        return len(self.entries)
-
-    def replay(self) -> Iterator[ReplayItem]:
-        return iter(list(self.entries))
 
 
 class CorruptRecordError(ValueError):

@@ -29,9 +29,9 @@ from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
-from headwater.group.placement import partition_for
-from headwater.group.replication import coordinator_error
-from headwater.group.storage import AppendFailed
+from headwater.coordinator.placement import partition_for
+from headwater.coordinator.replication import coordinator_error
+from headwater.coordinator.state_log import AppendFailed
 from headwater.txn.coordinator import (
     Fence,
     abort_timed_out,

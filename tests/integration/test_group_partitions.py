@@ -8,7 +8,7 @@ from kafka import KafkaConsumer, OffsetAndMetadata
 from kafka import TopicPartition as KTP
 from kafka.admin import KafkaAdminClient, NewTopic
 
-from headwater.group.placement import partition_for
+from headwater.coordinator.placement import partition_for
 from tests.integration.broker_process import BrokerProcess
 
 OFFSETS = "__consumer_offsets"

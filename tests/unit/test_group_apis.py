@@ -13,9 +13,9 @@ from kio.schema.consumer_protocol_assignment.v0.data import TopicPartition
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
+from headwater.coordinator.state_log import InMemoryStateLog
 from headwater.group.apis import SUPPORTED_VERSIONS, GroupApis
 from headwater.group.coordinator import GroupConfig, GroupCoordinator
-from headwater.group.storage import InMemoryOffsetsLog
 from headwater.protocol.apis import ApiKey
 from headwater.protocol.messages import (
     build_request,
@@ -33,7 +33,7 @@ SESSION_MS = 10_000
 def make_apis() -> GroupApis:
     counter = itertools.count(1)
     coordinator = GroupCoordinator(
-        InMemoryOffsetsLog(),
+        InMemoryStateLog(),
         lambda topic, partition: topic == "orders" and partition < 2,
         now_ms=0,
         config=GroupConfig(initial_rebalance_delay_ms=0),

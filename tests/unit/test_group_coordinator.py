@@ -7,12 +7,12 @@ import itertools
 import pytest
 from kio.schema.errors import ErrorCode
 
+from headwater.coordinator.pending import Pending
+from headwater.coordinator.state_log import InMemoryStateLog
 from headwater.group.coordinator import GroupConfig, GroupCoordinator
 from headwater.group.membership import GroupState
 from headwater.group.offsets import OffsetCommitEntry
-from headwater.group.pending import Pending
 from headwater.group.results import JoinResult, SyncResult
-from headwater.group.storage import InMemoryOffsetsLog
 
 SESSION_MS = 10_000
 REBALANCE_MS = 30_000
@@ -20,11 +20,11 @@ GROUP = "g"
 
 
 def make_coordinator(
-    *, initial_delay_ms: int = 0, max_size: int = 2**31 - 1, log: InMemoryOffsetsLog | None = None
+    *, initial_delay_ms: int = 0, max_size: int = 2**31 - 1, log: InMemoryStateLog | None = None
 ) -> GroupCoordinator:
     counter = itertools.count(1)
     return GroupCoordinator(
-        log or InMemoryOffsetsLog(),
+        log or InMemoryStateLog(),
         lambda topic, partition: topic.startswith("t") and 0 <= partition < 4,
         now_ms=0,
         config=GroupConfig(initial_rebalance_delay_ms=initial_delay_ms, max_size=max_size),

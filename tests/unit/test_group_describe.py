@@ -15,6 +15,7 @@ from kio.schema.consumer_protocol_subscription.v3 import ConsumerProtocolSubscri
 from kio.schema.consumer_protocol_subscription.v3.data import TopicPartition
 from kio.serial import entity_writer
 
+from headwater.coordinator.state_log import InMemoryStateLog
 from headwater.group.apis import GroupApis
 from headwater.group.consumer_protocol import (
     ConsumerProtocolError,
@@ -29,7 +30,6 @@ from headwater.group.describe import (
     list_groups,
 )
 from headwater.group.offsets import OffsetCommitEntry
-from headwater.group.storage import InMemoryOffsetsLog
 from headwater.protocol.apis import ApiKey
 from headwater.protocol.messages import build_request, build_response
 
@@ -76,7 +76,7 @@ def test_garbage_is_reported_not_guessed() -> None:
 def make_stable_group() -> GroupCoordinator:
     counter = itertools.count(1)
     coordinator = GroupCoordinator(
-        InMemoryOffsetsLog(),
+        InMemoryStateLog(),
         lambda topic, partition: True,
         now_ms=0,
         config=GroupConfig(initial_rebalance_delay_ms=0),

@@ -10,10 +10,11 @@ from kio.schema.consumer_protocol_subscription.v0 import ConsumerProtocolSubscri
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
+from headwater.coordinator.state_log import InMemoryStateLog
 from headwater.group.coordinator import GroupConfig, GroupCoordinator
 from headwater.group.offsets import OffsetCommitEntry
 from headwater.group.results import JoinResult
-from headwater.group.storage import CommittedOffset, InMemoryOffsetsLog
+from headwater.group.storage import CommittedOffset
 
 SESSION_MS = 10_000
 
@@ -22,7 +23,7 @@ def partition_exists(topic: str, partition: int) -> bool:
     return topic in {"orders", "audit"} and 0 <= partition < 3
 
 
-def make_coordinator(log: InMemoryOffsetsLog, *, now_ms: int = 0) -> GroupCoordinator:
+def make_coordinator(log: InMemoryStateLog, *, now_ms: int = 0) -> GroupCoordinator:
     counter = itertools.count(1)
     return GroupCoordinator(
         log,
@@ -80,7 +81,7 @@ def commit(
 
 
 def test_member_commit_with_its_generation_is_stored_with_epoch_and_metadata() -> None:
-    coordinator = make_coordinator(InMemoryOffsetsLog())
+    coordinator = make_coordinator(InMemoryStateLog())
     member = stable_member(coordinator, "g")
     errors = commit(
         coordinator,
@@ -99,7 +100,7 @@ def test_member_commit_with_its_generation_is_stored_with_epoch_and_metadata() -
 
 
 def test_stale_generation_commit_is_rejected() -> None:
-    coordinator = make_coordinator(InMemoryOffsetsLog())
+    coordinator = make_coordinator(InMemoryStateLog())
     member = stable_member(coordinator, "g")
     errors = commit(
         coordinator,
@@ -113,7 +114,7 @@ def test_stale_generation_commit_is_rejected() -> None:
 
 
 def test_commit_from_a_stranger_to_a_group_with_members_is_rejected() -> None:
-    coordinator = make_coordinator(InMemoryOffsetsLog())
+    coordinator = make_coordinator(InMemoryStateLog())
     member = stable_member(coordinator, "g")
     assert commit(coordinator, "g", OffsetCommitEntry("orders", 0, 1)) == [
         ErrorCode.unknown_member_id
@@ -128,7 +129,7 @@ def test_commit_from_a_stranger_to_a_group_with_members_is_rejected() -> None:
 
 
 def test_standalone_consumer_commits_to_a_group_without_members() -> None:
-    coordinator = make_coordinator(InMemoryOffsetsLog())
+    coordinator = make_coordinator(InMemoryStateLog())
     assert commit(coordinator, "standalone", OffsetCommitEntry("orders", 2, 9)) == [ErrorCode.none]
     assert coordinator.describe_group("standalone").state == "Empty"
     # A generation that a group without members never had is illegal.
@@ -138,7 +139,7 @@ def test_standalone_consumer_commits_to_a_group_without_members() -> None:
 
 
 def test_commit_during_completing_rebalance_asks_to_wait() -> None:
-    coordinator = make_coordinator(InMemoryOffsetsLog())
+    coordinator = make_coordinator(InMemoryStateLog())
     joined = coordinator.join_group(
         0,
         group_id="g",
@@ -160,7 +161,7 @@ def test_commit_during_completing_rebalance_asks_to_wait() -> None:
 
 def test_commit_while_preparing_rebalance_is_allowed_for_the_current_generation() -> None:
     """Eager consumers commit in onPartitionsRevoked, before rejoining."""
-    coordinator = make_coordinator(InMemoryOffsetsLog())
+    coordinator = make_coordinator(InMemoryStateLog())
     member = stable_member(coordinator, "g")
     coordinator.join_group(
         0,
@@ -183,7 +184,7 @@ def test_commit_while_preparing_rebalance_is_allowed_for_the_current_generation(
 
 
 def test_oversized_metadata_and_unknown_partitions_fail_alone() -> None:
-    coordinator = make_coordinator(InMemoryOffsetsLog())
+    coordinator = make_coordinator(InMemoryStateLog())
     errors = commit(
         coordinator,
         "g",
@@ -202,7 +203,7 @@ def test_oversized_metadata_and_unknown_partitions_fail_alone() -> None:
 
 
 def test_unknown_partition_error_wins_over_group_errors() -> None:
-    coordinator = make_coordinator(InMemoryOffsetsLog())
+    coordinator = make_coordinator(InMemoryStateLog())
     stable_member(coordinator, "g")
     errors = commit(
         coordinator, "g", OffsetCommitEntry("nope", 0, 1), OffsetCommitEntry("orders", 0, 1)
@@ -211,7 +212,7 @@ def test_unknown_partition_error_wins_over_group_errors() -> None:
 
 
 def test_fetch_of_all_partitions_and_of_an_unknown_group() -> None:
-    coordinator = make_coordinator(InMemoryOffsetsLog())
+    coordinator = make_coordinator(InMemoryStateLog())
     commit(coordinator, "g", OffsetCommitEntry("orders", 0, 1), OffsetCommitEntry("audit", 2, 3))
     assert {
         (t, p, v.offset if v else None) for t, p, v in coordinator.fetch_offsets("g", None)
@@ -224,7 +225,7 @@ def test_fetch_of_all_partitions_and_of_an_unknown_group() -> None:
 
 
 def test_offsets_and_deletions_survive_replay_of_the_log() -> None:
-    log = InMemoryOffsetsLog()
+    log = InMemoryStateLog()
     coordinator = make_coordinator(log)
     commit(coordinator, "a", OffsetCommitEntry("orders", 0, 1), OffsetCommitEntry("orders", 1, 2))
     commit(coordinator, "a", OffsetCommitEntry("orders", 0, 10, leader_epoch=3, metadata="m"))
@@ -242,7 +243,7 @@ def test_offsets_and_deletions_survive_replay_of_the_log() -> None:
     assert [t for t, _, _ in restarted.fetch_offsets("c", None)] == ["audit"]
     assert sorted(g.group_id for g in restarted.list_groups()) == ["a", "c"]
     # A compacted log (the live records only) rebuilds the same state.
-    compacted = InMemoryOffsetsLog()
+    compacted = InMemoryStateLog()
     compacted.append(list(restarted.live_records()))
     again = make_coordinator(compacted)
     assert again.fetch_offsets("a", None) == restarted.fetch_offsets("a", None)
@@ -250,7 +251,7 @@ def test_offsets_and_deletions_survive_replay_of_the_log() -> None:
 
 
 def test_group_generation_survives_replay_so_members_keep_heartbeating() -> None:
-    log = InMemoryOffsetsLog()
+    log = InMemoryStateLog()
     coordinator = make_coordinator(log)
     member = stable_member(coordinator, "g")
     restarted = make_coordinator(log, now_ms=1000)
@@ -265,7 +266,7 @@ def test_group_generation_survives_replay_so_members_keep_heartbeating() -> None
 
 
 def test_delete_groups_refuses_groups_with_members() -> None:
-    coordinator = make_coordinator(InMemoryOffsetsLog())
+    coordinator = make_coordinator(InMemoryStateLog())
     stable_member(coordinator, "busy")
     commit(coordinator, "idle", OffsetCommitEntry("orders", 0, 1))
     assert coordinator.delete_groups(["busy", "idle", "missing"]) == [
@@ -278,7 +279,7 @@ def test_delete_groups_refuses_groups_with_members() -> None:
 
 
 def test_offset_delete_spares_topics_the_group_still_reads() -> None:
-    coordinator = make_coordinator(InMemoryOffsetsLog())
+    coordinator = make_coordinator(InMemoryStateLog())
     member = stable_member(coordinator, "g", "orders")
     commit(
         coordinator,

@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from headwater.broker.coordinator_state_log import CoordinatorStateLog
+from headwater.coordinator.partition_state_log import PartitionStateLog
+from headwater.coordinator.pending import Pending
+from headwater.coordinator.placement import partition_for
+from headwater.coordinator.state_log import AppendFailed, InMemoryStateLog, LogEntry
 from headwater.group.apis import GroupApis
 from headwater.group.coordinator import GroupConfig, GroupCoordinator
 from headwater.group.membership import GroupState
 from headwater.group.offsets import OffsetCommitEntry
-from headwater.group.pending import Pending
-from headwater.group.placement import partition_for
 from headwater.group.service import GroupService
-from headwater.group.storage import AppendFailed, InMemoryOffsetsLog, LogEntry
 from headwater.log.config import LogConfig
 from headwater.log.handles import FileHandleCache
 from headwater.log.log import Log
@@ -172,9 +172,9 @@ def heartbeat(apis: GroupApis, group_id: str, joined: dict[str, Any]) -> ErrorCo
     return error
 
 
-def loaded_service(**kwargs: Any) -> tuple[GroupService, list[InMemoryOffsetsLog]]:
+def loaded_service(**kwargs: Any) -> tuple[GroupService, list[InMemoryStateLog]]:
     service = make_service(**kwargs)
-    logs = [InMemoryOffsetsLog() for _ in range(PARTITIONS)]
+    logs = [InMemoryStateLog() for _ in range(PARTITIONS)]
     for partition, log in enumerate(logs):
         service.load_partition_now(partition, log)
     return service, logs
@@ -288,9 +288,9 @@ def test_every_group_api_answers_not_coordinator_in_its_own_shape() -> None:
 # ------------------------------------------------------------------- loading
 
 
-def offsets_log_of_many_commits(group_id: str, commits: int) -> InMemoryOffsetsLog:
+def offsets_log_of_many_commits(group_id: str, commits: int) -> InMemoryStateLog:
     """A partition log long enough to take several load steps; the last commit is commits-1."""
-    log = InMemoryOffsetsLog()
+    log = InMemoryStateLog()
     writer = GroupCoordinator(log, lambda t, p: True, now_ms=0, config=CONFIG)
     for offset in range(commits):
         writer.commit_offsets(
@@ -308,7 +308,7 @@ def test_groups_of_a_loading_partition_get_load_in_progress() -> None:
     async def scenario() -> None:
         service = make_service()
         big = offsets_log_of_many_commits(G1, 5000)
-        service.load_partition_now(0, InMemoryOffsetsLog())
+        service.load_partition_now(0, InMemoryStateLog())
         loading = asyncio.create_task(service.load_partition(1, big))
         await asyncio.sleep(0)
         assert service.shards.is_loading(1)
@@ -374,7 +374,7 @@ def test_a_reloaded_partition_resumes_offsets_and_generation() -> None:
 def test_loading_an_out_of_range_partition_is_refused() -> None:
     service = make_service()
     with pytest.raises(ValueError, match="out of range"):
-        service.load_partition_now(PARTITIONS, InMemoryOffsetsLog())
+        service.load_partition_now(PARTITIONS, InMemoryStateLog())
 
 
 # ----------------------------------------------------------- FindCoordinator
@@ -419,9 +419,9 @@ class FakeReplication:
         return offset
 
 
-def replicated_coordinator() -> tuple[GroupCoordinator, FakeReplication, InMemoryOffsetsLog]:
+def replicated_coordinator() -> tuple[GroupCoordinator, FakeReplication, InMemoryStateLog]:
     replication = FakeReplication()
-    log = InMemoryOffsetsLog()
+    log = InMemoryStateLog()
     counter = itertools.count(1)
     coordinator = GroupCoordinator(
         log,
@@ -599,7 +599,7 @@ def test_without_wait_replicated_writes_count_as_replicated_at_once() -> None:
 # ------------------------------------------------------ the log refuses a write
 
 
-class RefusingLog(InMemoryOffsetsLog):
+class RefusingLog(InMemoryStateLog):
     """An offsets log that refuses writes while `refuse` is set (not leader, too large...)."""
 
     def __init__(self) -> None:
@@ -665,7 +665,7 @@ def test_the_partition_adapter_turns_log_errors_into_append_failed(tmp_path: Pat
     log = Log(
         tmp_path / "__consumer_offsets-0", LogConfig(max_message_bytes=200), FileHandleCache(4)
     )
-    offsets_log = CoordinatorStateLog(log)
+    offsets_log = PartitionStateLog(log)
     assert offsets_log.append([(b"k", b"v")]) == 1
     assert offsets_log.append([(b"k2", None), (b"k3", b"w")]) == 3  # the next offset after
     with pytest.raises(AppendFailed) as refused:

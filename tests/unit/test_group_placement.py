@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from headwater.group.placement import java_string_hashcode, kafka_abs, partition_for
+from headwater.coordinator.placement import java_string_hashcode, kafka_abs, partition_for
 
 # (text, Java's "text".hashCode(), partition among 50), computed with a JVM.
 JAVA_VALUES = [

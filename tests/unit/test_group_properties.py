@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from kio.schema.errors import ErrorCode
 
+from headwater.coordinator.pending import Pending
+from headwater.coordinator.state_log import InMemoryStateLog
 from headwater.group.coordinator import GroupConfig, GroupCoordinator
 from headwater.group.membership import GroupState
 from headwater.group.offsets import OffsetCommitEntry
-from headwater.group.pending import Pending
 from headwater.group.results import JoinResult, SyncResult
-from headwater.group.storage import InMemoryOffsetsLog
 
 GROUP = "g"
 SESSION_MS = 6_000
@@ -53,7 +53,7 @@ class GroupMachine(RuleBasedStateMachine):
     def start(self, initial_delay: int) -> None:
         counter = itertools.count(1)
         self.coordinator = GroupCoordinator(
-            InMemoryOffsetsLog(),
+            InMemoryStateLog(),
             lambda topic, partition: True,
             now_ms=0,
             config=GroupConfig(initial_rebalance_delay_ms=initial_delay),

@@ -8,11 +8,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from headwater.coordinator.state_log import InMemoryStateLog
 from headwater.group.apis import GroupApis
 from headwater.group.coordinator import GroupConfig, GroupCoordinator
 from headwater.group.offsets import OffsetCommitEntry
 from headwater.group.service import GroupService
-from headwater.group.storage import InMemoryOffsetsLog
 from headwater.protocol.apis import ApiKey
 from headwater.protocol.messages import build_request
 
@@ -30,7 +30,7 @@ class FakeClock:
 def make_service(clock: FakeClock, *, initial_delay_ms: int = 0) -> GroupService:
     counter = itertools.count(1)
     coordinator = GroupCoordinator(
-        InMemoryOffsetsLog(),
+        InMemoryStateLog(),
         lambda topic, partition: True,
         now_ms=clock(),
         config=GroupConfig(initial_rebalance_delay_ms=initial_delay_ms),
@@ -206,7 +206,7 @@ def test_ticker_expires_silent_members() -> None:
 
 
 def test_open_replays_the_log_and_knows_its_apis() -> None:
-    log = InMemoryOffsetsLog()
+    log = InMemoryStateLog()
     first = GroupService.open(log, lambda t, p: True, node_id=3, host="h", port=1)
     coordinator_of(first).commit_offsets(
         0,

@@ -8,15 +8,15 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from headwater.coordinator.state_log import InMemoryStateLog, TxnLogEntry
 from headwater.group.apis import GroupApis
 from headwater.group.coordinator import GroupConfig, GroupCoordinator
-from headwater.group.storage import InMemoryOffsetsLog, TxnLogEntry
 from headwater.protocol.apis import ApiKey
 from tests.unit.test_group_apis import NODE, answer, join_data
 
 
-def make(log: InMemoryOffsetsLog | None = None) -> tuple[GroupApis, InMemoryOffsetsLog]:
-    log = log or InMemoryOffsetsLog()
+def make(log: InMemoryStateLog | None = None) -> tuple[GroupApis, InMemoryStateLog]:
+    log = log or InMemoryStateLog()
     counter = itertools.count(1)
     coordinator = GroupCoordinator(
         log,

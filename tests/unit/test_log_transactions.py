@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from headwater.broker.coordinator_state_log import CoordinatorStateLog
 from headwater.broker.handlers.txn_markers import WriteTxnMarkersApi
+from headwater.coordinator.partition_state_log import PartitionStateLog
+from headwater.coordinator.state_log import TxnEnd
 from headwater.fetch.contexts import new_fetch_context
 from headwater.fetch.planner import read_partitions
 from headwater.fetch.purgatory import SessionPartitionWatcher
 from headwater.fetch.session_cache import FetchSessionCache
-from headwater.group.storage import TxnEnd
 from headwater.log import log as log_module
 from headwater.log.config import LogConfig
 from headwater.log.errors import (
@@ -595,7 +595,7 @@ def test_offsets_log_replay_steps_over_transaction_markers(tmp_path: Path) -> No
     """A marker is no group record: the replay hands it over as a `TxnEnd`, which
     settles the producer's pending TxnOffsetCommits (group/txn_offsets.py)."""
     log = make_log(tmp_path)
-    offsets_log = CoordinatorStateLog(log)
+    offsets_log = PartitionStateLog(log)
     offsets_log.append([(b"k1", b"v1")])
     log.append_control_marker(7, 0, True, 0, NOW)
     offsets_log.append([(b"k2", None)])

@@ -9,7 +9,7 @@ from typing import Any
 
 from headwater.broker.handlers.group_authorization import authorize_group_request
 from headwater.broker.handlers.transactions import TransactionApis
-from headwater.group.storage import InMemoryOffsetsLog
+from headwater.coordinator.state_log import InMemoryStateLog
 from headwater.protocol.apis import ApiKey
 from headwater.txn.marker_sender import MarkerSender
 from headwater.txn.service import TransactionCoordinatorService, TxnConfig
@@ -44,7 +44,7 @@ def run(coro: Any) -> Any:
 def test_init_producer_id_needs_write_on_the_transactional_id() -> None:
     async def go() -> None:
         apis, service = make_apis()
-        await service.load_partition(0, InMemoryOffsetsLog(), 0)
+        await service.load_partition(0, InMemoryStateLog(), 0)
         body = {"transactional_id": "tx", "transaction_timeout": 5000}
         init = req(ApiKey.INIT_PRODUCER_ID, 4, body)
         denied = await apis.init_producer_id(ctx_for(ApiKey.INIT_PRODUCER_ID, 4), init)
@@ -63,7 +63,7 @@ def test_init_producer_id_needs_write_on_the_transactional_id() -> None:
 def test_add_partitions_unauthorized_topic_fails_the_request() -> None:
     async def go() -> None:
         apis, service = make_apis()
-        await service.load_partition(0, InMemoryOffsetsLog(), 0)
+        await service.load_partition(0, InMemoryStateLog(), 0)
         ctx = ctx_for(ApiKey.INIT_PRODUCER_ID, 4, WRITE_ID)
         init = await apis.init_producer_id(
             ctx, req(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": "tx",
@@ -105,7 +105,7 @@ def test_add_partitions_unauthorized_topic_fails_the_request() -> None:
 def test_add_offsets_needs_read_on_the_group_and_end_txn_write_on_the_id() -> None:
     async def go() -> None:
         apis, service = make_apis()
-        await service.load_partition(0, InMemoryOffsetsLog(), 0)
+        await service.load_partition(0, InMemoryStateLog(), 0)
         add = req(ApiKey.ADD_OFFSETS_TO_TXN, 3, {"transactional_id": "tx", "producer_id": 1,
                                                  "producer_epoch": 0, "group_id": "g"})  # fmt: skip
         denied = await apis.add_offsets_to_txn(ctx_for(ApiKey.ADD_OFFSETS_TO_TXN, 3, WRITE_ID), add)
@@ -123,7 +123,7 @@ def test_add_offsets_needs_read_on_the_group_and_end_txn_write_on_the_id() -> No
 def test_describe_and_list_need_describe() -> None:
     async def go() -> None:
         apis, service = make_apis()
-        await service.load_partition(0, InMemoryOffsetsLog(), 0)
+        await service.load_partition(0, InMemoryStateLog(), 0)
         await service.init_producer_id("tx", 5000, None)
         await service.init_producer_id("other", 5000, None)
         ctx = ctx_for(ApiKey.LIST_TRANSACTIONS, 1, (RT.TRANSACTIONAL_ID, "tx", Op.DESCRIBE))

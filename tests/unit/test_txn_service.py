@@ -8,7 +8,7 @@ import itertools
 
 from kio.schema.errors import ErrorCode
 
-from headwater.group.storage import InMemoryOffsetsLog
+from headwater.coordinator.state_log import InMemoryStateLog
 from headwater.txn.marker_sender import MarkerSender
 from headwater.txn.markers import TxnMarker
 from headwater.txn.metadata import TxnState
@@ -44,7 +44,7 @@ class Clock:
 
 def make(
     writer: FakeWriter, clock: Clock, **config: int
-) -> tuple[TransactionCoordinatorService, InMemoryOffsetsLog]:
+) -> tuple[TransactionCoordinatorService, InMemoryStateLog]:
     ids = itertools.count(1000)
     service = TransactionCoordinatorService(
         node_id=1,
@@ -60,7 +60,7 @@ def make(
         ),
         clock_ms=clock,
     )
-    return service, InMemoryOffsetsLog()
+    return service, InMemoryStateLog()
 
 
 async def settle() -> None:
@@ -68,7 +68,7 @@ async def settle() -> None:
         await asyncio.sleep(0.005)
 
 
-def states_in(log: InMemoryOffsetsLog) -> list[tuple[str, TxnState | None]]:
+def states_in(log: InMemoryStateLog) -> list[tuple[str, TxnState | None]]:
     out: list[tuple[str, TxnState | None]] = []
     for entry in log.entries:
         assert isinstance(entry, tuple)

@@ -24,8 +24,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode as E
 
 from headwater.broker.connection import RequestContext
-from headwater.broker.coordinator_state_log import OFFSETS_TOPIC
-from headwater.group.placement import partition_for
+from headwater.coordinator.partition_state_log import OFFSETS_TOPIC
+from headwater.coordinator.placement import partition_for
 from headwater.security.acl import AclOperation, ResourceType
 from headwater.txn.coordinator import api_error
 from headwater.txn.service import TransactionCoordinatorService

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
-from headwater.group.pending import Pending
+from headwater.coordinator.pending import Pending
 
 # The next offset after a write -> its replication outcome (ErrorCode.none = replicated).
 Replicated = Callable[[int], Pending[ErrorCode]]

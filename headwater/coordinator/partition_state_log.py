@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 
 from kio.schema.errors import ErrorCode
 
-from headwater.group.storage import AppendFailed, ReplayItem, TxnEnd, TxnLogEntry
+from headwater.coordinator.state_log import AppendFailed, ReplayItem, TxnEnd, TxnLogEntry
 from headwater.log.isolation import Isolation
 from headwater.log.log import Log
 from headwater.records.errors import KafkaApiError
@@ -27,7 +27,7 @@ OFFSETS_TOPIC = "__consumer_offsets"
 _READ_CHUNK = 8 << 20
 
 
-class CoordinatorStateLog:
+class PartitionStateLog:
     """Adapts a partition ``Log`` to a coordinator's state-log protocol.
 
     The group coordinator keeps its offsets and generations in
