@@ -34,6 +34,7 @@ from headwater.broker.handlers.fetch import FetchApi
 from headwater.broker.handlers.group_authorization import authorize_group_request
 from headwater.broker.handlers.log_dirs import LogDirsApi
 from headwater.broker.handlers.offsets import OffsetApis
+from headwater.broker.handlers.partition_admin import PartitionAdminApis
 from headwater.broker.handlers.produce import ProduceApi
 from headwater.broker.handlers.security import SASL_APIS, SecurityApis
 from headwater.broker.handlers.transactions import TransactionApis
@@ -344,6 +345,9 @@ class Broker:
         self.register_kio(ApiKey.INIT_PRODUCER_ID, self.admin.init_producer_id)
         self.register_kio(ApiKey.LIST_OFFSETS, self.offsets.list_offsets)
         self.register_kio(ApiKey.OFFSET_FOR_LEADER_EPOCH, self.offsets.offset_for_leader_epoch)
+        partition_admin = PartitionAdminApis(self.logs, replication)
+        self.register_kio(ApiKey.DELETE_RECORDS, partition_admin.delete_records)
+        self.register_kio(ApiKey.DESCRIBE_PRODUCERS, partition_admin.describe_producers)
         self.register_kio(ApiKey.DESCRIBE_LOG_DIRS, LogDirsApi(self.logs).describe_log_dirs)
         # Transaction markers go to the logs this broker leads; the transaction
         # coordinator calls ``txn_markers.write`` directly for its own partitions.
