@@ -109,3 +109,25 @@ def test_describe_producers_lists_idempotent_and_transactional_producers(
     assert transactional.current_txn_start_offset == 5
     assert transactional.last_timestamp > 0 and transactional.producer_epoch >= 0
     txn.abort_transaction(30)
+
+
+def test_describe_cluster_answers_with_the_listener_the_request_came_in_on(
+    tmp_path: Path,
+) -> None:
+    main, other = free_port(), free_port()
+    b = BrokerProcess(tmp_path / "two", port=main, overrides=[
+        f"listeners=PLAINTEXT://127.0.0.1:{main},EXTERNAL://127.0.0.1:{other}",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,EXTERNAL:PLAINTEXT",
+    ]).start()  # fmt: skip
+    try:
+        for port in (main, other):
+            client = WireClient(f"127.0.0.1:{port}")
+            try:
+                req = build(request_class(ApiKey.DESCRIBE_CLUSTER, 0), {})
+                body = client.request(ApiKey.DESCRIBE_CLUSTER, 0, encode_request(req))
+            finally:
+                client.close()
+            resp = decode_response(ApiKey.DESCRIBE_CLUSTER, 0, body)
+            assert [(b.host, b.port) for b in resp.brokers] == [("127.0.0.1", port)]
+    finally:
+        b.stop()

@@ -162,8 +162,9 @@ class AdminApis:
         )
 
     def describe_cluster(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
-        """One broker: it is the whole cluster and its controller."""
-        host, port = self.config.advertised
+        """One broker: it is the whole cluster and its controller, at the address of the
+        listener the request came in on (as Metadata: a SASL_SSL client stays on SASL_SSL)."""
+        host, port = ctx.listener.advertised if ctx.listener.port else self.config.advertised
         return {
             "throttle_time": 0,
             "error_code": 0,
