@@ -323,6 +323,7 @@ class Broker:
         if cluster is not None:
             self.cluster_admin = ClusterAdminApis(self.config, cluster.view, cluster.store)
             self.admin.cluster_auto_create = self.cluster_admin.auto_create
+            self.admin.cluster_topic_exists = lambda name: name in cluster.view.topics
             self.register(
                 ApiKey.METADATA, _kio_request(ApiKey.METADATA, self.cluster_admin.metadata)
             )

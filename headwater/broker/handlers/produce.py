@@ -153,7 +153,7 @@ class ProduceApi:
                 version,
             )
         infos = [
-            self.admin.ensure_topic(t.name, self.admin.may_create(ctx, t.name))
+            self.admin.ensure_topic(t.name, lambda name=t.name: self.admin.may_create(ctx, name))
             if acks_ok and allowed
             else None
             for t, allowed in zip(req.topics, writable, strict=True)
