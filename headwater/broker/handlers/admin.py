@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 from kio.schema.errors import ErrorCode as E
@@ -155,7 +156,7 @@ class AdminApis:
                     continue
                 info = self.logs.topics().get(name)
                 if info is None and allow_create:
-                    info = self.ensure_topic(name, lambda name=name: self.may_create(ctx, name))
+                    info = self.ensure_topic(name, partial(self.may_create, ctx, name))
                 if info is None:
                     valid = is_valid_topic_name(name)
                     code = E.unknown_topic_or_partition if valid else E.invalid_topic_exception
