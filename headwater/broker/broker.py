@@ -34,6 +34,7 @@ from headwater.broker.handlers.fetch import FetchApi
 from headwater.broker.handlers.group_authorization import authorize_group_request
 from headwater.broker.handlers.log_dirs import LogDirsApi
 from headwater.broker.handlers.offsets import OffsetApis
+from headwater.broker.handlers.partition_admin import PartitionAdminApis
 from headwater.broker.handlers.produce import ProduceApi
 from headwater.broker.handlers.security import SASL_APIS, SecurityApis
 from headwater.broker.handlers.transactions import TransactionApis
@@ -322,6 +323,7 @@ class Broker:
         if cluster is not None:
             self.cluster_admin = ClusterAdminApis(self.config, cluster.view, cluster.store)
             self.admin.cluster_auto_create = self.cluster_admin.auto_create
+            self.admin.cluster_topic_exists = lambda name: name in cluster.view.topics
             self.register(
                 ApiKey.METADATA, _kio_request(ApiKey.METADATA, self.cluster_admin.metadata)
             )
@@ -344,6 +346,9 @@ class Broker:
         self.register_kio(ApiKey.INIT_PRODUCER_ID, self.admin.init_producer_id)
         self.register_kio(ApiKey.LIST_OFFSETS, self.offsets.list_offsets)
         self.register_kio(ApiKey.OFFSET_FOR_LEADER_EPOCH, self.offsets.offset_for_leader_epoch)
+        partition_admin = PartitionAdminApis(self.logs, replication)
+        self.register_kio(ApiKey.DELETE_RECORDS, partition_admin.delete_records)
+        self.register_kio(ApiKey.DESCRIBE_PRODUCERS, partition_admin.describe_producers)
         self.register_kio(ApiKey.DESCRIBE_LOG_DIRS, LogDirsApi(self.logs).describe_log_dirs)
         # Transaction markers go to the logs this broker leads; the transaction
         # coordinator calls ``txn_markers.write`` directly for its own partitions.

@@ -58,6 +58,7 @@ async def run_broker(config: BrokerConfig) -> None:
     """Run until SIGTERM/SIGINT, then stop cleanly (flush, clean-shutdown marker)."""
     from headwater.broker.broker import Broker
     from headwater.cluster.node import ClusterStartError
+    from headwater.log.dir_lock import DataDirLockedError
 
     broker = Broker(config)
     try:
@@ -66,7 +67,7 @@ async def run_broker(config: BrokerConfig) -> None:
         await broker.stop()
         where = f"{config.host}:{config.port}"
         raise SystemExit(f"error: cannot listen on {where}: {exc.strerror}") from None
-    except ClusterStartError as exc:
+    except (ClusterStartError, DataDirLockedError) as exc:
         await broker.stop()
         raise SystemExit(f"error: {exc}") from None
     # Start-up objects (topic registry, handler tables, imported modules) live for

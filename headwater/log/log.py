@@ -49,7 +49,7 @@ from headwater.log.producer_snapshot import (
     snapshot_offsets,
     write_snapshot,
 )
-from headwater.log.producer_state import CompletedTxn, ProducerStateTable
+from headwater.log.producer_state import CompletedTxn, ProducerEntry, ProducerStateTable
 from headwater.log.segment import LOG_SUFFIX, Segment
 from headwater.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 from headwater.protocol.fetch_types import AbortedTransaction
@@ -559,6 +559,11 @@ class Log:
         """Open transactions in this partition: first offset -> producer id, oldest first."""
         self._load()
         return self._producer_state().ongoing_transactions()
+
+    def producers(self) -> dict[int, ProducerEntry]:
+        """The producers this partition remembers (id -> entry), for DescribeProducers."""
+        self._load()
+        return self._producer_state().producers()
 
     def aborted_transactions(
         self, start_offset: int, upper_bound_offset: int

@@ -25,6 +25,7 @@ from types import MappingProxyType
 
 from headwater.gc_policy import COLLECTOR
 from headwater.log.config import LogConfig
+from headwater.log.dir_lock import DataDirLock
 from headwater.log.errors import (
     InvalidPartitionsError,
     InvalidTopicError,
@@ -90,12 +91,16 @@ class LogDirectory:
         self._topic_configs: dict[str, LogConfig] = {}
         self._logs: dict[tuple[str, int], Log] = {}
         self._opened = False
+        self.lock = DataDirLock(self.path)
 
     # -- lifecycle ------------------------------------------------------------------------
 
     def open(self) -> None:
-        """Read the registry and note (and consume) the clean-shutdown marker."""
+        """Lock the directory, read the registry and note (and consume) the
+        clean-shutdown marker. Raises DataDirLockedError when another process
+        holds the directory."""
         self.path.mkdir(parents=True, exist_ok=True)
+        self.lock.acquire()
         marker = self.path / CLEAN_SHUTDOWN_FILE
         self.clean_shutdown = marker.exists()
         if self.clean_shutdown:
@@ -125,7 +130,10 @@ class LogDirectory:
 
         The fsyncs run on a thread pool: thousands of freshly written logs
         took seconds each way one after the other, and fsync releases the GIL.
+        A directory this process could not lock is left alone: it is another's.
         """
+        if not self.lock.held:
+            return
         written = [log for log in self._logs.values() if log.has_unflushed_data]
         if len(written) > 1:
             with ThreadPoolExecutor(max_workers=CLOSE_FLUSH_THREADS) as pool:
@@ -136,6 +144,7 @@ class LogDirectory:
         (self.path / CLEAN_SHUTDOWN_FILE).touch()
         _fsync_directory(self.path)
         self._opened = False
+        self.lock.release()
 
     # -- topics ---------------------------------------------------------------------------
 

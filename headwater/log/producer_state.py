@@ -279,6 +279,10 @@ class ProducerStateTable:
         """Open transactions: first offset -> producer id, oldest first."""
         return dict(self._ongoing)
 
+    def producers(self) -> dict[int, ProducerEntry]:
+        """Every producer id the partition remembers (DescribeProducers); a copy."""
+        return dict(self._producers)
+
     def remove_expired(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers silent for ``producer.id.expiration.ms``; returns how many.
 

@@ -31,6 +31,7 @@ class ApiKey(enum.IntEnum):
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     ADD_PARTITIONS_TO_TXN = 24
@@ -49,6 +50,7 @@ class ApiKey(enum.IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
     DESCRIBE_CLIENT_QUOTAS = 48
@@ -78,6 +80,7 @@ API_FLEXIBLE_FROM: Final[dict[int, int]] = {
     ApiKey.API_VERSIONS: 3,
     ApiKey.CREATE_TOPICS: 5,
     ApiKey.DELETE_TOPICS: 4,
+    ApiKey.DELETE_RECORDS: 2,
     ApiKey.INIT_PRODUCER_ID: 2,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: 4,
     ApiKey.ADD_PARTITIONS_TO_TXN: 3,
@@ -94,6 +97,7 @@ API_FLEXIBLE_FROM: Final[dict[int, int]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
     ApiKey.OFFSET_DELETE: NEVER_FLEXIBLE,
     ApiKey.DESCRIBE_CLUSTER: 0,
+    ApiKey.DESCRIBE_PRODUCERS: 0,
     ApiKey.SASL_HANDSHAKE: NEVER_FLEXIBLE,
     ApiKey.SASL_AUTHENTICATE: 2,
     ApiKey.DESCRIBE_ACLS: 2,
@@ -124,6 +128,7 @@ SUPPORTED: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.API_VERSIONS: (0, 4),
     ApiKey.CREATE_TOPICS: (2, 7),
     ApiKey.DELETE_TOPICS: (1, 6),
+    ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.INIT_PRODUCER_ID: (0, 4),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     # Transactions (KIP-98/447). The highest versions (AddPartitionsToTxn v4+,
@@ -144,6 +149,7 @@ SUPPORTED: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),
+    ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     # SaslHandshake v0 is followed by raw SASL tokens, which Headwater does not
     # frame (it answers v0 with ILLEGAL_SASL_STATE); v0 is still listed because
     # librdkafka only enables SASL when a broker lists it.

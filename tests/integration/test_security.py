@@ -661,3 +661,26 @@ def test_headwater_cli_over_sasl_ssl_with_command_config(
     not_super = cli("users", "list", "--bootstrap", sasl,
                     "--command-config", config("bob", PASSWORDS["bob"]), check=False)  # fmt: skip
     assert not_super.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in not_super.stderr
+
+
+def test_create_is_checked_only_for_topics_that_do_not_exist(secure: SecureBroker) -> None:
+    """Kafka asks for CREATE only when a Metadata or Produce names a missing topic:
+    a writer without CREATE on an existing topic leaves no "Denied ... CREATE" audit line."""
+    from kafka import KafkaProducer
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=secure.admin)
+    admin.create_topics([NewTopic("existing-w", 1, 1)])
+    admin.close()
+    secure.acl("--allow-principal", "User:alice", "--operation", "WRITE", "--operation",
+               "DESCRIBE", "--topic", "existing-w")  # fmt: skip
+    before = len(secure.proc.lines)
+    producer = KafkaProducer(**secure.kafka_python("alice"))
+    for i in range(10):
+        producer.send("existing-w", f"w{i}".encode()).get(timeout=30)
+    producer.close()
+    denied_create = [
+        line for line in secure.proc.lines[before:]
+        if "Denied Operation = CREATE" in line and "alice" in line
+    ]  # fmt: skip
+    assert denied_create == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 from kio.schema.errors import ErrorCode as E
@@ -71,6 +72,8 @@ class AdminApis:
         self.producer_ids = producer_ids
         #: In a cluster, topics are created in ZooKeeper, not here: this starts that.
         self.cluster_auto_create: Callable[[str], None] | None = None
+        #: In a cluster, whether ZooKeeper knows the topic (this broker may hold no replica).
+        self.cluster_topic_exists: Callable[[str], bool] = lambda _name: False
 
     # -- Metadata -------------------------------------------------------------
 
@@ -95,11 +98,20 @@ class AdminApis:
     def may_on_cluster(ctx: RequestContext, operation: AclOperation) -> bool:
         return ctx.authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME)
 
-    def ensure_topic(self, name: str, may_create: bool = True) -> TopicInfo | None:
-        """Auto-create ``name`` when ``auto.create.topics.enable`` (and ACLs) allow it."""
+    def ensure_topic(
+        self, name: str, may_create: Callable[[], bool] = lambda: True
+    ) -> TopicInfo | None:
+        """Auto-create ``name`` when ``auto.create.topics.enable`` (and ACLs) allow it.
+
+        ``may_create`` (the CREATE authorization) is asked only for a topic that
+        does not exist, as in Kafka: asking for every request of an existing
+        topic logged false "Denied Operation = CREATE" audit lines.
+        """
         info = self.logs.topics().get(name)
-        if info is not None or not self.config.auto_create_topics or not may_create:
+        if info is not None or not self.config.auto_create_topics:
             return info
+        if self.cluster_topic_exists(name) or not may_create():
+            return None
         if self.cluster_auto_create is not None:
             if is_valid_topic_name(name):
                 self.cluster_auto_create(name)
@@ -142,8 +154,9 @@ class AdminApis:
                     code = int(E.topic_authorization_failed)
                     topics.append(MetadataTopic(code, name, uuid.UUID(int=0)))
                     continue
-                create = allow_create and self.may_create(ctx, name)
-                info = self.ensure_topic(name, create) if create else self.logs.topics().get(name)
+                info = self.logs.topics().get(name)
+                if info is None and allow_create:
+                    info = self.ensure_topic(name, partial(self.may_create, ctx, name))
                 if info is None:
                     valid = is_valid_topic_name(name)
                     code = E.unknown_topic_or_partition if valid else E.invalid_topic_exception
@@ -162,8 +175,9 @@ class AdminApis:
         )
 
     def describe_cluster(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
-        """One broker: it is the whole cluster and its controller."""
-        host, port = self.config.advertised
+        """One broker: it is the whole cluster and its controller, at the address of the
+        listener the request came in on (as Metadata: a SASL_SSL client stays on SASL_SSL)."""
+        host, port = ctx.listener.advertised if ctx.listener.port else self.config.advertised
         return {
             "throttle_time": 0,
             "error_code": 0,

@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
+from functools import partial
 
 from kio.schema.errors import ErrorCode as E
 
@@ -153,7 +154,7 @@ class ProduceApi:
                 version,
             )
         infos = [
-            self.admin.ensure_topic(t.name, self.admin.may_create(ctx, t.name))
+            self.admin.ensure_topic(t.name, partial(self.admin.may_create, ctx, t.name))
             if acks_ok and allowed
             else None
             for t, allowed in zip(req.topics, writable, strict=True)

@@ -1,0 +1,96 @@
+"""DeleteRecords and DescribeProducers: administration of one partition's log, on its leader.
+
+DeleteRecords (API 21) moves the log start offset forward (``Log.delete_records``),
+which followers copy from the ``log_start_offset`` of their fetch responses, as
+in Kafka. An offset of -1 means the high watermark; past it the answer is
+OFFSET_OUT_OF_RANGE. ``low_watermark`` is the leader's new log start offset.
+
+DescribeProducers (API 61, KIP-664) lists the producer ids a partition remembers,
+which ``kafka-transactions.sh find-hanging`` uses to find open transactions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode as E
+
+from headwater.broker.connection import RequestContext
+from headwater.cluster.replica_manager import ReplicaManager
+from headwater.log.errors import KafkaApiError
+from headwater.log.log import Log
+from headwater.log.log_directory import LogDirectory
+from headwater.security.acl import AclOperation
+
+HIGH_WATERMARK = -1  # DeleteRecords: "delete everything before the high watermark"
+
+
+class PartitionAdminApis:
+    def __init__(self, logs: LogDirectory, replication: ReplicaManager | None = None) -> None:
+        self.logs = logs
+        self.replication = replication
+
+    def _leader_log(self, topic: str, partition: int) -> Log | int:
+        """The partition's log when this broker leads it, else the error code to answer."""
+        if self.replication is not None:
+            error = self.replication.serving_error(topic, partition)
+            if error:
+                return error
+        log = self.logs.existing_log(topic, partition)
+        return log if log is not None else int(E.unknown_topic_or_partition)
+
+    def delete_records(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
+        may_delete = ctx.topic_check(AclOperation.DELETE)
+        topics = []
+        for t in req.topics:
+            allowed = may_delete(t.name)
+            parts = []
+            for p in t.partitions:
+                low, error = -1, 0
+                log = self._leader_log(t.name, p.partition_index) if allowed else 0
+                if not allowed:
+                    error = int(E.topic_authorization_failed)
+                elif isinstance(log, int):
+                    error = log
+                else:
+                    offset = log.high_watermark if p.offset == HIGH_WATERMARK else p.offset
+                    try:
+                        low = log.delete_records(offset)
+                    except KafkaApiError as exc:
+                        error = exc.kafka_error_code
+                parts.append({"partition_index": p.partition_index, "low_watermark": low,
+                              "error_code": error})  # fmt: skip
+            topics.append({"name": t.name, "partitions": parts})
+        return {"topics": topics}
+
+    def describe_producers(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
+        may_read = ctx.topic_check(AclOperation.READ)
+        topics = []
+        for t in req.topics:
+            allowed = may_read(t.name)
+            parts = []
+            for index in t.partition_indexes:
+                out: dict[str, Any] = {
+                    "partition_index": index, "error_code": 0, "error_message": None,
+                    "active_producers": [],
+                }  # fmt: skip
+                log = self._leader_log(t.name, index) if allowed else 0
+                if not allowed:
+                    out["error_code"] = int(E.topic_authorization_failed)
+                elif isinstance(log, int):
+                    out["error_code"] = log
+                else:
+                    out["active_producers"] = [
+                        {
+                            "producer_id": pid,
+                            "producer_epoch": entry.epoch,
+                            "last_sequence": entry.last_seq,
+                            "last_timestamp": entry.last_append_ms if entry.last_append_ms else -1,
+                            "coordinator_epoch": entry.coordinator_epoch,
+                            "current_txn_start_offset": entry.current_txn_first_offset,
+                        }
+                        for pid, entry in sorted(log.producers().items())
+                    ]
+                parts.append(out)
+            topics.append({"name": t.name, "partitions": parts})
+        return {"topics": topics}
