@@ -12,6 +12,7 @@ from headwater.cli.cluster import add_cluster_command
 from headwater.cli.consume import add_consume_command
 from headwater.cli.demo import add_demo_command
 from headwater.cli.groups import add_group_commands
+from headwater.cli.partitions import add_partition_commands
 from headwater.cli.produce import add_produce_command
 from headwater.cli.serve import add_serve_command
 from headwater.cli.topics import add_topic_commands
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     add_serve_command(sub)
     add_topic_commands(sub)
+    add_partition_commands(sub)
     add_produce_command(sub)
     add_consume_command(sub)
     add_group_commands(sub)

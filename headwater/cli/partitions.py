@@ -1,0 +1,355 @@
+"""``headwater partitions delete-records|elect-leaders|reassign|list-reassignments``.
+
+The partition operations of Kafka's ``kafka-delete-records.sh``,
+``kafka-leader-election.sh`` and ``kafka-reassign-partitions.sh``, with their
+JSON files (``--offset-json-file``, ``--path-to-json-file``,
+``--reassignment-json-file``) and their per-partition report lines, so an
+operator's scripts and habits carry over. Each command exits 1 when any
+partition failed (a leader election that was not needed is not a failure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from headwater.cli.common import add_client_args, command_security, guarded, print_json
+from headwater.client.cluster import ClusterClient
+from headwater.client.errors import KafkaError, error_name
+from headwater.client.partition_admin import (
+    ElectionType,
+    alter_partition_reassignments,
+    delete_records,
+    elect_leaders,
+    list_partition_reassignments,
+)
+from headwater.client.types import TopicPartition
+from headwater.protocol.error_codes import ErrorCode
+
+T = TypeVar("T")
+
+
+def run_with_cluster(args: argparse.Namespace, work: Callable[[ClusterClient], Awaitable[T]]) -> T:
+    """Run ``work`` on a client of ``--bootstrap`` with the ``--command-config`` security."""
+
+    async def go() -> T:
+        cluster = ClusterClient(
+            args.bootstrap, client_id="headwater-admin", security=command_security(args)
+        )
+        try:
+            return await work(cluster)
+        finally:
+            await cluster.close()
+
+    return asyncio.run(go())
+
+
+def _name(tp: TopicPartition) -> str:
+    return f"{tp.topic}-{tp.partition}"
+
+
+def _json_partitions(path: str, *, with_key: str | None = None) -> list[dict[str, Any]]:
+    """The ``partitions`` list of one of Kafka's JSON files, each entry checked."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not JSON: {e}") from None
+    entries = doc.get("partitions") if isinstance(doc, dict) else None
+    if not isinstance(entries, list):
+        raise ValueError(f'{path} has no "partitions" list')
+    for entry in entries:
+        if not isinstance(entry, dict) or not {"topic", "partition"} <= entry.keys():
+            raise ValueError(f'{path}: every partition needs "topic" and "partition"')
+        if with_key is not None and with_key not in entry:
+            raise ValueError(
+                f'{path}: partition {entry["topic"]}-{entry["partition"]} has no "{with_key}"'
+            )
+    return entries
+
+
+def _named_partitions(
+    cluster: ClusterClient, topic: str, partitions: Sequence[int] | None
+) -> list[TopicPartition]:
+    if partitions:
+        return [TopicPartition(topic, p) for p in partitions]
+    meta = cluster.topics.get(topic)
+    if meta is None:
+        raise KafkaError(ErrorCode.unknown_topic_or_partition, f"topic {topic!r} does not exist")
+    return [TopicPartition(topic, p) for p in sorted(meta.partitions)]
+
+
+# -- delete-records ------------------------------------------------------------------
+
+
+def cmd_delete_records(args: argparse.Namespace) -> int:
+    if args.offset_json_file:
+        entries = _json_partitions(args.offset_json_file, with_key="offset")
+        wanted = {
+            TopicPartition(e["topic"], int(e["partition"])): int(e["offset"]) for e in entries
+        }
+    elif args.topic is None or args.offset is None:
+        raise ValueError("give --offset-json-file, or --topic and --offset")
+    else:
+        wanted = {}
+
+    async def work(cluster: ClusterClient) -> int:
+        offsets = dict(wanted)
+        if not offsets:
+            await cluster.refresh_metadata([args.topic])
+            for tp in _named_partitions(cluster, args.topic, args.partition):
+                offsets[tp] = args.offset
+        results = await delete_records(cluster, offsets)
+        print("Records delete operation completed:")
+        failed = 0
+        for tp, r in sorted(results.items()):
+            if r.error_code:
+                failed += 1
+                print(f"partition: {_name(tp)}\terror: {KafkaError(r.error_code, r.message)}")
+            else:
+                print(f"partition: {_name(tp)}\tlow_watermark: {r.low_watermark}")
+        return 1 if failed else 0
+
+    return run_with_cluster(args, work)
+
+
+# -- elect-leaders -------------------------------------------------------------------
+
+
+def cmd_elect_leaders(args: argparse.Namespace) -> int:
+    election = ElectionType[args.election_type.upper()]
+    chosen = sum(bool(x) for x in (args.all_topic_partitions, args.topic, args.path_to_json_file))
+    if chosen != 1:
+        raise ValueError("give one of --all-topic-partitions, --topic or --path-to-json-file")
+    if args.partition and not args.topic:
+        raise ValueError("--partition needs --topic")
+
+    async def work(cluster: ClusterClient) -> int:
+        partitions: list[TopicPartition] | None = None
+        if args.path_to_json_file:
+            entries = _json_partitions(args.path_to_json_file)
+            partitions = [TopicPartition(e["topic"], int(e["partition"])) for e in entries]
+        elif args.topic:
+            await cluster.refresh_metadata([args.topic])
+            partitions = _named_partitions(cluster, args.topic, args.partition)
+        results = await elect_leaders(cluster, election, partitions)
+        done = [tp for tp, r in results.items() if r.ok]
+        not_needed = [
+            tp for tp, r in results.items() if r.error_code == ErrorCode.election_not_needed
+        ]
+        failed = {
+            tp: r
+            for tp, r in results.items()
+            if not r.ok and r.error_code != ErrorCode.election_not_needed
+        }
+        kind = election.name
+        if done:
+            names = ", ".join(map(_name, done))
+            print(f"Successfully completed leader election ({kind}) for partitions {names}")
+        if not_needed:
+            print(
+                f"Valid replica already elected for partitions {', '.join(map(_name, not_needed))}"
+            )
+        for tp, r in failed.items():
+            print(
+                f"Error completing leader election ({kind}) for partition: {_name(tp)}: "
+                f"{error_name(r.error_code)} ({r.error_code}): {r.message}"
+            )
+        if not results:
+            print("No partitions to elect leaders for")
+        return 1 if failed else 0
+
+    return run_with_cluster(args, work)
+
+
+# -- reassign / list-reassignments ----------------------------------------------------------
+
+
+def _reassignment_targets(path: str) -> dict[TopicPartition, list[int]]:
+    targets: dict[TopicPartition, list[int]] = {}
+    for e in _json_partitions(path, with_key="replicas"):
+        replicas = e["replicas"]
+        if not isinstance(replicas, list) or not all(isinstance(r, int) for r in replicas):
+            raise ValueError(
+                f"{path}: replicas of {e['topic']}-{e['partition']} must be a list of broker ids"
+            )
+        if len(set(replicas)) != len(replicas) or not replicas:
+            raise ValueError(
+                f"{path}: replicas of {e['topic']}-{e['partition']} must be distinct and not empty"
+            )
+        targets[TopicPartition(e["topic"], int(e["partition"]))] = replicas
+    return targets
+
+
+def cmd_reassign(args: argparse.Namespace) -> int:
+    targets = _reassignment_targets(args.reassignment_json_file)
+
+    async def work(cluster: ClusterClient) -> int:
+        if args.verify:
+            ongoing = await list_partition_reassignments(cluster, targets)
+            await cluster.refresh_metadata(sorted({tp.topic for tp in targets}))
+            print("Status of partition reassignment:")
+            pending = 0
+            for tp, replicas in sorted(targets.items()):
+                meta = cluster.topics.get(tp.topic)
+                current = meta.partitions.get(tp.partition) if meta is not None else None
+                if tp in ongoing:
+                    pending += 1
+                    print(f"Reassignment of partition {_name(tp)} is still in progress.")
+                elif current is not None and list(current.replicas) == replicas:
+                    print(f"Reassignment of partition {_name(tp)} is completed.")
+                else:
+                    pending += 1
+                    now = "" if current is None else ",".join(map(str, current.replicas))
+                    print(
+                        f"There is no active reassignment of partition {_name(tp)}, but its "
+                        f"replicas are [{now}], not the target."
+                    )
+            return 1 if pending else 0
+        wanted: dict[TopicPartition, list[int] | None] = (
+            dict.fromkeys(targets) if args.cancel else dict(targets)
+        )
+        results = await alter_partition_reassignments(cluster, wanted)
+        ok = [tp for tp, r in results.items() if r.ok]
+        failed = {tp: r for tp, r in results.items() if not r.ok}
+        if ok:
+            names = ",".join(map(_name, ok))
+            verb = "cancelled" if args.cancel else "started"
+            print(f"Successfully {verb} partition reassignments for {names}")
+        for tp, r in failed.items():
+            print(f"Error reassigning partition {_name(tp)}: {KafkaError(r.error_code, r.message)}")
+        return 1 if failed else 0
+
+    return run_with_cluster(args, work)
+
+
+def cmd_list_reassignments(args: argparse.Namespace) -> int:
+    async def work(cluster: ClusterClient) -> int:
+        partitions = None
+        if args.topic:
+            await cluster.refresh_metadata([args.topic])
+            partitions = _named_partitions(cluster, args.topic, None)
+        ongoing = await list_partition_reassignments(cluster, partitions)
+        if args.json:
+            print_json(
+                [
+                    {
+                        "topic": tp.topic,
+                        "partition": tp.partition,
+                        "replicas": list(r.replicas),
+                        "adding": list(r.adding),
+                        "removing": list(r.removing),
+                    }
+                    for tp, r in ongoing.items()
+                ]
+            )
+            return 0
+        if not ongoing:
+            print("No partition reassignments found.")
+            return 0
+        print("Current partition reassignments:")
+        for tp, r in ongoing.items():
+            print(
+                f"{_name(tp)}: replicas: {','.join(map(str, r.replicas))}. "
+                f"adding: {','.join(map(str, r.adding))}. "
+                f"removing: {','.join(map(str, r.removing))}."
+            )
+        return 0
+
+    return run_with_cluster(args, work)
+
+
+def add_partition_commands(sub: Any) -> None:
+    """Add ``partitions`` to an argparse subparsers object."""
+    parts = sub.add_parser("partitions", help="delete records, elect leaders, reassign partitions")
+    psub = parts.add_subparsers(dest="partitions_command", required=True)
+
+    delete = psub.add_parser(
+        "delete-records",
+        help="move partitions' log start offset forward (kafka-delete-records)",
+        description="Delete every record before an offset: the log start offset moves there "
+        "(-1: the high watermark, i.e. everything).",
+    )
+    delete.add_argument("--topic", metavar="NAME", help="the topic (with --offset)")
+    delete.add_argument(
+        "--partition",
+        type=int,
+        action="append",
+        metavar="P",
+        help="a partition of --topic (repeatable; default: all of them)",
+    )
+    delete.add_argument(
+        "--offset",
+        type=int,
+        metavar="OFFSET",
+        help="delete records before this offset (-1: the high watermark)",
+    )
+    delete.add_argument(
+        "--offset-json-file",
+        metavar="FILE",
+        help='Kafka\'s format: {"partitions": [{"topic": T, "partition": P, "offset": O}], '
+        '"version": 1}',
+    )
+    add_client_args(delete)
+    delete.set_defaults(func=guarded(cmd_delete_records))
+
+    elect = psub.add_parser(
+        "elect-leaders",
+        help="elect preferred or unclean leaders (kafka-leader-election)",
+        description="PREFERRED moves leadership to each partition's first replica; UNCLEAN "
+        "elects a live replica outside the ISR when no ISR member is alive (data may be lost).",
+    )
+    elect.add_argument(
+        "--election-type",
+        required=True,
+        choices=("preferred", "unclean"),
+        type=str.lower,
+        help="preferred or unclean",
+    )
+    elect.add_argument("--topic", metavar="NAME", help="elect for this topic's partitions")
+    elect.add_argument(
+        "--partition",
+        type=int,
+        action="append",
+        metavar="P",
+        help="a partition of --topic (repeatable; default: all of them)",
+    )
+    elect.add_argument(
+        "--all-topic-partitions", action="store_true", help="elect for every partition"
+    )
+    elect.add_argument(
+        "--path-to-json-file",
+        metavar="FILE",
+        help='Kafka\'s format: {"partitions": [{"topic": T, "partition": P}]}',
+    )
+    add_client_args(elect)
+    elect.set_defaults(func=guarded(cmd_elect_leaders))
+
+    reassign = psub.add_parser(
+        "reassign",
+        help="move partitions to other brokers, cancel or verify a move "
+        "(kafka-reassign-partitions)",
+        description="Start moving each listed partition to its replicas (the first is the "
+        "preferred leader); --cancel stops those moves, --verify reports on them.",
+    )
+    reassign.add_argument(
+        "--reassignment-json-file",
+        required=True,
+        metavar="FILE",
+        help='Kafka\'s format: {"version": 1, "partitions": [{"topic": T, "partition": P, '
+        '"replicas": [1, 2, 3]}]}',
+    )
+    mode = reassign.add_mutually_exclusive_group()
+    mode.add_argument("--cancel", action="store_true", help="cancel the listed moves")
+    mode.add_argument("--verify", action="store_true", help="report whether the moves are done")
+    add_client_args(reassign)
+    reassign.set_defaults(func=guarded(cmd_reassign))
+
+    lst = psub.add_parser("list-reassignments", help="partition moves in progress")
+    lst.add_argument("--topic", metavar="NAME", help="only this topic")
+    lst.add_argument("--json", action="store_true", help="print JSON instead of lines")
+    add_client_args(lst)
+    lst.set_defaults(func=guarded(cmd_list_reassignments))
