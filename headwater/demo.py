@@ -1,4 +1,6 @@
-"""``headwater demo``: page views through Headwater into a Spark streaming job.
+"""The demo pipeline: page views through Headwater into a Spark streaming job.
+
+Library code; the ``headwater demo`` command around it is ``headwater.cli.demo``.
 
 The whole pipeline in one command, as a user would build it:
 
@@ -24,7 +26,6 @@ queries before the broker they read from.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import itertools
 import json
@@ -39,7 +40,6 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -569,103 +569,3 @@ def _status(elapsed: float, producer: EventProducer, queries: list[Any], live: L
     line = " | ".join(parts)
     summary = live.summary()
     return f"{line}\n  live {summary}" if summary else line
-
-
-@contextlib.contextmanager
-def _broker_for(args: argparse.Namespace) -> Iterator[str]:
-    if args.bootstrap:
-        yield args.bootstrap
-        return
-    if args.brokers > 1:
-        yield from _local_cluster(args)
-        return
-    if not args.master.startswith("local"):
-        log.warning(
-            "the embedded broker listens on 127.0.0.1, which executors of %s cannot reach; "
-            "run `headwater serve --listen HOST:PORT` where they can and pass --bootstrap",
-            args.master,
-        )
-    broker = EmbeddedBroker(Path(args.data_dir), listen=f"127.0.0.1:{args.port}").start()
-    print(f"embedded broker on {broker.listen}, data in {args.data_dir}", flush=True)
-    try:
-        yield broker.listen
-    finally:
-        broker.stop()
-
-
-def _local_cluster(args: argparse.Namespace) -> Iterator[str]:
-    """ZooKeeper and ``--brokers`` brokers; the demo's topics get one replica per broker."""
-    from headwater.cluster.local_cluster import LocalCluster
-
-    n = args.brokers
-    cluster = LocalCluster(
-        Path(args.data_dir),
-        n,
-        base_port=args.port,
-        overrides=[f"default.replication.factor={n}", f"min.insync.replicas={min(2, n)}"],
-    ).start()
-    print(
-        f"local cluster of {n} brokers ({cluster.bootstrap}), replication factor {n}, "
-        f"data in {args.data_dir}",
-        flush=True,
-    )
-    try:
-        yield cluster.bootstrap
-    finally:
-        cluster.stop()
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    with _broker_for(args) as bootstrap:
-        settings = DemoSettings(
-            bootstrap=bootstrap,
-            master=args.master,
-            output=Path(args.output),
-            partitions=args.partitions,
-            window_s=args.window,
-            lateness_s=args.lateness,
-        )
-        return run_demo(settings, args.events_per_second, args.duration)
-
-
-def add_demo_command(subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``headwater demo`` to the CLI's subparsers."""
-    p: argparse.ArgumentParser = subparsers.add_parser(
-        "demo",
-        help="page views through Headwater into a Spark streaming job",
-        description=__doc__.split("\n\n")[0] if __doc__ else None,
-    )
-    p.add_argument("--bootstrap", metavar="HOST:PORT", help="use this broker, not an embedded one")
-    p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
-    p.add_argument("--data-dir", default="headwater-data", help="embedded broker's data")
-    p.add_argument("--port", type=int, default=9092, help="embedded broker's (first) port")
-    p.add_argument(
-        "--brokers",
-        type=int,
-        default=1,
-        help="run a local cluster of N brokers on ZooKeeper, replication factor N (default 1)",
-    )
-    p.add_argument("--output", default="demo-output", help="parquet and checkpoints")
-    p.add_argument("--duration", type=float, default=0, help="seconds to run; 0: until Ctrl-C")
-    p.add_argument("--events-per-second", type=int, default=2000)
-    p.add_argument("--partitions", type=int, default=12, help=f"partitions of {EVENTS_TOPIC}")
-    p.add_argument("--window", type=int, default=10, help="window length in seconds")
-    p.add_argument("--lateness", type=int, default=5, help="watermark delay in seconds")
-    p.set_defaults(func=cmd_demo)
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m headwater.demo``: the same command without the rest of the CLI."""
-    parser = argparse.ArgumentParser(prog="headwater")
-    add_demo_command(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["demo", *(sys.argv[1:] if argv is None else argv)])
-    logging.basicConfig(level=logging.WARNING)
-    try:
-        return int(args.func(args))
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -19,5 +19,6 @@ Wiring in a broker (blocking calls go through ``loop.run_in_executor``)::
 Topic administration from any broker: ``controller.create_topic``,
 ``controller.add_partitions``, ``store.delete_topic``, ``store.set_topic_configs``.
 Leaders change their ISR with ``store.update_partition_state`` (compare-and-set).
-Unit tests use ``InMemoryClusterStore`` (the same store on an in-memory ZooKeeper).
+Unit tests use ``headwater.testing.InMemoryClusterStore`` (the same store on an in-memory
+ZooKeeper).
 """

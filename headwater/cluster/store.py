@@ -5,8 +5,8 @@ manager need from ZooKeeper: broker registrations, the controller znode and
 epoch, topic assignments and configs, per-partition leader/ISR state with
 compare-and-set on the znode version, deletion markers, and watches.
 
-``ZkClusterStore`` runs on kazoo; ``InMemoryClusterStore`` is the very same class
-on an in-memory ZooKeeper (``fake_zookeeper``), so unit tests check the same code.
+``ZkClusterStore`` runs on kazoo; ``headwater.testing.InMemoryClusterStore`` is the
+very same class on an in-memory ZooKeeper, so unit tests check the same code.
 
 Threading model. kazoo runs its own threads (a connection thread, a thread for
 watch events and one for async completions). The store's methods are
@@ -56,7 +56,6 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 
 from headwater.cluster import zk_layout as zk
-from headwater.cluster.fake_zookeeper import FakeKazooClient, FakeZooKeeper
 from headwater.log import errors as log_errors
 
 log = logging.getLogger(__name__)
@@ -1205,35 +1204,3 @@ class ZkClusterStore:
     ) -> WatchHandle:
         """The sorted children of ``path`` on every change (None while it does not exist)."""
         return self._watch(path, True, callback)
-
-
-class InMemoryClusterStore(ZkClusterStore):
-    """``ZkClusterStore`` on an in-memory ZooKeeper: same code, same semantics.
-
-    Several stores on one ``FakeZooKeeper`` are several brokers' sessions.
-    ``expire_session()`` does what a session timeout does (ephemerals vanish,
-    LOST, then a new session and RESTORED); ``suspend()``/``resume()`` model a
-    dropped connection, ``zookeeper.available = False`` an unreachable server.
-    Watches and session listeners run synchronously in the calling thread.
-    """
-
-    def __init__(
-        self, zookeeper: FakeZooKeeper | None = None, chroot: str = "", **kwargs: Any
-    ) -> None:
-        self.zookeeper = zookeeper or FakeZooKeeper()
-        super().__init__(
-            f"in-memory:1{chroot}",
-            client_factory=lambda _hosts, root: FakeKazooClient(self.zookeeper, root),
-            **kwargs,
-        )
-        # Deterministic for unit tests: session events handled in the caller's thread.
-        self._inline_session_events = True
-
-    def expire_session(self) -> None:
-        self._client.expire_session()
-
-    def suspend(self) -> None:
-        self._client.suspend()
-
-    def resume(self) -> None:
-        self._client.resume()

@@ -23,7 +23,7 @@ def test_demo_short_run_writes_parquet_and_the_counts_topic(tmp_path: Path) -> N
     broker = BrokerProcess(tmp_path / "data").start()
     try:
         output = tmp_path / "demo-output"
-        cmd = [sys.executable, "-m", "headwater.demo", "--bootstrap", broker.bootstrap]
+        cmd = [sys.executable, "-m", "headwater.cli", "demo", "--bootstrap", broker.bootstrap]
         cmd += ["--master", "local[2]", "--output", str(output), "--duration", "20"]
         cmd += ["--events-per-second", "500", "--window", "2", "--lateness", "1"]
         done = subprocess.run(

@@ -6,13 +6,11 @@ import uuid
 
 import pytest
 
-from headwater.cluster.fake_zookeeper import FakeZooKeeper
 from headwater.cluster.store import (
     BrokerIdInUseError,
     BrokerRegistration,
     ClusterStoreUnavailableError,
     ControllerMovedError,
-    InMemoryClusterStore,
     InvalidTopicError,
     PartitionState,
     PartitionStateWrite,
@@ -20,6 +18,7 @@ from headwater.cluster.store import (
     TopicExistsError,
     UnknownTopicError,
 )
+from headwater.testing import FakeZooKeeper, InMemoryClusterStore
 
 TOPIC_ID = uuid.UUID(int=7)
 

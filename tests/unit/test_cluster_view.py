@@ -8,14 +8,13 @@ import uuid
 
 from headwater.cluster.cluster_view import ClusterChange, ClusterView
 from headwater.cluster.controller import Controller, create_topic
-from headwater.cluster.fake_zookeeper import FakeZooKeeper
 from headwater.cluster.store import (
     BrokerRegistration,
-    InMemoryClusterStore,
     PartitionState,
     PartitionStateWrite,
     SessionEvent,
 )
+from headwater.testing import FakeZooKeeper, InMemoryClusterStore
 
 
 def started(zk: FakeZooKeeper, broker_id: int | None = None) -> InMemoryClusterStore:

@@ -19,15 +19,14 @@ from headwater.cluster.controller import (
     next_state,
     preferred_leader_moves,
 )
-from headwater.cluster.fake_zookeeper import FakeZooKeeper
 from headwater.cluster.store import (
     NO_LEADER,
     BrokerRegistration,
-    InMemoryClusterStore,
     PartitionState,
     TopicAssignment,
 )
 from headwater.log.errors import InvalidPartitionsError
+from headwater.testing import FakeZooKeeper, InMemoryClusterStore
 
 # --- assignment ----------------------------------------------------------------------
 

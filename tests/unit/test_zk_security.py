@@ -13,8 +13,6 @@ from collections.abc import Iterator
 import pytest
 
 from headwater.cluster import zk_security_layout as layout
-from headwater.cluster.fake_zookeeper import FakeZooKeeper
-from headwater.cluster.store import InMemoryClusterStore
 from headwater.cluster.zk_security import ZkSecurityStores
 from headwater.security.acl import (
     AccessControlEntry,
@@ -30,6 +28,7 @@ from headwater.security.authorizer import AclAuthorizer
 from headwater.security.principal import KafkaPrincipal
 from headwater.security.quotas import ClientQuotaManager, QuotaKey, entity
 from headwater.security.scram import SCRAM_SHA_256, SCRAM_SHA_512, ScramCredential
+from headwater.testing import FakeZooKeeper, InMemoryClusterStore
 
 ALICE = KafkaPrincipal.parse("User:alice")
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
+from headwater.cli.common import add_bootstrap_arg, guarded, table
 from headwater.client.admin import AdminClient, TransactionDescription, TransactionListing
-from headwater.client.errors import KafkaError
 
 LIST_COLUMNS = ("TransactionalId", "Coordinator", "ProducerId", "TransactionState")
 DESCRIBE_COLUMNS = (
@@ -31,15 +30,6 @@ DESCRIBE_COLUMNS = (
     "TransactionDurationMs",
     "TopicPartitions",
 )
-
-
-def table(columns: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
-    """Left-aligned columns, two spaces apart (kafka-transactions.sh's layout)."""
-    cells = [list(columns), *[[str(v) for v in row] for row in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
-    return [
-        "  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip() for row in cells
-    ]
 
 
 def list_rows(listings: Sequence[TransactionListing]) -> list[list[object]]:
@@ -84,17 +74,6 @@ def cmd_transactions_describe(args: argparse.Namespace) -> int:
     return 0
 
 
-def _guarded(fn: Any) -> Any:
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return int(fn(args))
-        except (KafkaError, OSError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-
-    return run
-
-
 def add_transaction_commands(sub: Any) -> None:
     txns = sub.add_parser("transactions", help="list transactions, or describe one")
     tsub = txns.add_subparsers(dest="transactions_command", required=True)
@@ -105,7 +84,7 @@ def add_transaction_commands(sub: Any) -> None:
     desc = tsub.add_parser("describe", help="one transactional id's producer and transaction")
     desc.add_argument("transactional_id")
     for p in (lst, desc):
-        p.add_argument("--bootstrap", default="127.0.0.1:9092", metavar="HOST:PORT")
+        add_bootstrap_arg(p)
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    lst.set_defaults(func=_guarded(cmd_transactions_list))
-    desc.set_defaults(func=_guarded(cmd_transactions_describe))
+    lst.set_defaults(func=guarded(cmd_transactions_list))
+    desc.set_defaults(func=guarded(cmd_transactions_describe))

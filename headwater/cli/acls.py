@@ -14,6 +14,13 @@ import argparse
 import asyncio
 from typing import Any
 
+from headwater.cli.common import (
+    add_bootstrap_arg,
+    add_connection_args,
+    admin_request,
+    command_security,
+    guarded,
+)
 from headwater.client.errors import KafkaError
 from headwater.protocol.apis import ApiKey
 from headwater.security.acl import (
@@ -23,7 +30,6 @@ from headwater.security.acl import (
     PatternType,
     ResourceType,
 )
-from headwater.user_commands import add_connection_args, admin_request, command_security, guarded
 
 
 def _resources(args: argparse.Namespace) -> list[tuple[ResourceType, str]]:
@@ -203,7 +209,7 @@ def add_acl_commands(sub: Any) -> None:
     lst = asub.add_parser("list", help="list ACLs matching the filters")
     remove = asub.add_parser("remove", help="remove ACLs matching the filters")
     for p in (add, lst, remove):
-        p.add_argument("--bootstrap", default="127.0.0.1:9092", metavar="HOST:PORT")
+        add_bootstrap_arg(p)
         p.add_argument("--topic", action="append")
         p.add_argument("--group", action="append")
         p.add_argument("--transactional-id", action="append")

@@ -23,8 +23,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from headwater.broker.config import parse_properties
-from headwater.client.cluster import ClusterClient
+from headwater.cli.common import (
+    add_bootstrap_arg,
+    add_connection_args,
+    admin_request,
+    command_security,
+    guarded,
+)
 from headwater.client.errors import KafkaError
 from headwater.protocol.apis import ApiKey
 from headwater.security.client_security import ClientSecurity
@@ -60,18 +65,6 @@ def _password(args: argparse.Namespace) -> str:
     if not password:
         raise SystemExit("error: empty password")
     return str(password)
-
-
-async def admin_request(
-    bootstrap: str, api_key: int, body: dict[str, Any], security: ClientSecurity | None
-) -> Any:
-    """One request on a fresh connection (the users and acls commands make one or two)."""
-    cluster = ClusterClient(bootstrap, client_id="headwater-admin", security=security)
-    try:
-        conn = await cluster.any_connection()
-        return await conn.request(api_key, body)
-    finally:
-        await cluster.close()
 
 
 @contextlib.contextmanager
@@ -190,34 +183,6 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def command_security(args: argparse.Namespace) -> ClientSecurity | None:
-    """``--command-config FILE``: client security keys, as Kafka's tools take them."""
-    path = getattr(args, "command_config", None)
-    if not path:
-        return None
-    return ClientSecurity.from_properties(parse_properties(Path(path).read_text()))
-
-
-def add_connection_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--command-config",
-        metavar="FILE",
-        help="client properties: security.protocol, sasl.mechanism, sasl.username, "
-        "sasl.password, ssl.ca.location, ...",
-    )
-
-
-def guarded(fn: Any) -> Any:
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return int(fn(args))
-        except (KafkaError, OSError, ValueError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-
-    return run
-
-
 def add_user_commands(sub: Any) -> None:
     users = sub.add_parser("users", help="add, delete or list SCRAM users")
     usub = users.add_subparsers(dest="users_command", required=True)
@@ -234,7 +199,7 @@ def add_user_commands(sub: Any) -> None:
     add.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS)
     for p in (add, delete, lst):
         where = p.add_mutually_exclusive_group()
-        where.add_argument("--bootstrap", default="127.0.0.1:9092", metavar="HOST:PORT")
+        add_bootstrap_arg(where)
         where.add_argument(
             "--data-dir", metavar="DIR", help="edit a stopped broker's credential file directly"
         )

@@ -1,41 +1,20 @@
-"""``headwater`` command line: serve, topics, produce, consume, groups, demo.
+"""``headwater serve``: run one broker in the foreground.
 
-The ``serve`` contract other tools rely on: ``headwater serve --listen
-HOST:PORT --data-dir DIR`` runs in the foreground, logs exactly one line
-``listening on HOST:PORT`` when ready, and stops cleanly on SIGTERM/SIGINT.
+The contract other tools rely on: ``headwater serve --listen HOST:PORT
+--data-dir DIR`` runs in the foreground, logs exactly one line ``listening on
+HOST:PORT`` when ready, and stops cleanly on SIGTERM/SIGINT.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import signal
-import sys
-from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from headwater import commands
-from headwater.acl_commands import add_acl_commands
 from headwater.broker.config import BrokerConfig, parse_host_port, parse_properties
-from headwater.cluster.local_cluster import add_cluster_command
-from headwater.demo import add_demo_command
 from headwater.gc_policy import COLLECTOR
-from headwater.group_commands import add_group_commands
-from headwater.transaction_commands import add_transaction_commands
-from headwater.user_commands import add_user_commands
-
-log = logging.getLogger("headwater")
-
-
-class _Formatter(logging.Formatter):
-    """Bare messages at INFO (so the ready line reads exactly ``listening on H:P``);
-    level and logger name on everything louder, where they help."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        if record.levelno == logging.INFO:
-            return record.getMessage()
-        return f"{record.levelname} {record.name}: {super().format(record)}"
 
 
 def _add_serve_args(p: argparse.ArgumentParser) -> None:
@@ -118,37 +97,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return _run(broker_config(args, default_data_dir="headwater-data"))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="headwater", description="A Kafka-compatible log broker with incremental fetch"
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run a broker in the foreground")
+def add_serve_command(subparsers: Any) -> None:
+    """Add ``serve`` to an argparse subparsers object."""
+    serve = subparsers.add_parser("serve", help="run a broker in the foreground")
     _add_serve_args(serve)
     serve.set_defaults(func=cmd_serve)
-    commands.add_commands(sub)
-    add_group_commands(sub)
-    add_transaction_commands(sub)
-    add_user_commands(sub)
-    add_acl_commands(sub)
-    add_demo_command(sub)
-    add_cluster_command(sub)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(_Formatter())
-    logging.basicConfig(level=getattr(args, "log_level", "INFO").upper(), handlers=[handler])
-    # Spark's Python bridge logs every callback at INFO; only its problems matter here.
-    logging.getLogger("py4j").setLevel(logging.WARNING)
-    try:
-        return int(args.func(args))
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -12,6 +12,7 @@ import asyncio
 import sys
 from typing import Any
 
+from headwater.cli.common import add_bootstrap_arg, guarded
 from headwater.client.cluster import ClusterClient
 from headwater.client.errors import KafkaError
 from headwater.client.types import TopicPartition
@@ -110,17 +111,6 @@ def cmd_groups_describe(args: argparse.Namespace) -> int:
     return 0
 
 
-def _guarded(fn: Any) -> Any:
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return int(fn(args))
-        except (KafkaError, OSError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 1
-
-    return run
-
-
 def add_group_commands(sub: Any) -> None:
     groups = sub.add_parser("groups", help="list consumer groups, or describe one with its lag")
     gsub = groups.add_subparsers(dest="groups_command", required=True)
@@ -128,6 +118,6 @@ def add_group_commands(sub: Any) -> None:
     desc = gsub.add_parser("describe", help="members, assignments, committed offsets and lag")
     desc.add_argument("group")
     for p in (lst, desc):
-        p.add_argument("--bootstrap", default="127.0.0.1:9092", metavar="HOST:PORT")
-    lst.set_defaults(func=_guarded(cmd_groups_list))
-    desc.set_defaults(func=_guarded(cmd_groups_describe))
+        add_bootstrap_arg(p)
+    lst.set_defaults(func=guarded(cmd_groups_list))
+    desc.set_defaults(func=guarded(cmd_groups_describe))

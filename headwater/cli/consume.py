@@ -1,0 +1,110 @@
+"""``headwater consume TOPIC``: print a topic's records (Kafka: ``kafka-console-consumer.sh``).
+
+``--max-messages`` shows a tqdm progress bar on stderr when stderr is a terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any, Final
+
+from tqdm import tqdm
+
+from headwater.cli.common import add_bootstrap_arg, guarded
+from headwater.client.consumer import Consumer
+from headwater.client.errors import KafkaError
+from headwater.client.types import ConsumerRecord, TopicPartition
+
+DEFAULT_FORMAT: Final = "{value}"
+
+
+def _text(data: bytes | None) -> str:
+    return "null" if data is None else data.decode("utf-8", "backslashreplace")
+
+
+def _format_record(fmt: str, record: ConsumerRecord) -> str:
+    headers = ",".join(f"{k}={_text(v)}" for k, v in record.headers)
+    return fmt.format(
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        timestamp=record.timestamp,
+        key=_text(record.key),
+        value=_text(record.value),
+        headers=headers,
+    )
+
+
+def cmd_consume(args: argparse.Namespace) -> int:
+    config = {
+        "bootstrap.servers": args.bootstrap,
+        "auto.offset.reset": "earliest" if args.from_beginning else "latest",
+        "isolation.level": args.isolation_level,
+    }
+    fmt = args.format.encode().decode("unicode_escape")  # allow \t in --format
+    limit = args.max_messages
+    idle_limit = None if args.timeout_ms is None else args.timeout_ms / 1000
+    out = sys.stdout
+    count = 0
+    with Consumer(config) as consumer:
+        partitions = consumer.partitions_for(args.topic)
+        if partitions is None:
+            raise KafkaError(3, f"topic {args.topic!r} does not exist")
+        if args.partition is not None:
+            if args.partition not in partitions:
+                raise KafkaError(3, f"topic {args.topic!r} has no partition {args.partition}")
+            partitions = {args.partition}
+        consumer.assign([TopicPartition(args.topic, p) for p in sorted(partitions)])
+        progress = tqdm(total=limit, unit="msg", unit_scale=True, disable=None if limit else True)
+        last_data = time.monotonic()
+        try:
+            while limit is None or count < limit:
+                records = consumer.poll(0.5)
+                if not records:
+                    if idle_limit is not None and time.monotonic() - last_data >= idle_limit:
+                        break
+                    continue
+                last_data = time.monotonic()
+                if limit is not None:
+                    records = records[: limit - count]
+                out.write("".join(_format_record(fmt, r) + "\n" for r in records))
+                count += len(records)
+                progress.update(len(records))
+            out.flush()
+        except BrokenPipeError:  # `| head`: the reader is gone, which is fine
+            sys.stderr.close()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            progress.close()
+    print(f"consumed {count} records", file=sys.stderr)
+    return 0
+
+
+def add_consume_command(subparsers: Any) -> None:
+    """Add ``consume`` to an argparse subparsers object."""
+    consume = subparsers.add_parser("consume", help="print records of a topic")
+    consume.add_argument("topic")
+    consume.add_argument(
+        "--from-beginning", action="store_true", help="start at the log start offset"
+    )
+    consume.add_argument("--max-messages", type=int, metavar="N", help="stop after N records")
+    consume.add_argument("--partition", type=int, metavar="P", help="only partition P")
+    consume.add_argument(
+        "--format",
+        default=DEFAULT_FORMAT,
+        help="per-record format with {topic} {partition} {offset} {timestamp} {key} "
+        f"{{value}} {{headers}} (default {DEFAULT_FORMAT!r})",
+    )
+    consume.add_argument(
+        "--timeout-ms", type=int, metavar="MS", help="stop after MS without a record"
+    )
+    consume.add_argument(
+        "--isolation-level",
+        default="read_uncommitted",
+        choices=["read_uncommitted", "read_committed"],
+    )
+    add_bootstrap_arg(consume)
+    consume.set_defaults(func=guarded(cmd_consume))
