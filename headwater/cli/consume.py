@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from tqdm import tqdm
 
-from headwater.cli.common import add_bootstrap_arg, guarded
+from headwater.cli.common import add_client_args, admin_client, client_config, guarded
 from headwater.client.consumer import Consumer
 from headwater.client.errors import KafkaError
 from headwater.client.types import ConsumerRecord, TopicPartition
@@ -38,11 +38,13 @@ def _format_record(fmt: str, record: ConsumerRecord) -> str:
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
-    config = {
-        "bootstrap.servers": args.bootstrap,
-        "auto.offset.reset": "earliest" if args.from_beginning else "latest",
-        "isolation.level": args.isolation_level,
-    }
+    config = client_config(
+        args,
+        **{
+            "auto.offset.reset": "earliest" if args.from_beginning else "latest",
+            "isolation.level": args.isolation_level,
+        },
+    )
     fmt = args.format.encode().decode("unicode_escape")  # allow \t in --format
     limit = args.max_messages
     idle_limit = None if args.timeout_ms is None else args.timeout_ms / 1000
@@ -51,7 +53,9 @@ def cmd_consume(args: argparse.Namespace) -> int:
     with Consumer(config) as consumer:
         partitions = consumer.partitions_for(args.topic)
         if partitions is None:
-            raise KafkaError(3, f"topic {args.topic!r} does not exist")
+            # Why it is missing: not authorized reads differently from not there.
+            with admin_client(args) as admin:
+                partitions = set(admin.describe_topic(args.topic).partitions)
         if args.partition is not None:
             if args.partition not in partitions:
                 raise KafkaError(3, f"topic {args.topic!r} has no partition {args.partition}")
@@ -106,5 +110,5 @@ def add_consume_command(subparsers: Any) -> None:
         default="read_uncommitted",
         choices=["read_uncommitted", "read_committed"],
     )
-    add_bootstrap_arg(consume)
+    add_client_args(consume)
     consume.set_defaults(func=guarded(cmd_consume))

@@ -12,19 +12,20 @@ import asyncio
 import sys
 from typing import Any
 
-from headwater.cli.common import add_bootstrap_arg, guarded
+from headwater.cli.common import add_client_args, command_security, guarded
 from headwater.client.cluster import ClusterClient
 from headwater.client.errors import KafkaError
 from headwater.client.types import TopicPartition
 from headwater.group.describe import GroupReport, description_from_response, group_report
 from headwater.group.storage import CommittedOffset
 from headwater.protocol.apis import ApiKey
+from headwater.security.client_security import ClientSecurity
 
 _LATEST = -1
 
 
-async def _list(bootstrap: str) -> list[tuple[str, str, str]]:
-    cluster = ClusterClient(bootstrap, client_id="headwater-groups")
+async def _list(bootstrap: str, security: ClientSecurity | None) -> list[tuple[str, str, str]]:
+    cluster = ClusterClient(bootstrap, client_id="headwater-groups", security=security)
     try:
         conn = await cluster.any_connection()
         resp = await conn.request(ApiKey.LIST_GROUPS, {"states_filter": []})
@@ -36,8 +37,10 @@ async def _list(bootstrap: str) -> list[tuple[str, str, str]]:
         await cluster.close()
 
 
-async def _describe(bootstrap: str, group: str) -> tuple[GroupReport, dict[tuple[str, int], int]]:
-    cluster = ClusterClient(bootstrap, client_id="headwater-groups")
+async def _describe(
+    bootstrap: str, group: str, security: ClientSecurity | None
+) -> tuple[GroupReport, dict[tuple[str, int], int]]:
+    cluster = ClusterClient(bootstrap, client_id="headwater-groups", security=security)
     try:
         conn = await cluster.any_connection()
         described = await conn.request(ApiKey.DESCRIBE_GROUPS, {"groups": [group]})
@@ -70,7 +73,7 @@ def _raise(code: int, what: str) -> None:
 
 
 def cmd_groups_list(args: argparse.Namespace) -> int:
-    rows = asyncio.run(_list(args.bootstrap))
+    rows = asyncio.run(_list(args.bootstrap, command_security(args)))
     for group_id, protocol_type, state in rows:
         print(f"{group_id}\t{protocol_type or '-'}\t{state or '-'}")
     return 0
@@ -103,7 +106,7 @@ def format_report(report: GroupReport, ends: dict[tuple[str, int], int]) -> list
 
 
 def cmd_groups_describe(args: argparse.Namespace) -> int:
-    report, ends = asyncio.run(_describe(args.bootstrap, args.group))
+    report, ends = asyncio.run(_describe(args.bootstrap, args.group, command_security(args)))
     if report.state == "Dead" and not report.members and not report.offsets:
         print(f"error: consumer group {args.group!r} does not exist", file=sys.stderr)
         return 1
@@ -118,6 +121,6 @@ def add_group_commands(sub: Any) -> None:
     desc = gsub.add_parser("describe", help="members, assignments, committed offsets and lag")
     desc.add_argument("group")
     for p in (lst, desc):
-        add_bootstrap_arg(p)
+        add_client_args(p)
     lst.set_defaults(func=guarded(cmd_groups_list))
     desc.set_defaults(func=guarded(cmd_groups_describe))

@@ -56,7 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_Formatter())
-    logging.basicConfig(level=getattr(args, "log_level", "INFO").upper(), handlers=[handler])
+    # Client commands print their own results: only the clients' warnings belong on stderr.
+    level = getattr(args, "log_level", None) or "WARNING"
+    logging.basicConfig(level=level.upper(), handlers=[handler])
     # Spark's Python bridge logs every callback at INFO; only its problems matter here.
     logging.getLogger("py4j").setLevel(logging.WARNING)
     try:

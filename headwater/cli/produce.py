@@ -18,7 +18,7 @@ from typing import IO, Any, Final
 
 from tqdm import tqdm
 
-from headwater.cli.common import add_bootstrap_arg, guarded
+from headwater.cli.common import add_client_args, client_config, guarded
 from headwater.client.errors import KafkaError
 from headwater.client.producer import Producer
 
@@ -66,13 +66,15 @@ def _synthetic_values(count: int, size: int) -> Iterator[bytes]:
 def cmd_produce(args: argparse.Namespace) -> int:
     if (args.count is None) != (args.size is None):
         raise ValueError("--count and --size go together")
-    config = {
-        "bootstrap.servers": args.bootstrap,
-        "compression.type": args.compression,
-        "acks": args.acks,
-        "linger.ms": args.linger_ms,
-        "batch.size": args.batch_size,
-    }
+    config = client_config(
+        args,
+        **{
+            "compression.type": args.compression,
+            "acks": args.acks,
+            "linger.ms": args.linger_ms,
+            "batch.size": args.batch_size,
+        },
+    )
     separator = args.key_separator.encode() if args.key_separator is not None else None
     deliveries = _Deliveries()
     started = time.monotonic()
@@ -146,5 +148,5 @@ def add_produce_command(subparsers: Any) -> None:
     produce.add_argument("--batch-size", type=int, default=16_384)
     produce.add_argument("--count", type=int, metavar="N", help="synthetic load: N records")
     produce.add_argument("--size", type=int, metavar="BYTES", help="synthetic load: value size")
-    add_bootstrap_arg(produce)
+    add_client_args(produce)
     produce.set_defaults(func=guarded(cmd_produce))

@@ -5,27 +5,26 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from headwater.cli.common import add_bootstrap_arg, guarded, parse_key_values
-from headwater.client.admin import AdminClient
+from headwater.cli.common import add_client_args, admin_client, guarded, parse_key_values
 
 
 def cmd_topics_create(args: argparse.Namespace) -> int:
     configs = parse_key_values(args.config)
-    with AdminClient(args.bootstrap) as admin:
+    with admin_client(args) as admin:
         admin.create_topics([(args.name, args.partitions, configs, args.replication_factor)])
     print(f"created topic {args.name}")
     return 0
 
 
 def cmd_topics_list(args: argparse.Namespace) -> int:
-    with AdminClient(args.bootstrap) as admin:
+    with admin_client(args) as admin:
         for name in admin.list_topics():
             print(name)
     return 0
 
 
 def cmd_topics_describe(args: argparse.Namespace) -> int:
-    with AdminClient(args.bootstrap) as admin:
+    with admin_client(args) as admin:
         meta = admin.describe_topic(args.name)
         offsets = admin.log_offsets(args.name)
         configs = admin.describe_configs(args.name)
@@ -43,7 +42,7 @@ def cmd_topics_describe(args: argparse.Namespace) -> int:
 
 
 def cmd_topics_delete(args: argparse.Namespace) -> int:
-    with AdminClient(args.bootstrap) as admin:
+    with admin_client(args) as admin:
         admin.delete_topics([args.name])
     print(f"deleted topic {args.name}")
     return 0
@@ -73,21 +72,21 @@ def add_topic_commands(subparsers: Any) -> None:
         metavar="KEY=VALUE",
         help="a topic config, e.g. --config retention.ms=60000 (repeatable)",
     )
-    add_bootstrap_arg(create)
+    add_client_args(create)
     create.set_defaults(func=guarded(cmd_topics_create))
 
     listing = topic_commands.add_parser("list", help="list topic names")
-    add_bootstrap_arg(listing)
+    add_client_args(listing)
     listing.set_defaults(func=guarded(cmd_topics_list))
 
     describe = topic_commands.add_parser(
         "describe", help="partitions with log start/end offsets, topic id and configs"
     )
     describe.add_argument("name")
-    add_bootstrap_arg(describe)
+    add_client_args(describe)
     describe.set_defaults(func=guarded(cmd_topics_describe))
 
     delete = topic_commands.add_parser("delete", help="delete a topic")
     delete.add_argument("name")
-    add_bootstrap_arg(delete)
+    add_client_args(delete)
     delete.set_defaults(func=guarded(cmd_topics_delete))

@@ -15,14 +15,9 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from headwater.cli.common import (
-    add_bootstrap_arg,
-    add_client_args,
-    guarded,
-    table,
-)
+from headwater.cli.common import add_client_args, admin_client, guarded, table
 from headwater.cli.partitions import run_with_cluster
-from headwater.client.admin import AdminClient, TransactionDescription, TransactionListing
+from headwater.client.admin import TransactionDescription, TransactionListing
 from headwater.client.cluster import ClusterClient
 from headwater.client.errors import KafkaError
 from headwater.client.partition_admin import (
@@ -66,7 +61,7 @@ def describe_row(d: TransactionDescription, now_ms: int) -> list[object]:
 
 
 def cmd_transactions_list(args: argparse.Namespace) -> int:
-    with AdminClient(args.bootstrap, client_id="headwater-transactions") as admin:
+    with admin_client(args, "headwater-transactions") as admin:
         listings = admin.list_transactions(args.state or ())
     if args.json:
         print(json.dumps([asdict(t) for t in listings], indent=2))
@@ -76,7 +71,7 @@ def cmd_transactions_list(args: argparse.Namespace) -> int:
 
 
 def cmd_transactions_describe(args: argparse.Namespace) -> int:
-    with AdminClient(args.bootstrap, client_id="headwater-transactions") as admin:
+    with admin_client(args, "headwater-transactions") as admin:
         described = admin.describe_transaction(args.transactional_id)
     if args.json:
         out: dict[str, Any] = asdict(described)
@@ -141,7 +136,7 @@ async def find_hanging(
     ]
     if not candidates:
         return []
-    admin = AdminClient(args.bootstrap, client_id="headwater-transactions")
+    admin = admin_client(args, "headwater-transactions")
     try:
         listings = admin.list_transactions(
             (), sorted({state.producer_id for _, state in candidates})
@@ -232,7 +227,7 @@ def add_transaction_commands(sub: Any) -> None:
     desc = tsub.add_parser("describe", help="one transactional id's producer and transaction")
     desc.add_argument("transactional_id")
     for p in (lst, desc):
-        add_bootstrap_arg(p)
+        add_client_args(p)
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     lst.set_defaults(func=guarded(cmd_transactions_list))
     desc.set_defaults(func=guarded(cmd_transactions_describe))

@@ -23,9 +23,12 @@ from headwater.client.errors import KafkaError
 from headwater.client.loop_thread import EventLoopThread
 from headwater.client.types import TopicMetadata, TopicPartition
 from headwater.protocol.apis import ApiKey
+from headwater.security.client_security import ClientSecurity
 
 TOPIC_RESOURCE: Final = 2
 DEFAULT_TIMEOUT_MS: Final = 30_000
+UNKNOWN_TOPIC_OR_PARTITION: Final = 3
+TOPIC_AUTHORIZATION_FAILED: Final = 29
 
 _Configs = Mapping[str, str] | None
 NewTopic = tuple[str, int, _Configs] | tuple[str, int, _Configs, int]
@@ -87,10 +90,14 @@ class AsyncAdminClient:
         *,
         client_id: str = "headwater-admin",
         request_timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.request_timeout_ms = request_timeout_ms
         self._cluster = ClusterClient(
-            bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms
+            bootstrap_servers,
+            client_id=client_id,
+            request_timeout_ms=request_timeout_ms,
+            security=security,
         )
 
     async def __aenter__(self) -> AsyncAdminClient:
@@ -154,7 +161,12 @@ class AsyncAdminClient:
     async def describe_topic(self, name: str) -> TopicMetadata:
         found = (await self._cluster.refresh_metadata([name])).get(name)
         if found is None:
-            raise KafkaError(3, f"topic {name!r} does not exist")
+            code = self._cluster.topic_errors.get(name, UNKNOWN_TOPIC_OR_PARTITION)
+            if code == TOPIC_AUTHORIZATION_FAILED:
+                raise KafkaError(code, f"not authorized to describe topic {name!r}")
+            if code == UNKNOWN_TOPIC_OR_PARTITION:
+                raise KafkaError(code, f"topic {name!r} does not exist")
+            raise KafkaError(code, f"topic {name!r}")
         return found
 
     async def describe_configs(self, topic: str) -> dict[str, str | None]:
@@ -295,9 +307,13 @@ class AdminClient:
         *,
         client_id: str = "headwater-admin",
         request_timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        security: ClientSecurity | None = None,
     ) -> None:
         self._admin = AsyncAdminClient(
-            bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms
+            bootstrap_servers,
+            client_id=client_id,
+            request_timeout_ms=request_timeout_ms,
+            security=security,
         )
         self._thread = EventLoopThread("headwater-admin")
         self._closed = False

@@ -68,6 +68,9 @@ class ClusterClient:
         self.reconnect_backoff_max_ms = reconnect_backoff_max_ms
         self.brokers: dict[int, BrokerMetadata] = {}
         self.topics: dict[str, TopicMetadata] = {}
+        # The error code of each topic the last metadata answer left out, e.g.
+        # TOPIC_AUTHORIZATION_FAILED: "not authorized" must not read as "does not exist".
+        self.topic_errors: dict[str, int] = {}
         self.cluster_id: str | None = None
         self.controller_id = -1
         self._connections: dict[int, BrokerConnection] = {}
@@ -207,6 +210,10 @@ class ClusterClient:
         for t in resp.topics:
             code = int(t.error_code)
             name = t.name or ""
+            if code and code != LEADER_NOT_AVAILABLE:
+                self.topic_errors[name] = code
+            else:
+                self.topic_errors.pop(name, None)
             if code == UNKNOWN_TOPIC_OR_PARTITION:
                 self.topics.pop(name, None)
                 continue

@@ -4,6 +4,8 @@ Users, the CLI and Spark options all pass plain dicts of strings or
 values (``{"fetch.max.bytes": "1048576"}``); this module turns them into
 typed, validated settings once. Unknown keys are logged, not rejected,
 as Kafka's Java clients do, so a config shared with other clients works.
+The security keys (``security.protocol``, ``sasl.*``, ``ssl.*``) become one
+``ClientSecurity``; a ready ``security=ClientSecurity(...)`` is taken as is.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
+
+from headwater.security.client_security import CLIENT_SECURITY_KEYS, ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +43,16 @@ class _KafkaConfig:
         merged: dict[str, Any] = dict(config or {})
         merged.update({k.replace("_", "."): v for k, v in kwargs.items()})
         known = {f.name.replace("_", "."): f for f in fields(cls)}  # type: ignore[arg-type]
+        known.pop("security", None)
         values: dict[str, Any] = {}
+        security = merged.pop("security", None)
+        security_keys = {k: str(merged.pop(k)) for k in CLIENT_SECURITY_KEYS if k in merged}
+        if security is not None:
+            if not isinstance(security, ClientSecurity):
+                raise ValueError(f"security must be a ClientSecurity, got {type(security)}")
+            values["security"] = security
+        elif security_keys:
+            values["security"] = ClientSecurity.from_properties(security_keys)
         for key, value in merged.items():
             field = known.get(key)
             if field is None:
@@ -87,6 +100,7 @@ class ConsumerConfig(_KafkaConfig):
     reconnect_backoff_max_ms: int = 1_000
     client_rack: str = ""
     headwater_fetch_session_enable: bool = True
+    security: ClientSecurity | None = None
 
     _choices = {
         "isolation.level": ("read_uncommitted", "read_committed"),
@@ -118,6 +132,7 @@ class ProducerConfig(_KafkaConfig):
     max_block_ms: int = 60_000
     transactional_id: str = ""  # empty: not transactional (Kafka: null)
     transaction_timeout_ms: int = 60_000
+    security: ClientSecurity | None = None
 
     _choices = {
         "acks": ("0", "1", "all", "-1"),

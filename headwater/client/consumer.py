@@ -115,6 +115,7 @@ class AsyncConsumer:
             request_timeout_ms=c.request_timeout_ms,
             reconnect_backoff_ms=c.reconnect_backoff_ms,
             reconnect_backoff_max_ms=c.reconnect_backoff_max_ms,
+            security=c.security,
         )
         # Insertion order is the round-robin order of full fetch requests.
         self._states: dict[TopicPartition, _PartitionState] = {}

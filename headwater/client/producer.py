@@ -178,6 +178,7 @@ class AsyncProducer:
             request_timeout_ms=c.request_timeout_ms,
             reconnect_backoff_ms=c.reconnect_backoff_ms,
             reconnect_backoff_max_ms=c.reconnect_backoff_max_ms,
+            security=c.security,
         )
         self._accumulator = RecordAccumulator(
             batch_size=c.batch_size, linger_ms=c.linger_ms, compression=_CODECS[c.compression_type]
@@ -1162,6 +1163,7 @@ async def end_transactions_async(
         request_timeout_ms=c.request_timeout_ms,
         reconnect_backoff_ms=c.reconnect_backoff_ms,
         reconnect_backoff_max_ms=c.reconnect_backoff_max_ms,
+        security=c.security,
     )
     coordinators = CoordinatorClient(
         cluster, retry_backoff_ms=c.retry_backoff_ms, max_block_ms=c.max_block_ms

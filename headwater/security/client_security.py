@@ -2,15 +2,19 @@
 
 Read from the keys client configs already use (Java's and librdkafka's):
 ``security.protocol``, ``sasl.mechanism`` / ``sasl.mechanisms``,
-``sasl.username`` / ``sasl.password``, ``ssl.ca.location`` /
-``ssl.truststore.location``, ``ssl.certificate.location`` /
-``ssl.key.location`` (mTLS), ``ssl.endpoint.identification.algorithm``
-(empty: no host name check). The replica fetcher of a cluster uses the
-same object to authenticate as the broker principal.
+``sasl.username`` / ``sasl.password`` or Java's ``sasl.jaas.config``
+(``... required username="u" password="p";``), ``ssl.ca.location`` /
+``ssl.truststore.location`` (PEM), ``ssl.certificate.location`` /
+``ssl.key.location`` or a PEM ``ssl.keystore.location`` holding both (mTLS),
+``ssl.key.password`` / ``ssl.keystore.password``,
+``ssl.endpoint.identification.algorithm`` (empty: no host name check). The
+replica fetcher of a cluster uses the same object to authenticate as the
+broker principal.
 """
 
 from __future__ import annotations
 
+import re
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -25,6 +29,34 @@ PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 Exchange = Callable[[int, dict[str, Any], int], Awaitable[Any]]
 
 _SASL_HANDSHAKE, _SASL_AUTHENTICATE = 17, 36
+
+CLIENT_SECURITY_KEYS = (
+    "security.protocol",
+    "sasl.mechanism",
+    "sasl.mechanisms",
+    "sasl.username",
+    "sasl.password",
+    "sasl.jaas.config",
+    "ssl.ca.location",
+    "ssl.truststore.location",
+    "ssl.certificate.location",
+    "ssl.key.location",
+    "ssl.key.password",
+    "ssl.keystore.location",
+    "ssl.keystore.password",
+    "ssl.endpoint.identification.algorithm",
+)
+"""The client keys ``from_properties`` reads (Java's and librdkafka's names)."""
+
+_JAAS_OPTION = re.compile(r'\b(username|password)\s*=\s*("(?:[^"\\]|\\.)*"|[^\s;]+)')
+
+
+def jaas_credentials(jaas: str) -> tuple[str | None, str | None]:
+    """``username`` and ``password`` of a JAAS line (``PlainLoginModule required username=...``)."""
+    found: dict[str, str] = {}
+    for key, raw in _JAAS_OPTION.findall(jaas):
+        found[key] = re.sub(r"\\(.)", r"\1", raw[1:-1]) if raw.startswith('"') else raw
+    return found.get("username"), found.get("password")
 
 
 @dataclass(frozen=True)
@@ -58,15 +90,20 @@ class ClientSecurity:
             ca = props.get("ssl.ca.location") or props.get("ssl.truststore.location")
             context = ssl.create_default_context(cafile=ca)
             context.check_hostname = check_hostname
-            cert = props.get("ssl.certificate.location")
+            cert = props.get("ssl.certificate.location") or props.get("ssl.keystore.location")
             if cert:
-                context.load_cert_chain(
-                    cert, props.get("ssl.key.location"), props.get("ssl.key.password")
-                )
+                key_password = props.get("ssl.key.password") or props.get("ssl.keystore.password")
+                context.load_cert_chain(cert, props.get("ssl.key.location"), key_password)
         username = props.get("sasl.username")
         password = props.get("sasl.password")
+        if props.get("sasl.jaas.config") and (not username or password is None):
+            jaas_user, jaas_password = jaas_credentials(props["sasl.jaas.config"])
+            username = username or jaas_user
+            password = password if password is not None else jaas_password
         if protocol.startswith("SASL") and (not username or password is None):
-            raise ValueError("SASL needs sasl.username and sasl.password")
+            raise ValueError(
+                "SASL needs sasl.username and sasl.password (or sasl.jaas.config with both)"
+            )
         return cls(protocol, context, mechanism, username, password, check_hostname)
 
 

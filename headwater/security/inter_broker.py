@@ -22,22 +22,13 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from headwater.security.client_security import ClientSecurity
+from headwater.security.client_security import ClientSecurity, jaas_credentials
 from headwater.security.config import SecurityConfig
 from headwater.security.listeners import Listener
 from headwater.security.tls import client_context
-
-_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
-
-
-def jaas_credentials(jaas: str) -> tuple[str | None, str | None]:
-    """``username`` and ``password`` of a JAAS config line."""
-    options = {k: v.replace('\\"', '"') for k, v in _JAAS_OPTION.findall(jaas)}
-    return options.get("username"), options.get("password")
 
 
 @dataclass(frozen=True)
