@@ -18,6 +18,7 @@ from pathlib import Path
 from headwater import commands
 from headwater.acl_commands import add_acl_commands
 from headwater.broker.config import BrokerConfig, parse_host_port, parse_properties
+from headwater.broker.listeners import with_listen_address
 from headwater.cluster.local_cluster import add_cluster_command
 from headwater.demo import add_demo_command
 from headwater.gc_policy import COLLECTOR
@@ -65,7 +66,10 @@ def broker_config(args: argparse.Namespace, default_data_dir: str | None = None)
         props[key.strip()] = value.strip()
     if args.listen:
         host, port = parse_host_port(args.listen)
-        props["listeners"] = f"PLAINTEXT://{host}:{port}"
+        try:
+            props["listeners"] = with_listen_address(props.get("listeners"), host, port)
+        except ValueError as exc:
+            raise SystemExit(f"error: {exc}") from None
     if args.data_dir:
         props["log.dirs"] = args.data_dir
     elif default_data_dir and "log.dirs" not in props and "log.dir" not in props:
