@@ -50,10 +50,18 @@ def test_delete_records_reaches_the_followers(cluster: Cluster) -> None:
         admin.delete_records([TopicPartition("trimmed", 0, 150)])[tp].result(30).low_watermark
         == 150
     )  # type: ignore[index]
-    # Followers copy the new log start from their fetches: after the leader dies,
-    # the new leader starts at 150 too.
+    # Followers copy the new log start from their fetches (and keep it on disk):
+    # after the leader dies, the new leader starts at 150 too.
     leader = cluster.leader("trimmed")
-    time.sleep(1.0)  # let the followers fetch once more (their fetch wait is 200 ms)
+
+    def followers_start() -> set[str]:
+        return {
+            (b.data_dir / "trimmed-0" / "log-start-offset").read_text().strip()
+            for i, b in enumerate(cluster.brokers)
+            if i != leader
+        }
+
+    wait_for(lambda: followers_start() == {"150"}, what="followers' log start 150")
     cluster.kill(leader)
     wait_for(lambda: cluster.leader("trimmed") not in (leader, -1), what="a new leader")
     wait_for(lambda: _earliest(cluster.bootstrap, "trimmed") == 150, what="log start 150")
