@@ -46,7 +46,7 @@ from headwater.broker.offsets_log import OFFSETS_TOPIC, PartitionOffsetsLog
 from headwater.broker.producer_ids import ProducerIdAllocator
 from headwater.broker.rejection_log import RejectionLog
 from headwater.broker.tls_stream import TlsStream
-from headwater.cluster.node import ClusterNode, ControllerConfig
+from headwater.cluster.node import ClusterNode, ControlledShutdownConfig, ControllerConfig
 from headwater.cluster.replica_fetcher import FetcherConfig
 from headwater.cluster.replica_manager import ReplicationConfig
 from headwater.cluster.replication_quota import ReplicationQuotaConfig
@@ -984,6 +984,20 @@ class Broker:
         return any("flush.ms" in t.configs for t in self.logs.topics().values())
 
     async def stop(self) -> None:
+        """Controlled shutdown first (a cluster member moves its leaderships away while
+        still serving), then stop serving and close everything."""
+        c = self.config
+        if self.cluster is not None and c.controlled_shutdown_enable:
+            try:
+                await self.cluster.controlled_shutdown(
+                    ControlledShutdownConfig(
+                        enable=True,
+                        max_retries=c.controlled_shutdown_max_retries,
+                        retry_backoff_ms=c.controlled_shutdown_retry_backoff_ms,
+                    )
+                )
+            except Exception:
+                log.exception("controlled shutdown failed; stopping anyway")
         for sock in self._server_socks:
             sock.close()
         self._server_socks = []
