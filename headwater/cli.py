@@ -17,6 +17,7 @@ from pathlib import Path
 
 from headwater import commands
 from headwater.acl_commands import add_acl_commands
+from headwater.broker import shutdown_watchdog
 from headwater.broker.config import BrokerConfig, parse_host_port, parse_properties
 from headwater.broker.listeners import with_listen_address
 from headwater.cluster.local_cluster import add_cluster_command
@@ -106,6 +107,7 @@ async def run_broker(config: BrokerConfig) -> None:
     try:
         await stop.wait()
     finally:
+        shutdown_watchdog.arm(broker.stop_budget_s(), lambda: broker.stop_phase)
         await broker.stop()
 
 
