@@ -198,8 +198,36 @@ def read_all_partitions(bootstrap: str, topic: str, expected: int) -> dict[int, 
                     if time.monotonic() > quiet_until:
                         break
                 continue
-            out.setdefault(msg.partition(), []).append(int(msg.value()))
+            value = msg.value()
+            out.setdefault(msg.partition(), []).append(int(value) if value.isdigit() else -1)
             count += 1
     finally:
         consumer.close()
     return out
+
+
+def test_controlled_shutdown_with_no_other_in_sync_replica_gives_up_saying_why(
+    tmp_path: Path, zk_connect: str
+) -> None:
+    c = Cluster(tmp_path, zk_connect, size=2, overrides=[
+        "controlled.shutdown.max.retries=2", "controlled.shutdown.retry.backoff.ms=200",
+    ]).start()  # fmt: skip
+    try:
+        c.create_topic("lonely", partitions=1, replication=2)
+        _produce(c.bootstrap, "lonely", 50)
+        leader = c.leader("lonely")
+        other = 1 - leader
+        c.kill(other)
+        wait_for(lambda: c.isr("lonely") == {leader}, what="ISR of the leader alone")
+        started = time.monotonic()
+        assert c.brokers[leader].stop(timeout=60) == 0
+        assert time.monotonic() - started < 30
+        lines = c.brokers[leader].lines
+        assert any("no other in-sync replica to lead them: lonely-0" in x for x in lines)
+        assert any("controlled shutdown failed after 2 attempt(s)" in x for x in lines)
+        c.restart(leader)
+        wait_for(lambda: c.leader("lonely") == leader, what="the leader back")
+        assert _earliest(c.bootstrap, "lonely") == 0
+        assert len(read_all_partitions(c.bootstrap, "lonely", 50).get(0, [])) == 50
+    finally:
+        c.stop()
