@@ -44,7 +44,12 @@ from headwater.broker.metrics import BrokerMetrics
 from headwater.broker.producer_ids import ProducerIdAllocator
 from headwater.broker.rejection_log import RejectionLog
 from headwater.broker.tls_stream import TlsStream
-from headwater.cluster.node import ClusterNode, ControllerConfig
+from headwater.cluster.node import (
+    STOP_STEP_TIMEOUT_S,
+    ClusterNode,
+    ControlledShutdownConfig,
+    ControllerConfig,
+)
 from headwater.cluster.replica_fetcher import FetcherConfig
 from headwater.cluster.replica_manager import ReplicationConfig
 from headwater.cluster.replication_quota import ReplicationQuotaConfig
@@ -77,6 +82,10 @@ from headwater.txn.markers import TxnMarkerWriter
 from headwater.txn.service import TransactionCoordinatorService, TxnConfig
 
 log = logging.getLogger(__name__)
+
+#: The stop after the controlled shutdown (handlers, coordinators, cluster, logs) and
+#: the process exit must end within this; see ``shutdown_watchdog``.
+STOP_DRAIN_S = 30.0
 
 RawHandler = Callable[[RequestContext, memoryview, int], "Response | Awaitable[Response]"]
 KioHandler = Callable[[RequestContext, Any], "dict[str, Any] | Awaitable[dict[str, Any]]"]
@@ -274,6 +283,8 @@ class Broker:
         #: ``sasl.enabled.mechanisms`` per listener (``listener.name.<l>.`` resolved once).
         self._sasl_mechanisms: dict[str, tuple[str, ...]] = {}
         self.address: tuple[str, int] = (config.host, config.port)
+        #: What ``stop`` is doing (the shutdown watchdog names it if the stop hangs).
+        self.stop_phase = "not stopping"
 
     # -- wiring ---------------------------------------------------------------------
 
@@ -983,7 +994,36 @@ class Broker:
             return True
         return any("flush.ms" in t.configs for t in self.logs.topics().values())
 
+    def stop_budget_s(self) -> float:
+        """The longest a stop may take: the controlled shutdown's attempts and backoffs,
+        then a bounded drain (what the shutdown watchdog allows before it exits)."""
+        c = self.config
+        budget = STOP_DRAIN_S
+        if self.cluster is not None and c.controlled_shutdown_enable:
+            attempts = max(1, c.controlled_shutdown_max_retries)
+            attempt = ControlledShutdownConfig().attempt_timeout_ms / 1000 + STOP_STEP_TIMEOUT_S
+            budget += (
+                attempts * attempt + (attempts - 1) * c.controlled_shutdown_retry_backoff_ms / 1000
+            )
+        return budget
+
     async def stop(self) -> None:
+        """Controlled shutdown first (a cluster member moves its leaderships away while
+        still serving), then stop serving and close everything."""
+        c = self.config
+        self.stop_phase = "controlled shutdown"
+        if self.cluster is not None and c.controlled_shutdown_enable:
+            try:
+                await self.cluster.controlled_shutdown(
+                    ControlledShutdownConfig(
+                        enable=True,
+                        max_retries=c.controlled_shutdown_max_retries,
+                        retry_backoff_ms=c.controlled_shutdown_retry_backoff_ms,
+                    )
+                )
+            except Exception:
+                log.exception("controlled shutdown failed; stopping anyway")
+        self.stop_phase = "request handlers"
         for sock in self._server_socks:
             sock.close()
         self._server_socks = []
@@ -992,6 +1032,7 @@ class Broker:
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        self.stop_phase = "the transaction and group coordinators"
         if hasattr(self, "transactions"):
             await self.transactions.stop()
         if hasattr(self, "groups"):
@@ -1000,8 +1041,11 @@ class Broker:
             assert self.zk_security is not None
             self.zk_security.stop()
         if self.cluster is not None:
+            self.stop_phase = "leaving the cluster (replicas, controller, ZooKeeper)"
             await self.cluster.stop()
+        self.stop_phase = "closing the logs"
         self.metrics.close()
         self.logs.close()
+        self.stop_phase = "process exit (worker threads)"
         COLLECTOR.disable()
         log.info("stopped")

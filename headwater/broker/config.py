@@ -101,6 +101,10 @@ class BrokerConfig:
     unclean_leader_election_enable: bool = False
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: int = 300
+    #: Kafka's controlled shutdown: move leaderships away before stopping (defaults as Kafka's).
+    controlled_shutdown_enable: bool = True
+    controlled_shutdown_max_retries: int = 3
+    controlled_shutdown_retry_backoff_ms: int = 5_000
     replica_lag_time_max_ms: int = 30_000
     replica_fetch_max_bytes: int = 1_048_576
     replica_fetch_response_max_bytes: int = 10_485_760
@@ -218,6 +222,8 @@ class BrokerConfig:
             "default.replication.factor": "default_replication_factor",
             "min.insync.replicas": "min_insync_replicas",
             "leader.imbalance.check.interval.seconds": "leader_imbalance_check_interval_seconds",
+            "controlled.shutdown.max.retries": "controlled_shutdown_max_retries",
+            "controlled.shutdown.retry.backoff.ms": "controlled_shutdown_retry_backoff_ms",
             "replica.lag.time.max.ms": "replica_lag_time_max_ms",
             "replica.fetch.max.bytes": "replica_fetch_max_bytes",
             "replica.fetch.response.max.bytes": "replica_fetch_response_max_bytes",
@@ -256,6 +262,7 @@ class BrokerConfig:
             "headwater.fetch.session.retransmit.enable": "fetch_session_retransmit",
             "unclean.leader.election.enable": "unclean_leader_election_enable",
             "auto.leader.rebalance.enable": "auto_leader_rebalance_enable",
+            "controlled.shutdown.enable": "controlled_shutdown_enable",
             "headwater.replica.fetch.sessions.enable": "replica_fetch_sessions_enable",
         }
         log_keys: dict[str, str] = {}

@@ -13,8 +13,10 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from headwater.broker import shutdown_watchdog
 from headwater.broker.config import BrokerConfig, parse_host_port, parse_properties
 from headwater.gc_policy import COLLECTOR
+from headwater.security.listeners import with_listen_address
 
 
 def _add_serve_args(p: argparse.ArgumentParser) -> None:
@@ -44,7 +46,10 @@ def broker_config(args: argparse.Namespace, default_data_dir: str | None = None)
         props[key.strip()] = value.strip()
     if args.listen:
         host, port = parse_host_port(args.listen)
-        props["listeners"] = f"PLAINTEXT://{host}:{port}"
+        try:
+            props["listeners"] = with_listen_address(props.get("listeners"), host, port)
+        except ValueError as exc:
+            raise SystemExit(f"error: {exc}") from None
     if args.data_dir:
         props["log.dirs"] = args.data_dir
     elif default_data_dir and "log.dirs" not in props and "log.dir" not in props:
@@ -81,6 +86,7 @@ async def run_broker(config: BrokerConfig) -> None:
     try:
         await stop.wait()
     finally:
+        shutdown_watchdog.arm(broker.stop_budget_s(), lambda: broker.stop_phase)
         await broker.stop()
 
 

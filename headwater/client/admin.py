@@ -219,11 +219,16 @@ class AsyncAdminClient:
         return await self._cluster.list_offsets(partitions, timestamp)
 
     async def log_offsets(self, topic: str) -> dict[int, tuple[int, int]]:
-        """partition -> (log start offset, log end offset) for every partition of ``topic``."""
+        """partition -> (log start offset, log end offset) for every partition of ``topic``.
+
+        A partition whose leader cannot be reached (it just died and ZooKeeper
+        has not moved its leadership yet) shows -1, -1: describing a topic must
+        not fail while other brokers are up.
+        """
         meta = await self.describe_topic(topic)
         tps = [TopicPartition(topic, p) for p in sorted(meta.partitions)]
-        starts = await self._cluster.list_offsets(tps, EARLIEST_TIMESTAMP)
-        ends = await self._cluster.list_offsets(tps, LATEST_TIMESTAMP)
+        starts = await self._cluster.list_offsets(tps, EARLIEST_TIMESTAMP, unreachable=-1)
+        ends = await self._cluster.list_offsets(tps, LATEST_TIMESTAMP, unreachable=-1)
         return {tp.partition: (starts[tp], ends[tp]) for tp in tps}
 
     async def list_consumer_group_offsets(

@@ -275,18 +275,48 @@ class ClusterClient:
     # -- offsets -----------------------------------------------------------------
 
     async def list_offsets(
-        self, tps: Iterable[TopicPartition], timestamp: int, *, isolation_level: int = 0
+        self,
+        tps: Iterable[TopicPartition],
+        timestamp: int,
+        *,
+        isolation_level: int = 0,
+        unreachable: int | None = None,
     ) -> dict[TopicPartition, int]:
         """Offsets for ``timestamp`` (-2 earliest, -1 latest, else the first at or after).
 
-        A timestamp past the last record maps to -1, as in Kafka.
+        A timestamp past the last record maps to -1, as in Kafka. A leader that
+        cannot be reached (a broker just died; ZooKeeper names it leader until its
+        session expires) is asked again after a metadata refresh; if it is still
+        the leader, its partitions get ``unreachable`` when given, else the
+        connection error is raised.
         """
         wanted = list(dict.fromkeys(tps))
         missing = {tp.topic for tp in wanted if self.leader(tp) is None}
         if missing:
             await self.refresh_metadata(self.topics.keys() | missing)
+        merged: dict[TopicPartition, int] = {}
+        failed = await self._list_offsets_by_leader(wanted, timestamp, isolation_level, merged)
+        if failed:
+            await self.refresh_metadata(self.topics.keys())
+            failed = await self._list_offsets_by_leader(failed, timestamp, isolation_level, merged)
+        for tp in failed:
+            if unreachable is None:
+                raise KafkaConnectionError(
+                    f"leader {self.leader(tp)} of {tp.topic}-{tp.partition} is unreachable"
+                )
+            merged[tp] = unreachable
+        return {tp: merged[tp] for tp in wanted}
+
+    async def _list_offsets_by_leader(
+        self,
+        tps: list[TopicPartition],
+        timestamp: int,
+        isolation_level: int,
+        into: dict[TopicPartition, int],
+    ) -> list[TopicPartition]:
+        """Ask each leader for its partitions; the partitions whose leader was unreachable."""
         by_leader: dict[int, list[TopicPartition]] = {}
-        for tp in wanted:
+        for tp in tps:
             leader = self.leader(tp)
             if leader is None:
                 raise KafkaError(UNKNOWN_TOPIC_OR_PARTITION, f"{tp.topic}-{tp.partition}")
@@ -295,12 +325,18 @@ class ClusterClient:
             *(
                 self._list_offsets_at(node, group, timestamp, isolation_level)
                 for node, group in by_leader.items()
-            )
+            ),
+            return_exceptions=True,
         )
-        merged: dict[TopicPartition, int] = {}
-        for r in results:
-            merged.update(r)
-        return {tp: merged[tp] for tp in wanted}
+        failed: list[TopicPartition] = []
+        for group, result in zip(by_leader.values(), results, strict=True):
+            if isinstance(result, KafkaConnectionError):
+                failed.extend(group)
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                into.update(result)
+        return failed
 
     async def _list_offsets_at(
         self, node_id: int, tps: list[TopicPartition], timestamp: int, isolation_level: int

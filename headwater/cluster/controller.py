@@ -337,6 +337,9 @@ class Controller:
         self._epochs: dict[int, int] = {}
         self._topics: dict[str, TopicAssignment] = {}
         self._states: dict[TopicPartition, PartitionState] = {}
+        #: Live brokers in controlled shutdown: they lead nothing and leave every ISR.
+        self._shutting_down: set[int] = set()
+        self._shutdown_requests: frozenset[int] = frozenset()
         self.activations = 0
         """How many times this broker became controller (for tests and metrics)."""
 
@@ -480,6 +483,9 @@ class Controller:
             self.store.watch_deletion_requests(
                 lambda t: self._enqueue(lambda: self._deletions_requested(t))
             ),
+            self.store.watch_controlled_shutdowns(
+                lambda ids: self._enqueue(lambda: self._controlled_shutdowns(ids))
+            ),
         ]
         self._resync()
         if self.auto_leader_rebalance_enable:
@@ -494,6 +500,8 @@ class Controller:
         self._topic_watches = {}
         self._fence = None
         self._live = set()
+        self._shutting_down = set()
+        self._shutdown_requests = frozenset()
         self._epochs = {}
         self._topics = {}
         self._states = {}
@@ -524,11 +532,34 @@ class Controller:
         log.info("controller %d: live brokers %s -> %s%s", self.broker_id, sorted(self._live),
                  sorted(epochs), f" (bounced {sorted(bounced)})" if bounced else "")  # fmt: skip
         self._epochs = epochs
+        self._shutting_down = set(self._shutdown_requests) & (set(epochs) - bounced)
         if bounced:
             self._live = set(epochs) - bounced
             self._reconcile(list(self._states))
         self._live = set(epochs)
         self._reconcile(list(self._states))
+
+    def _controlled_shutdowns(self, ids: frozenset[int]) -> None:
+        """Brokers asking to stop (Kafka's ControlledShutdown): move their leaderships
+        to other ISR members and take them out of every ISR, now.
+
+        A partition no other live ISR member can lead stays with the stopping
+        broker (it would go offline otherwise); the broker sees it in its own
+        view and, after its retries, stops anyway, saying why.
+        """
+        if self._fence is None:
+            return
+        self._shutdown_requests = ids
+        new = (set(ids) & self._live) - self._shutting_down
+        self._shutting_down = set(ids) & self._live
+        if not new:
+            return
+        log.info("controller %d: controlled shutdown of broker(s) %s",
+                 self.broker_id, sorted(new))  # fmt: skip
+        # Leaders change ISRs without telling the controller: decide on fresh states.
+        keys = [k for k, st in self._states.items() if new & ({st.leader} | set(st.isr))]
+        self._states.update(self.store.partition_states(keys))
+        self._reconcile(keys)
 
     def _topics_changed(self, names: frozenset[str]) -> None:
         if self._fence is None:
@@ -598,7 +629,10 @@ class Controller:
         # Leaders change ISRs without telling the controller: decide on fresh states.
         self._states = self.store.partition_states(list(self._states))
         moves = preferred_leader_moves(
-            self._topics, self._states, self._live, self.leader_imbalance_per_broker_percentage
+            self._topics,
+            self._states,
+            self._live - self._shutting_down,
+            self.leader_imbalance_per_broker_percentage,
         )
         if moves:
             log.info("controller %d: preferred leader election for %d partition(s)",
@@ -622,6 +656,14 @@ class Controller:
         if topic is None or state is None:
             return None
         replicas = topic.replicas.get(key[1], [])
+        if self._shutting_down:
+            # Brokers in controlled shutdown count as gone, unless only they can lead.
+            staying = self._live - self._shutting_down
+            new = next_state(replicas, state, staying, unclean=False)
+            if new is not None and new.leader != NO_LEADER:
+                return new
+            if new is None and state.leader != NO_LEADER:
+                return None
         new = next_state(replicas, state, self._live, unclean=False)
         leaderless = new.leader if new is not None else state.leader
         may_lead = any(r in self._live for r in replicas)

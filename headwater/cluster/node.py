@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,8 +22,10 @@ from headwater.cluster.cluster_view import ClusterView
 from headwater.cluster.controller import Controller
 from headwater.cluster.replica_manager import ReplicaManager, ReplicationConfig
 from headwater.cluster.store import (
+    NO_LEADER,
     BrokerIdInUseError,
     BrokerRegistration,
+    ClusterStoreError,
     ClusterStoreUnavailableError,
     ZkClusterStore,
 )
@@ -42,6 +45,22 @@ class ControllerConfig:
     unclean_leader_election_enable: bool = False
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_check_interval_seconds: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class ControlledShutdownConfig:
+    """``controlled.shutdown.*`` (Kafka's names and defaults)."""
+
+    enable: bool = True
+    max_retries: int = 3
+    retry_backoff_ms: int = 5_000
+    #: How long one attempt waits for the controller to act (Kafka: the request timeout).
+    attempt_timeout_ms: int = 5_000
+
+
+#: Longest wait for one ZooKeeper call or one stop step while stopping: a stopping
+#: broker must never hang on ZooKeeper or the controller.
+STOP_STEP_TIMEOUT_S = 10.0
 
 
 class ClusterNode:
@@ -74,6 +93,7 @@ class ClusterNode:
         self.replicas = ReplicaManager(
             broker_id, logs, self.view, self.store, replication, data_dir=data_dir
         )
+        self.joined = False
 
     async def start(
         self, host: str, port: int, endpoints: tuple[tuple[str, str, str, int], ...] = ()
@@ -116,17 +136,126 @@ class ClusterNode:
         await loop.run_in_executor(None, self.controller.start)  # it blocks: its own thread
         # The broker starts ``self.replicas`` itself, once its group service is
         # ready to hear about leadership of the offsets topic.
+        self.joined = True
         log.info("joined the cluster at %s as broker %d", self.zookeeper_connect, self.broker_id)
 
-    async def stop(self) -> None:
-        """Leave the cluster; safe after a partial start."""
+    # -- controlled shutdown ---------------------------------------------------------
+
+    def leaderships_to_move(self) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+        """What a controlled shutdown still waits for, from this broker's view:
+        (partitions led here, or whose ISR still holds this broker, that the controller
+        could change; partitions led here that no other live ISR member can take)."""
+        me = self.broker_id
+        live = set(self.view.brokers)
+        topics = self.view.topics
+        movable: list[tuple[str, int]] = []
+        stuck: list[tuple[str, int]] = []
+        for key, state in self.view.partition_states.items():
+            assignment = topics.get(key[0])
+            replicas = assignment.replicas.get(key[1], []) if assignment else []
+            if len(replicas) < 2:
+                continue  # a single replica has nowhere to go (Kafka skips these too)
+            others = [r for r in state.isr if r != me and r in live]
+            if state.leader == me:
+                (movable if others else stuck).append(key)
+            elif me in state.isr and state.leader != NO_LEADER and others:
+                movable.append(key)
+        return sorted(movable), sorted(stuck)
+
+    async def controlled_shutdown(self, config: ControlledShutdownConfig) -> bool:
+        """Kafka's controlled shutdown through ZooKeeper; True when nothing is left here.
+
+        Stops following (so no leader takes this broker back into an ISR), then
+        asks the controller to move every leadership away and take this broker
+        out of every ISR, and waits until its view shows it done. Each attempt
+        waits ``attempt_timeout_ms``, then ``retry.backoff.ms`` before the next;
+        after ``max.retries`` the broker stops anyway, saying what was left.
+        Bounded throughout: ZooKeeper calls time out, nothing waits forever.
+        """
+        if not self.joined:
+            return True
         loop = asyncio.get_running_loop()
-        try:
-            await self.replicas.stop()
-        except Exception:
-            log.exception("stopping the replica manager failed")
-        for step in (self.controller.stop, self.view.stop, self.store.close):
+        self.replicas.stop_following()
+        attempts = max(1, config.max_retries)
+        started = time.monotonic()
+        movable, stuck = self.leaderships_to_move()
+        for attempt in range(1, attempts + 1):
+            log.info(
+                "controlled shutdown (attempt %d of %d): asking the controller to move "
+                "%d partition(s) away from broker %d",
+                attempt, attempts, len(movable) + len(stuck), self.broker_id,
+            )  # fmt: skip
             try:
-                await loop.run_in_executor(None, step)
-            except Exception:
-                log.exception("stopping %s failed", getattr(step, "__qualname__", step))
+                await asyncio.wait_for(
+                    loop.run_in_executor(
+                        None, self.store.request_controlled_shutdown, self.broker_id
+                    ),
+                    STOP_STEP_TIMEOUT_S,
+                )
+            except (ClusterStoreError, TimeoutError) as exc:
+                log.warning("controlled shutdown: cannot reach ZooKeeper (%s)", exc)
+            else:
+                deadline = time.monotonic() + config.attempt_timeout_ms / 1000
+                while time.monotonic() < deadline:
+                    movable, stuck = self.leaderships_to_move()
+                    if not movable and not stuck:
+                        log.info(
+                            "controlled shutdown succeeded in %.0f ms",
+                            (time.monotonic() - started) * 1000,
+                        )
+                        return True
+                    if not movable and stuck:
+                        break  # the controller did what it could
+                    await asyncio.sleep(0.01)
+            movable, stuck = self.leaderships_to_move()
+            if not movable and not stuck:
+                return True
+            if stuck:
+                log.warning(
+                    "controlled shutdown: %d partition(s) have no other in-sync replica to "
+                    "lead them: %s", len(stuck), _names(stuck),
+                )  # fmt: skip
+            if movable:
+                log.warning(
+                    "controlled shutdown: the controller has not moved %d partition(s) yet: %s",
+                    len(movable), _names(movable),
+                )  # fmt: skip
+            if attempt < attempts:
+                await asyncio.sleep(config.retry_backoff_ms / 1000)
+        log.warning(
+            "controlled shutdown failed after %d attempt(s); stopping anyway "
+            "(the controller moves what is left once this broker's session ends)",
+            attempts,
+        )
+        return False
+
+    async def stop(self) -> None:
+        """Leave the cluster; safe after a partial start. Every step is bounded, and a
+        step that takes long is named in the log (a stopping broker never hangs)."""
+        loop = asyncio.get_running_loop()
+        await _bounded(self.replicas.stop(), "the replica manager")
+        for step in (self.controller.stop, self.view.stop, self.store.close):
+            name = getattr(step, "__qualname__", str(step))
+            await _bounded(loop.run_in_executor(None, step), name)
+
+
+def _names(keys: list[tuple[str, int]], limit: int = 10) -> str:
+    shown = ", ".join(f"{t}-{p}" for t, p in keys[:limit])
+    return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
+
+
+async def _bounded(step: Awaitable[object], what: str) -> None:
+    """Await ``step`` for at most STOP_STEP_TIMEOUT_S, logging when it is slow or stuck."""
+    task = asyncio.ensure_future(step)
+    done, _ = await asyncio.wait({task}, timeout=2.0)
+    if not done:
+        log.warning("stopping: still waiting for %s", what)
+        done, _ = await asyncio.wait({task}, timeout=STOP_STEP_TIMEOUT_S - 2.0)
+    if not done:
+        log.error("stopping: %s did not finish in %.0f s; going on without it", what,
+                  STOP_STEP_TIMEOUT_S)  # fmt: skip
+        task.cancel()
+        return
+    exc = task.exception()
+    if exc is not None:
+        log.error("stopping %s failed: %s", what, exc, exc_info=exc)

@@ -289,11 +289,13 @@ class ReplicaFetcher:
             whole = complete_batches(records)
             if len(whole):
                 plog.append_as_follower(whole, int(time.time() * 1000))
+        if data.high_watermark >= 0:
+            plog.update_high_watermark(min(data.high_watermark, plog.log_end_offset))
+        # After the high watermark, as Kafka's fetcher does: the log start may not
+        # pass it, and the leader sends a new log start only once.
         if data.log_start_offset > plog.log_start_offset:
             with contextlib.suppress(KafkaApiError):
                 plog.delete_records(min(data.log_start_offset, plog.log_end_offset))
-        if data.high_watermark >= 0:
-            plog.update_high_watermark(min(data.high_watermark, plog.log_end_offset))
         if self.on_progress is not None:
             self.on_progress(replica)
 

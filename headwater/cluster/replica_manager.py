@@ -108,6 +108,8 @@ class ReplicaManager:
         self._append_listeners: dict[PartitionKey, Callable[[Log], None]] = {}
         self.isr_shrinks = 0
         self.isr_expands = 0
+        #: Controlled shutdown under way: follow no leader (see ``stop_following``).
+        self.following_stopped = False
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -145,6 +147,17 @@ class ReplicaManager:
         self.fetchers.clear()
         self.purgatory.fail_all()
         self.checkpoint_high_watermarks()
+
+    def stop_following(self) -> None:
+        """Controlled shutdown: fetch from no leader from now on (Kafka's StopReplica).
+
+        A stopping broker that kept fetching would be taken back into the ISRs
+        the controller just took it out of, and acks=all writes would then wait
+        ``replica.lag.time.max.ms`` for it once it is gone.
+        """
+        self.following_stopped = True
+        for key in [k for k, r in self.replicas.items() if not r.is_leader]:
+            self._unfollow(key)
 
     @staticmethod
     async def _every(interval_s: float, action: Callable[[], None]) -> None:
@@ -332,7 +345,7 @@ class ReplicaManager:
             self.purgatory.fail(key)
             self._unwatch_appends(replica)
             self._unfollow(key)
-            if state.leader >= 0:
+            if state.leader >= 0 and not self.following_stopped:
                 self._fetcher_for(state.leader, key).add(replica)
             log.info(
                 "follower of %s-%d (leader %d, epoch %d)",

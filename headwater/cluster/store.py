@@ -264,6 +264,12 @@ class ClusterStore(Protocol):
     def watch_partition_state(
         self, topic: str, partition: int, callback: Callable[[PartitionState | None], None]
     ) -> WatchHandle: ...
+    # Controlled shutdown (Headwater's request through ZooKeeper, see zk_layout).
+    def request_controlled_shutdown(self, broker_id: int) -> None: ...
+    def withdraw_controlled_shutdown(self, broker_id: int) -> None: ...
+    def watch_controlled_shutdowns(
+        self, callback: Callable[[frozenset[int]], None]
+    ) -> WatchHandle: ...
 
 
 # --- watches --------------------------------------------------------------------
@@ -1110,6 +1116,24 @@ class ZkClusterStore:
     def watch_deletion_requests(self, callback: Callable[[frozenset[str]], None]) -> WatchHandle:
         return self._watch(zk.DELETE_TOPICS, True, lambda c: callback(frozenset(c or ())))
 
+    def request_controlled_shutdown(self, broker_id: int) -> None:
+        """Ask the controller (again) to move this broker's leaderships: (re)create the
+        ephemeral ``/admin/controlled_shutdown/<id>``, so each attempt is a new event."""
+        path = zk.controlled_shutdown_path(broker_id)
+        self.delete_znode(path)
+        self.create_ephemeral(path, str(int(time.time() * 1000)).encode())
+
+    def withdraw_controlled_shutdown(self, broker_id: int) -> None:
+        self.delete_znode(zk.controlled_shutdown_path(broker_id))
+
+    def watch_controlled_shutdowns(self, callback: Callable[[frozenset[int]], None]) -> WatchHandle:
+        """Ids of the brokers asking for a controlled shutdown, on every change."""
+
+        def deliver(children: tuple[str, ...] | None) -> None:
+            callback(frozenset(int(c) for c in children or () if c.isdigit()))
+
+        return self._watch(zk.CONTROLLED_SHUTDOWN, True, deliver, dedupe=False)
+
     def watch_topic(
         self, name: str, callback: Callable[[TopicAssignment | None], None]
     ) -> WatchHandle:
@@ -1187,6 +1211,15 @@ class ZkClusterStore:
         return str(
             self._wait(client.create_async(prefix, data, makepath=True, sequence=True), prefix)
         )
+
+    def create_ephemeral(self, path: str, data: bytes) -> bool:
+        """An ephemeral znode of this session (parents created); False if it exists."""
+        try:
+            client = self._require()
+            self._wait(client.create_async(path, data, ephemeral=True, makepath=True), path)
+        except NodeExistsError:
+            return False
+        return True
 
     def delete_znode(self, path: str, expected_version: int = -1) -> bool:
         """Delete ``path`` (at ``expected_version``; -1: any); False if it was not deleted."""

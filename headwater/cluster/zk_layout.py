@@ -24,13 +24,22 @@ CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
 DELETE_TOPICS = "/admin/delete_topics"
 CLUSTER_ID = "/cluster/id"
+CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
+"""Headwater's controlled shutdown: a stopping broker's ephemeral ``<id>`` child asks
+the controller to move its leaderships (Kafka sent a ControlledShutdown request)."""
 
-PERSISTENT_PATHS = (BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, "/cluster")
+PERSISTENT_PATHS = (
+    BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, CONTROLLED_SHUTDOWN, "/cluster",
+)  # fmt: skip
 """Created at start (like Kafka's ``ZkData.PersistentZkPaths``)."""
 
 
 class ZkLayoutError(ValueError):
     """A znode's content or a ``zookeeper.connect`` string is malformed."""
+
+
+def controlled_shutdown_path(broker_id: int) -> str:
+    return f"{CONTROLLED_SHUTDOWN}/{broker_id}"
 
 
 def broker_path(broker_id: int) -> str:

@@ -105,3 +105,25 @@ def parse_listeners(
     if not out:
         raise ValueError("listeners is empty")
     return tuple(out)
+
+
+def with_listen_address(listeners: str | None, host: str, port: int) -> str:
+    """``listeners`` with the command line's ``--listen HOST:PORT`` as its PLAINTEXT listener.
+
+    ``--listen`` names the PLAINTEXT listener; the other configured listeners
+    stay (a configured listener must never vanish). A PLAINTEXT listener already
+    configured elsewhere is a conflict: ValueError, whose message says so.
+    """
+    own = f"PLAINTEXT://{host}:{port}"
+    if not listeners or not listeners.strip():
+        return own
+    for name, h, p in _entries(listeners, "listeners"):
+        if name != "PLAINTEXT":
+            continue
+        if (h or "0.0.0.0", p) == (host or "0.0.0.0", port):
+            return listeners
+        raise ValueError(
+            f"--listen {host}:{port} conflicts with listeners' PLAINTEXT://{h}:{p}; "
+            "give one of them"
+        )
+    return f"{own},{listeners}"

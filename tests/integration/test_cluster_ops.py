@@ -3,6 +3,7 @@ DescribeCluster per listener, CREATE authorization for existing topics."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -131,3 +132,35 @@ def test_describe_cluster_answers_with_the_listener_the_request_came_in_on(
             assert [(b.host, b.port) for b in resp.brokers] == [("127.0.0.1", port)]
     finally:
         b.stop()
+
+
+def test_listen_with_listeners_serves_both(tmp_path: Path) -> None:
+    plain, extra = free_port(), free_port()
+    cmd_listen = [sys.executable, "-m", "headwater.cli", "serve", "--data-dir",
+                  str(tmp_path / "both"), "--listen", f"127.0.0.1:{plain}",
+                  "--override", f"listeners=EXTERNAL://127.0.0.1:{extra}",
+                  "--override", "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,"
+                  "EXTERNAL:PLAINTEXT"]  # fmt: skip
+    proc = subprocess.Popen(cmd_listen, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        seen = []
+        for line in proc.stdout:
+            seen.append(line)
+            if f"listening on 127.0.0.1:{extra}" in line:
+                break
+        assert any(f"listening on 127.0.0.1:{plain}" in s for s in seen), seen
+        for port in (plain, extra):
+            md = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"}).list_topics(timeout=10)
+            assert [x.port for x in md.brokers.values()] == [port]
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    conflict = subprocess.run(
+        [sys.executable, "-m", "headwater.cli", "serve", "--data-dir", str(tmp_path / "c"),
+         "--listen", f"127.0.0.1:{plain}", "--override", f"listeners=PLAINTEXT://127.0.0.1:{extra}"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert conflict.returncode != 0
+    assert conflict.stderr.strip().splitlines()[-1].startswith("error: --listen")

@@ -332,3 +332,45 @@ def test_unclean_config_set_after_creation_is_honoured(cluster: Cluster) -> None
     cluster.stores[2].close()
     cluster.settle()
     assert cluster.state("t", 0).leader == 1
+
+
+def test_controlled_shutdown_moves_leaders_and_leaves_isrs(cluster: Cluster) -> None:
+    for b in (1, 2, 3):
+        cluster.add_broker(b)
+    create_topic(
+        cluster.stores[1], "t", 3, 3,
+        replica_assignment={0: [2, 3, 1], 1: [3, 2, 1], 2: [1, 2, 3]},
+    )  # fmt: skip
+    create_topic(cluster.stores[1], "alone", 1, 2, replica_assignment={0: [2, 3]})
+    cluster.settle()
+    # Only broker 2 is in sync for "alone": nobody else may lead it.
+    state = cluster.state("alone", 0)
+    cluster.stores[2].update_partition_state(
+        "alone", 0, PartitionState(2, 0, (2,), 1), state.zk_version
+    )
+    cluster.stores[2].request_controlled_shutdown(2)
+    cluster.settle()
+    assert cluster.state("t", 0) == PartitionState(3, 1, (3, 1), 1, 1)  # leader moved
+    assert cluster.state("t", 1).leader == 3 and cluster.state("t", 1).isr == (3, 1)
+    assert cluster.state("t", 1).leader_epoch == 0  # an ISR change keeps the epoch
+    assert cluster.state("t", 2).isr == (1, 3)
+    assert cluster.state("alone", 0).leader == 2  # kept: it would go offline otherwise
+    # Nothing moves back to broker 2 while it is stopping.
+    cluster.controllers[1].trigger_preferred_leader_election()
+    cluster.settle()
+    assert cluster.state("t", 0).leader == 3
+    # Once it has gone and come back, it is an ordinary broker again.
+    cluster.stores[2].withdraw_controlled_shutdown(2)
+    cluster.settle()
+    assert cluster.controllers[1]._shutting_down == set()
+
+
+def test_controlled_shutdown_of_the_controller_itself(cluster: Cluster) -> None:
+    for b in (1, 2):
+        cluster.add_broker(b)
+    create_topic(cluster.stores[1], "t", 1, 2, replica_assignment={0: [1, 2]})
+    cluster.settle()
+    cluster.stores[1].request_controlled_shutdown(1)
+    cluster.settle()
+    assert cluster.state("t", 0).leader == 2
+    assert cluster.state("t", 0).isr == (2,)

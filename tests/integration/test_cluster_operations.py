@@ -1,0 +1,233 @@
+"""Operating a three-broker cluster on a real ZooKeeper: DeleteRecords on leaders reaching
+followers, ``topics describe`` with a dead broker, controlled shutdown, leader elections."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from tests.integration.cluster_process import Cluster, wait_for
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, zk_connect: str) -> Iterator[Cluster]:
+    c = Cluster(tmp_path, zk_connect).start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def _produce(bootstrap: str, topic: str, count: int, partitions: int = 1) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                         "enable.idempotence": True})  # fmt: skip
+    for i in range(count):
+        producer.produce(topic, value=f"v{i}".encode(), partition=i % partitions)
+    assert producer.flush(60) == 0
+
+
+def _earliest(bootstrap: str, topic: str, partition: int = 0) -> int:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    tp = TopicPartition(topic, partition)
+    return int(admin.list_offsets({tp: OffsetSpec.earliest()})[tp].result(10).offset)
+
+
+def test_delete_records_reaches_the_followers(cluster: Cluster) -> None:
+    cluster.create_topic("trimmed", partitions=1, replication=3, **{"min.insync.replicas": "2"})
+    _produce(cluster.bootstrap, "trimmed", 200)
+    admin = cluster.admin()
+    tp = TopicPartition("trimmed", 0)
+    assert (
+        admin.delete_records([TopicPartition("trimmed", 0, 150)])[tp].result(30).low_watermark
+        == 150
+    )  # type: ignore[index]
+    # Followers copy the new log start from their fetches (and keep it on disk):
+    # after the leader dies, the new leader starts at 150 too.
+    leader = cluster.leader("trimmed")
+
+    def followers_start() -> set[str]:
+        return {
+            (b.data_dir / "trimmed-0" / "log-start-offset").read_text().strip()
+            for i, b in enumerate(cluster.brokers)
+            if i != leader
+        }
+
+    wait_for(lambda: followers_start() == {"150"}, what="followers' log start 150")
+    cluster.kill(leader)
+    wait_for(lambda: cluster.leader("trimmed") not in (leader, -1), what="a new leader")
+    wait_for(lambda: _earliest(cluster.bootstrap, "trimmed") == 150, what="log start 150")
+
+
+def test_topics_describe_works_right_after_a_broker_dies(cluster: Cluster) -> None:
+    cluster.create_topic("described", partitions=3, replication=3)
+    cluster.kill(0)
+    live = ",".join(b.bootstrap for b in cluster.brokers[1:])
+    started = time.monotonic()
+    out = subprocess.run(
+        [sys.executable, "-m", "headwater.cli", "topics", "describe", "described",
+         "--bootstrap", live],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("Partition:") == 3
+    assert time.monotonic() - started < 30
+
+
+class AckClock:
+    """An idempotent acks=all producer writing numbered records to every partition,
+    remembering when each partition last got an ack and its longest gap between acks."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self.topic = topic
+        self.partitions = partitions
+        self.acked: dict[int, list[int]] = {p: [] for p in range(partitions)}
+        self.errors: list[str] = []
+        self.last_ack: dict[int, float] = {}
+        self.longest_gap: dict[int, float] = dict.fromkeys(range(partitions), 0.0)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(bootstrap,), daemon=True)
+
+    def start(self) -> AckClock:
+        self._thread.start()
+        wait_for(lambda: all(self.acked.values()), what="first acks on every partition")
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(120)
+
+    def reset_gaps(self) -> None:
+        self.longest_gap = dict.fromkeys(range(self.partitions), 0.0)
+
+    def _delivered(self, err: object, msg: object) -> None:
+        if err is not None:
+            self.errors.append(str(err))
+            return
+        p = int(msg.partition())  # type: ignore[attr-defined]
+        now = time.monotonic()
+        last = self.last_ack.get(p)
+        if last is not None:
+            self.longest_gap[p] = max(self.longest_gap[p], now - last)
+        self.last_ack[p] = now
+        self.acked[p].append(int(msg.value()))  # type: ignore[attr-defined]
+
+    def _run(self, bootstrap: str) -> None:
+        producer = Producer({
+            "bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+            "linger.ms": 2, "message.timeout.ms": 120_000,
+        })  # fmt: skip
+        i = 0
+        while not self._stop.is_set():
+            for p in range(self.partitions):
+                try:
+                    producer.produce(self.topic, value=str(i).encode(), partition=p,
+                                     on_delivery=self._delivered)  # fmt: skip
+                except BufferError:
+                    producer.poll(0.05)
+            i += 1
+            producer.poll(0)
+            time.sleep(0.005)
+        assert producer.flush(120) == 0
+
+
+def test_rolling_sigterm_restart_under_acks_all_load_loses_and_stalls_nothing(
+    cluster: Cluster,
+) -> None:
+    partitions = 6
+    cluster.create_topic("rolling", partitions=partitions, replication=3,
+                         **{"min.insync.replicas": "2"})  # fmt: skip
+    clock = AckClock(cluster.bootstrap, "rolling", partitions).start()
+    stop_times = []
+    gaps = []
+    try:
+        for broker_id in range(3):
+            # Every partition back in full ISR before the next broker goes.
+            wait_for(lambda: all(len(p.isrs) == 3 for p in cluster.partitions("rolling").values()),
+                     timeout=60, what="full ISRs")  # fmt: skip
+            clock.reset_gaps()
+            started = time.monotonic()
+            assert cluster.brokers[broker_id].stop(timeout=60) == 0
+            stop_times.append(time.monotonic() - started)
+            lines = cluster.brokers[broker_id].lines
+            assert any("controlled shutdown succeeded" in line for line in lines), lines[-30:]
+            gap = max(clock.longest_gap.values())
+            gaps.append(gap)
+            print(f"broker {broker_id}: SIGTERM to exit {stop_times[-1]:.2f} s, "
+                  f"longest ack gap {gap * 1000:.0f} ms")  # fmt: skip
+            cluster.restart(broker_id)
+        wait_for(lambda: all(len(p.isrs) == 3 for p in cluster.partitions("rolling").values()),
+                 timeout=60, what="full ISRs")  # fmt: skip
+    finally:
+        clock.stop()
+    assert clock.errors == []
+    for p, values in clock.acked.items():
+        assert values == sorted(set(values)), f"partition {p}: acks out of order or duplicated"
+    read = read_all_partitions(cluster.bootstrap, "rolling", sum(map(len, clock.acked.values())))
+    for p, values in clock.acked.items():
+        assert read[p] == values, f"partition {p}: read back differs from what was acked"
+    assert max(stop_times) < 30
+    # Without a controlled shutdown a partition waits for the ZooKeeper session to
+    # expire (3 s here): the leaderships must have moved well before that.
+    assert max(gaps) < 3.0, gaps
+
+
+def read_all_partitions(bootstrap: str, topic: str, expected: int) -> dict[int, list[int]]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"r-{time.monotonic_ns()}",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})  # fmt: skip
+    consumer.subscribe([topic])
+    out: dict[int, list[int]] = {}
+    count = 0
+    deadline = time.monotonic() + 90
+    quiet_until = None
+    try:
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.3)
+            if msg is None or msg.error():
+                if count >= expected:
+                    quiet_until = quiet_until or time.monotonic() + 1.5
+                    if time.monotonic() > quiet_until:
+                        break
+                continue
+            value = msg.value()
+            out.setdefault(msg.partition(), []).append(int(value) if value.isdigit() else -1)
+            count += 1
+    finally:
+        consumer.close()
+    return out
+
+
+def test_controlled_shutdown_with_no_other_in_sync_replica_gives_up_saying_why(
+    tmp_path: Path, zk_connect: str
+) -> None:
+    c = Cluster(tmp_path, zk_connect, size=2, overrides=[
+        "controlled.shutdown.max.retries=2", "controlled.shutdown.retry.backoff.ms=200",
+    ]).start()  # fmt: skip
+    try:
+        c.create_topic("lonely", partitions=1, replication=2)
+        _produce(c.bootstrap, "lonely", 50)
+        leader = c.leader("lonely")
+        other = 1 - leader
+        c.kill(other)
+        wait_for(lambda: c.isr("lonely") == {leader}, what="ISR of the leader alone")
+        started = time.monotonic()
+        assert c.brokers[leader].stop(timeout=60) == 0
+        assert time.monotonic() - started < 30
+        lines = c.brokers[leader].lines
+        assert any("no other in-sync replica to lead them: lonely-0" in x for x in lines)
+        assert any("controlled shutdown failed after 2 attempt(s)" in x for x in lines)
+        c.restart(leader)
+        wait_for(lambda: c.leader("lonely") == leader, what="the leader back")
+        assert _earliest(c.bootstrap, "lonely") == 0
+        assert len(read_all_partitions(c.bootstrap, "lonely", 50).get(0, [])) == 50
+    finally:
+        c.stop()
