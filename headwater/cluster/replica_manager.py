@@ -62,6 +62,8 @@ NOT_ENOUGH_REPLICAS = 19
 PartitionKey = tuple[str, int]
 LeadershipListener = Callable[[str, int, bool], None]
 """Called with (topic, partition, is_leader) when this broker gains or loses a leadership."""
+OutOfSyncListener = Callable[[str, int], None]
+"""Called with (topic, partition) for a led partition with an assigned replica outside its ISR."""
 
 HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
 #: Longest run of partition-state applications between two turns of the event loop.
@@ -100,6 +102,9 @@ class ReplicaManager:
         self.replicas: dict[PartitionKey, PartitionReplica] = {}
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self.leadership_listeners: list[LeadershipListener] = []
+        #: Told of led partitions with a replica outside the ISR, so that the
+        #: follower's fetch session reads them again (see ``_nudge_out_of_sync``).
+        self.out_of_sync_listeners: list[OutOfSyncListener] = []
         #: How this broker reaches its peers (replica fetchers, transaction markers).
         self.connector = InterBrokerConnector(local_id, self._address_of)
         #: KIP-73 replication throttles, both sides (the fetch handler applies the leader's).
@@ -353,6 +358,31 @@ class ReplicaManager:
                 self._tell_leadership(topic, partition, False)
         elif replica.is_leader:
             self._high_watermark_may_move(replica)
+        self._nudge_out_of_sync(replica)
+
+    def _nudge_out_of_sync(self, replica: PartitionReplica) -> None:
+        """Have followers outside the ISR tell this leader where they are.
+
+        Kafka's leader evaluates ISR expansion on every follower fetch, for
+        every partition of the fetch session. Headwater's incremental
+        sessions read only partitions with something pending, and an idle
+        partition whose ISR the controller shrank (a paused follower's session
+        expired) changes neither its log nor its leader epoch: nothing would
+        make it pending, and a follower that came back caught up would stay
+        out of the ISR until the next write. The listeners (the fetch
+        sessions' watcher) mark the partition pending in follower sessions,
+        whose next fetch then reads it at the follower's cached offset:
+        O(partitions out of sync), never O(session).
+        """
+        if not replica.is_leader or not self.out_of_sync_listeners:
+            return
+        if all(r in replica.isr for r in replica.replicas):
+            return
+        for listener in self.out_of_sync_listeners:
+            try:
+                listener(replica.topic, replica.partition)
+            except Exception:
+                log.exception("out-of-sync listener failed for %s-%d", *replica.key)
 
     def _watch_appends(self, replica: PartitionReplica) -> None:
         """Every append to a led log (produce, group commits) moves follower and HW state."""
@@ -513,6 +543,10 @@ class ReplicaManager:
             shrunk = replica.isr_to_shrink(now, lag)
             if shrunk is not None:
                 self._propose_isr(replica, shrunk, "shrink")
+            else:
+                # Again each round: a nudge read while an ISR write was in flight
+                # (or that lost its race) could not expand the ISR.
+                self._nudge_out_of_sync(replica)
 
     def _propose_isr(self, replica: PartitionReplica, isr: tuple[int, ...], why: str) -> None:
         """Write a new ISR to ZooKeeper, conditional on the state version we hold."""
@@ -579,6 +613,7 @@ class ReplicaManager:
             replica.isr = isr
             replica.zk_version = version
             self._high_watermark_may_move(replica)
+            self._nudge_out_of_sync(replica)
 
         future.add_done_callback(done)
 
