@@ -121,6 +121,14 @@ class ReplicaManager:
         self._append_listeners: dict[PartitionKey, Callable[[Log], None]] = {}
         self.isr_shrinks = 0
         self.isr_expands = 0
+        #: Counts ZooKeeper session losses and restorations: a refresh of the
+        #: partition states belongs to one restored session.
+        self._session_generation = 0
+        #: From a session loss until the states were read again on the new
+        #: session: the view's cached states may be stale, so none makes this
+        #: broker a leader.
+        self._awaiting_fresh_states = False
+        self._refresher: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -143,6 +151,10 @@ class ReplicaManager:
         )
 
     async def stop(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._refresher
         if self._applier is not None:
             self._applier.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -203,11 +215,15 @@ class ReplicaManager:
         until ZooKeeper tells it otherwise. Its partitions answer
         NOT_LEADER_OR_FOLLOWER (clients move), waiting ``acks=all`` produces
         fail, groups unload; once the session is restored (the store has
-        re-registered the broker) every partition takes its role afresh from
-        the view. A merely *suspended* connection changes nothing: leaders
-        keep serving, ISR writes fail until it is back.
+        re-registered the broker) the partition states are read again from
+        ZooKeeper and every partition takes its role afresh from them (see
+        :meth:`_refresh_states`). A merely *suspended* connection changes
+        nothing: leaders keep serving, ISR writes fail until it is back.
         """
+        if event in (SessionEvent.LOST, SessionEvent.RESTORED):
+            self._session_generation += 1
         if event is SessionEvent.LOST:
+            self._awaiting_fresh_states = True
             for replica in self.replicas.values():
                 if replica.is_leader:
                     log.warning(
@@ -221,7 +237,50 @@ class ReplicaManager:
                     replica.followers = {}
                     self._tell_leadership(replica.topic, replica.partition, False)
         elif event is SessionEvent.RESTORED:
-            self._apply_all()
+            self._awaiting_fresh_states = True
+            if self._refresher is not None:
+                self._refresher.cancel()
+            self._refresher = asyncio.get_running_loop().create_task(
+                self._refresh_states(self._session_generation), name="refresh-partition-states"
+            )
+
+    async def _refresh_states(self, generation: int) -> None:
+        """Read this broker's partition states on the restored session, then take roles.
+
+        The view's snapshot is what the watches delivered before the session
+        was lost: while this broker was paused or cut off, the controller
+        elected other leaders at higher epochs, and the re-armed watches
+        deliver those only some time after the session is back. Taking roles
+        from the snapshot meanwhile made a deposed leader lead again at its
+        old epoch, accept writes and truncate them moments later. So, as
+        Kafka's broker waits for the controller's LeaderAndIsr, this one reads
+        the current states first; until then its partitions answer
+        NOT_LEADER_OR_FOLLOWER and its coordinators stay unloaded.
+        """
+        loop = asyncio.get_running_loop()
+        keys = [
+            (name, partition)
+            for name, assignment in self.view.topics.items()
+            for partition, replicas in assignment.replicas.items()
+            if self.local_id in replicas
+        ]
+        delay = 0.2
+        while generation == self._session_generation:
+            try:
+                fresh = await loop.run_in_executor(None, self.store.partition_states, keys)
+                break
+            except Exception as exc:  # ZooKeeper went away again: retry on this session
+                log.warning("cannot read partition states after the session was restored: %s", exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        else:
+            return  # a newer session event took over
+        if generation != self._session_generation:
+            return
+        self.view.refresh_partition_states(fresh)
+        self._awaiting_fresh_states = False
+        log.info("read %d partition states after the ZooKeeper session was restored", len(fresh))
+        self._apply_all()
 
     def _ensure_local_topic(self, name: str) -> None:
         """Mirror a ZooKeeper topic in the local registry (same id, same partition count)."""
@@ -310,6 +369,8 @@ class ReplicaManager:
             if key in self.replicas and self.local_id not in replicas:
                 self._remove_replica(key)
             return
+        if self._awaiting_fresh_states and state.leader == self.local_id:
+            return  # maybe a stale state: leadership waits for the refresh
         replica = self.replicas.get(key)
         if replica is None:
             self._ensure_local_topic(topic)

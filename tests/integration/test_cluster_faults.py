@@ -8,14 +8,15 @@ is several seconds old.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.cluster_process import Cluster, wait_for
 
@@ -93,23 +94,48 @@ class BusyWriter:
         self._producer.flush(60)
 
 
-def pause_past_the_session(cluster: Cluster, broker: int, others: list[int]) -> None:
-    """SIGSTOP ``broker`` until the others see it gone, a little longer, then SIGCONT."""
+def pause_past_the_session(
+    cluster: Cluster,
+    broker: int,
+    others: list[int],
+    while_paused: Callable[[], None] | None = None,
+) -> None:
+    """SIGSTOP ``broker`` until the others see it gone, a little longer (running
+    ``while_paused`` meanwhile), then SIGCONT."""
     cluster.pause(broker)
     try:
         started = time.monotonic()
-        admin_bootstrap = ",".join(cluster.brokers[b].bootstrap for b in others)
 
         def gone() -> bool:
-            from confluent_kafka.admin import AdminClient
-
-            md = AdminClient({"bootstrap.servers": admin_bootstrap}).list_topics(timeout=5)
+            md = AdminClient({"bootstrap.servers": bootstrap_of(cluster, others)}).list_topics(
+                timeout=5
+            )
             return broker not in md.brokers
 
         wait_for(gone, timeout=60, what=f"the session of broker {broker} to expire")
+        if while_paused is not None:
+            while_paused()
         time.sleep(max(0.0, PAUSE_S - (time.monotonic() - started)))
     finally:
         cluster.resume(broker)
+
+
+def bootstrap_of(cluster: Cluster, brokers: list[int]) -> str:
+    return ",".join(cluster.brokers[b].bootstrap for b in brokers)
+
+
+def isr_seen_by(cluster: Cluster, brokers: list[int], topic: str) -> set[int]:
+    md = AdminClient({"bootstrap.servers": bootstrap_of(cluster, brokers)}).list_topics(
+        topic, timeout=5
+    )
+    return set(md.topics[topic].partitions[0].isrs)
+
+
+def leader_seen_by(cluster: Cluster, brokers: list[int], topic: str) -> int:
+    md = AdminClient({"bootstrap.servers": bootstrap_of(cluster, brokers)}).list_topics(
+        topic, timeout=5
+    )
+    return int(md.topics[topic].partitions[0].leader)
 
 
 def test_a_returning_follower_rejoins_the_isr_of_an_idle_partition(cluster: Cluster) -> None:
@@ -125,8 +151,15 @@ def test_a_returning_follower_rejoins_the_isr_of_an_idle_partition(cluster: Clus
     writer = BusyWriter(cluster.bootstrap, "busy").start()
     try:
         wait_for(lambda: len(writer.acked) > 100, timeout=30, what="writes to busy")
-        pause_past_the_session(cluster, v, [a, b])
-        wait_for(lambda: v not in cluster.isr("quiet"), timeout=30, what="V out of quiet's ISR")
+
+        def shrunk() -> None:
+            wait_for(
+                lambda: v not in isr_seen_by(cluster, [a, b], "quiet"),
+                timeout=30,
+                what="V out of quiet's ISR",
+            )
+
+        pause_past_the_session(cluster, v, [a, b], shrunk)
         resumed = time.monotonic()
         # Nothing writes to "quiet" from here on.
         wait_for(lambda: v in cluster.isr("quiet"), timeout=30, what="V back in quiet's ISR")
@@ -136,3 +169,72 @@ def test_a_returning_follower_rejoins_the_isr_of_an_idle_partition(cluster: Clus
         writer.stop()
     assert not writer.errors, writer.errors[:5]
     print(f"rejoined the idle ISR {rejoined_s:.1f} s after the resume")
+
+
+LEADER_LINE = re.compile(r"leader of (\S+)-(\d+) at epoch (\d+)")
+
+
+def test_a_resumed_leader_never_leads_from_its_stale_view(cluster: Cluster) -> None:
+    """Item 2: the paused leader's session expired and broker ``a`` leads at a new
+    epoch. Back, the old leader must not take leadership from its cached view (it
+    did, at the old epoch, accepted ``acks=1`` writes and truncated them moments
+    later). Records the old leader accepted before it learned it was deposed
+    (requests sent before the pause) are the loss Kafka also has with acks=1;
+    records acknowledged by the new leader all survive."""
+    v, a, b = 0, 1, 2
+    create(cluster, "hot", [v, a, b])
+    before = BusyWriter(cluster.bootstrap, "hot").start()  # in flight to V at the pause
+    after: list[BusyWriter] = []
+
+    def new_leader_elected() -> None:
+        wait_for(lambda: leader_seen_by(cluster, [a, b], "hot") == a, timeout=30, what="a leads")
+        after.append(BusyWriter(bootstrap_of(cluster, [a, b]), "hot").start())
+        wait_for(lambda: len(after[0].acked) > 100, timeout=30, what="writes to the new leader")
+
+    try:
+        wait_for(lambda: len(before.acked) > 200, timeout=30, what="writes to hot")
+        lines_before = len(cluster.brokers[v].lines)
+        pause_past_the_session(cluster, v, [a, b], new_leader_elected)
+        wait_for(lambda: v in cluster.isr("hot"), timeout=60, what="V back in hot's ISR")
+        time.sleep(1)
+    finally:
+        before.stop()
+        for writer in after:
+            writer.stop()
+    assert after and not after[0].errors, after[0].errors[:5] if after else "no writer"
+    # The broker's own record of its leaderships after the resume: none of "hot",
+    # whose epoch in ZooKeeper moved on while it was stopped.
+    logged = cluster.brokers[v].lines[lines_before:]
+    stale = [line for line in logged if (m := LEADER_LINE.search(line)) and m.group(1) == "hot"]
+    assert stale == [], stale
+    survivors = read_values(cluster, "hot")
+    acked = set(after[0].acked)
+    assert len(acked) > 100 and acked <= survivors, sorted(acked - survivors)[:20]
+
+
+def read_values(cluster: Cluster, topic: str) -> set[int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": f"check-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+        consumer.assign([TopicPartition(topic, 0, low)])
+        values: set[int] = set()
+        deadline = time.monotonic() + 120
+        position = low
+        while position < high and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None or msg.error():
+                continue
+            values.add(int(msg.value()))
+            position = msg.offset() + 1
+        assert position >= high, f"read {position} of {high}"
+        return values
+    finally:
+        consumer.close()

@@ -21,6 +21,7 @@ from headwater.broker.metrics import BrokerMetrics
 from headwater.cluster.cluster_view import ClusterView
 from headwater.cluster.fake_zookeeper import FakeZooKeeper
 from headwater.cluster.replica_manager import (
+    NOT_LEADER_OR_FOLLOWER,
     ReplicaManager,
     ReplicationConfig,
 )
@@ -209,5 +210,76 @@ def test_a_lagging_follower_is_not_taken_back_by_a_nudge(tmp_path: Path) -> None
             assert c.state().isr == (1,)
             await c.follower_fetch(4, session_id=session.id, epoch=3)  # caught up now
             assert await eventually(lambda: c.state().isr == (1, 2))
+
+    asyncio.run(main())
+
+
+@asynccontextmanager
+async def watch_answers_held(view: ClusterView) -> AsyncIterator[list[tuple[Any, Any]]]:
+    """Partition-state answers of the watches do not reach the loop until the end.
+
+    The cluster view's ``_post`` is where kazoo's threads hand a watch answer
+    to the event loop; holding them models a broker that was paused (it heard
+    nothing) and answers of re-armed watches still in flight after its session
+    came back, which is what real kazoo has after a restore.
+    """
+    held: list[tuple[Any, Any]] = []
+    real = view._post
+
+    def post(apply: Callable[[Any], None], value: Any) -> None:
+        if apply == view._apply_state:
+            held.append((apply, value))
+        else:
+            real(apply, value)
+
+    view._post = post  # type: ignore[method-assign]
+    try:
+        yield held
+    finally:
+        view._post = real  # type: ignore[method-assign]
+        for apply, value in held:
+            real(apply, value)
+
+
+def test_a_restored_session_never_leads_from_the_cached_view(tmp_path: Path) -> None:
+    """Issue 20, item 2: while broker 1 was away its session expired and broker 2
+    leads at epoch 1. Back on a new session, it must not lead at its cached epoch 0."""
+
+    async def main() -> None:
+        async with leading(tmp_path) as c:
+            replica = c.replicas.replicas[KEY]
+            assert replica.is_leader and replica.leader_epoch == 0
+            told: list[bool] = []
+            c.replicas.leadership_listeners.append(lambda _t, _p, leads: told.append(leads))
+            async with watch_answers_held(c.view) as held:
+                c.set_state(leader=2, leader_epoch=1, isr=(2,))  # the controller moved on
+                await asyncio.to_thread(c.store.expire_session)  # LOST, then RESTORED
+                assert await eventually(lambda: True in told or replica.leader == 2)
+                assert told == [False], "led again from the cached state"
+                assert held, "the watch answers were not held back: the test proves nothing"
+                assert c.replicas.serving_error(TOPIC, 0) == NOT_LEADER_OR_FOLLOWER
+                assert (replica.leader, replica.leader_epoch) == (2, 1)
+                assert c.view.partition_states[KEY].leader_epoch == 1
+            await asyncio.sleep(0.05)
+            assert told == [False]
+            assert not replica.is_leader
+
+    asyncio.run(main())
+
+
+def test_a_restored_session_leads_again_when_zookeeper_says_so(tmp_path: Path) -> None:
+    """Nobody took over (no other replica in the ISR): back on its new session the
+    broker leads again, at the epoch ZooKeeper holds, once it has read it."""
+
+    async def main() -> None:
+        async with leading(tmp_path) as c:
+            replica = c.replicas.replicas[KEY]
+            told: list[bool] = []
+            c.replicas.leadership_listeners.append(lambda _t, _p, leads: told.append(leads))
+            async with watch_answers_held(c.view):
+                await asyncio.to_thread(c.store.expire_session)
+                assert await eventually(lambda: told == [False, True])
+                assert replica.is_leader and replica.leader_epoch == 0
+                assert c.replicas.serving_error(TOPIC, 0) == 0
 
     asyncio.run(main())
