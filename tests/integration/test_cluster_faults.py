@@ -27,9 +27,16 @@ SESSION_MS = 3000  # the cluster fixture's zookeeper.session.timeout.ms
 PAUSE_S = SESSION_MS / 1000 + 3
 
 
+#: Fewer transaction-state partitions (faster loads); timed-out transactions found quickly.
+TXN_OVERRIDES = (
+    "transaction.state.log.num.partitions=4",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms=500",
+)
+
+
 @pytest.fixture
 def cluster(tmp_path: Path, zk_connect: str) -> Iterator[Cluster]:
-    c = Cluster(tmp_path, zk_connect).start()
+    c = Cluster(tmp_path, zk_connect, overrides=TXN_OVERRIDES).start()
     try:
         yield c
     finally:
@@ -99,12 +106,17 @@ def pause_past_the_session(
     broker: int,
     others: list[int],
     while_paused: Callable[[], None] | None = None,
+    *,
+    at_once: bool = False,
 ) -> None:
     """SIGSTOP ``broker`` until the others see it gone, a little longer (running
-    ``while_paused`` meanwhile), then SIGCONT."""
+    ``while_paused`` meanwhile: once they see it gone, or at once), then SIGCONT."""
     cluster.pause(broker)
     try:
         started = time.monotonic()
+        if at_once and while_paused is not None:
+            while_paused()
+            while_paused = None
 
         def gone() -> bool:
             md = AdminClient({"bootstrap.servers": bootstrap_of(cluster, others)}).list_topics(
@@ -235,6 +247,136 @@ def read_values(cluster: Cluster, topic: str) -> set[int]:
             values.add(int(msg.value()))
             position = msg.offset() + 1
         assert position >= high, f"read {position} of {high}"
+        return values
+    finally:
+        consumer.close()
+
+
+def coordinator_of(cluster: Cluster, brokers: list[int], transactional_id: str) -> int:
+    from headwater.client.admin import AdminClient as HeadwaterAdmin
+
+    with HeadwaterAdmin(bootstrap_of(cluster, brokers), request_timeout_ms=5000) as admin:
+        return admin.describe_transaction(transactional_id).coordinator_id
+
+
+@pytest.mark.parametrize("lost_records", [False, True], ids=["commit-timeout", "abortable"])
+def test_a_producer_whose_commit_failed_under_a_paused_coordinator_recovers(
+    cluster: Cluster, lost_records: bool
+) -> None:
+    """Item 3: the coordinator is paused past its session while the producer
+    commits. The commit times out (or, with records sent to the paused broker
+    timing out, the transaction must be aborted, and librdkafka bumps the epoch
+    with InitProducerId, KIP-360). The application retries or aborts as told
+    and carries on: it must be writing transactions again well within
+    transaction.timeout.ms, not once the broker aborts the old one on timeout."""
+    from confluent_kafka import KafkaException
+
+    txn_timeout_ms = 20_000
+    out = "txn-out"
+    cluster.create_topic(out, partitions=2, replication=3)
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "transactional.id": "stalled-app",
+            "transaction.timeout.ms": txn_timeout_ms,
+            "message.timeout.ms": 5000,
+            "log_level": 2,
+        }
+    )
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce(out, value=b"first-%d" % i, partition=i % 2)
+    producer.commit_transaction(60)
+    coordinator = coordinator_of(cluster, [0, 1, 2], "stalled-app")
+    others = [b for b in (0, 1, 2) if b != coordinator]
+    create(cluster, "txn-doomed", [coordinator, *others])
+
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce(out, value=b"doomed-%d" % i, partition=i % 2)
+    assert producer.flush(30) == 0
+    outcome: list[KafkaException] = []
+
+    def commit_while_paused() -> None:
+        if lost_records:  # they time out: the transaction can only be aborted
+            for i in range(5):
+                producer.produce("txn-doomed", value=b"doomed-lost-%d" % i)
+        try:
+            producer.commit_transaction(8)
+        except KafkaException as exc:
+            outcome.append(exc)
+
+    # With lost records: at once, while clients still send to the paused broker.
+    pause_past_the_session(cluster, coordinator, others, commit_while_paused, at_once=lost_records)
+    resumed = time.monotonic()
+    assert outcome, "the commit succeeded under a paused coordinator"
+    # What an application does after a failed commit: retry a retriable one, abort
+    # one that requires it, until the transaction is settled either way.
+    errors = [outcome[0].args[0]]
+    deadline = resumed + txn_timeout_ms / 1000 + 30
+    while time.monotonic() < deadline:
+        error = errors[-1]
+        assert not error.fatal(), errors
+        try:
+            if error.txn_requires_abort():
+                producer.abort_transaction(30)
+            else:
+                producer.commit_transaction(30)
+            break
+        except KafkaException as exc:
+            errors.append(exc.args[0])
+    else:
+        raise AssertionError(f"never settled: {errors}")
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce(out, value=b"after-%d" % i, partition=i % 2)
+    producer.commit_transaction(60)
+    recovered_s = time.monotonic() - resumed
+    print(f"errors {[e.str() for e in errors]}; recovered {recovered_s:.1f} s after the resume")
+    assert recovered_s < txn_timeout_ms / 1000, (errors, recovered_s)
+    values = read_committed_values(cluster, out, 2)
+    first = [v for v in values if v.startswith(b"first-")]
+    doomed = [v for v in values if v.startswith(b"doomed-")]
+    after = [v for v in values if v.startswith(b"after-")]
+    assert len(first) == 10 and len(after) == 10
+    assert len(doomed) in (0, 10), doomed  # atomic either way
+    if lost_records:
+        assert doomed == []
+        assert read_committed_values(cluster, "txn-doomed", 1) == []
+
+
+def read_committed_values(cluster: Cluster, topic: str, partitions: int) -> list[bytes]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": f"check-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    values: list[bytes] = []
+    try:
+        for p in range(partitions):
+            tp = TopicPartition(topic, p)
+            low, high = consumer.get_watermark_offsets(tp, timeout=30)
+            consumer.assign([TopicPartition(topic, p, low)])
+            deadline = time.monotonic() + 60
+            position = low
+            while position < high and time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is None:
+                    # Past the last record, read_committed sees control batches only.
+                    committed = consumer.position([tp])[0].offset
+                    if committed >= high:
+                        break
+                    continue
+                if msg.error():
+                    continue
+                values.append(msg.value())
+                position = msg.offset() + 1
         return values
     finally:
         consumer.close()
