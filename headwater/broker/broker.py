@@ -328,6 +328,8 @@ class Broker:
         self.fetch = FetchApi(
             self.config, self.logs, self.sessions, self.purgatory, self.metrics, replication
         )
+        if replication is not None:
+            replication.out_of_sync_listeners.append(self.fetch.watcher.nudge_followers)
         self.register(ApiKey.API_VERSIONS, self._api_versions)
         self.register(ApiKey.PRODUCE, self.produce.handle)
         self.register(ApiKey.FETCH, self.fetch.handle)

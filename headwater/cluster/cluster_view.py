@@ -366,6 +366,18 @@ class ClusterView:
         self._topics[name] = TopicAssignment(topic.name, topic.topic_id, topic.replicas, configs)
         self._change().configs_changed.add(name)
 
+    def refresh_partition_states(self, states: Mapping[TopicPartition, PartitionState]) -> None:
+        """States just read from ZooKeeper (after a session was restored) replace
+        cached ones, unless a watch already delivered a newer version."""
+        for key, state in states.items():
+            if key not in self._partition_watches:
+                continue
+            old = self._states.get(key)
+            if old == state or (old is not None and old.zk_version > state.zk_version):
+                continue
+            self._states[key] = state
+            self._change().partitions_changed.add(key)
+
     def _apply_state(self, update: tuple[TopicPartition, PartitionState | None]) -> None:
         key, state = update
         if key not in self._partition_watches:  # a late callback after removal

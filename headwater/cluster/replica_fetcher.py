@@ -36,6 +36,14 @@ from headwater.records.batch import LOG_OVERHEAD
 log = logging.getLogger(__name__)
 
 OFFSET_OUT_OF_RANGE = 1
+NOT_LEADER_OR_FOLLOWER = 6
+UNKNOWN_LEADER_EPOCH = 75
+#: A new leader answers these until it has applied the state ZooKeeper just
+#: gave both of us (the watches fire together): retry soon, a few times, rather
+#: than after replica.fetch.backoff.ms, which added up to a second to failover.
+LEADER_CATCHING_UP = (NOT_LEADER_OR_FOLLOWER, UNKNOWN_LEADER_EPOCH)
+CATCH_UP_RETRY_S = 0.05
+CATCH_UP_RETRIES = 10
 #: Fetch v12: the last version that names topics (followers here fetch by name)
 #: and the first with last_fetched_epoch / diverging epochs.
 FOLLOWER_FETCH_VERSION = 12
@@ -95,6 +103,8 @@ class ReplicaFetcher:
         self.name = name or f"replica-fetcher-{leader_id}"
         self.partitions: dict[PartitionKey, PartitionReplica] = {}
         self._delayed: dict[PartitionKey, float] = {}
+        #: Quick retries spent per partition on a leader still catching up.
+        self._quick_retries: dict[PartitionKey, int] = {}
         #: The last PartitionFetch built per partition, dropped when its log changes:
         #: an idle partition costs no rebuilding, and the session handler sees
         #: the same object (nothing to resend) without comparing fields.
@@ -123,6 +133,7 @@ class ReplicaFetcher:
     def remove(self, key: PartitionKey) -> None:
         replica = self.partitions.pop(key, None)
         self._delayed.pop(key, None)
+        self._quick_retries.pop(key, None)
         self._requests.pop(key, None)
         listener = self._listeners.pop(key, None)
         if replica is not None and listener is not None:
@@ -223,16 +234,20 @@ class ReplicaFetcher:
         wanted = self._wanted(time.monotonic())
         if not wanted and not self._session.session_partitions:
             self._changed.clear()
-            wait = self.config.backoff_ms / 1000 if self._delayed else None
+            wait = self._until_next_retry() if self._delayed else None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), wait)
             return
         conn = await self._connection()
         version = conn.version(1, FOLLOWER_FETCH_VERSION)
+        max_wait_ms = self.config.max_wait_ms
+        if self._quick_retries and self._delayed:
+            # Do not long-poll past a quick retry that is due.
+            max_wait_ms = min(max_wait_ms, max(10, int(self._until_next_retry() * 1000)))
         req = self._session.build(
             wanted,
             version=version,
-            max_wait_ms=self.config.max_wait_ms,
+            max_wait_ms=max_wait_ms,
             min_bytes=self.config.min_bytes,
             max_bytes=self.config.response_max_bytes,
         )
@@ -267,8 +282,17 @@ class ReplicaFetcher:
                 )
                 self._delay(replica.key)
 
-    def _delay(self, key: PartitionKey) -> None:
-        self._delayed[key] = time.monotonic() + self.config.backoff_ms / 1000
+    def _delay(self, key: PartitionKey, error: int = 0) -> None:
+        backoff = self.config.backoff_ms / 1000
+        if error in LEADER_CATCHING_UP:
+            spent = self._quick_retries.get(key, 0)
+            if spent < CATCH_UP_RETRIES:
+                self._quick_retries[key] = spent + 1
+                backoff = min(backoff, CATCH_UP_RETRY_S)
+        self._delayed[key] = time.monotonic() + backoff
+
+    def _until_next_retry(self) -> float:
+        return max(0.0, min(self._delayed.values()) - time.monotonic())
 
     def _apply(self, replica: PartitionReplica, data: PartitionData) -> None:
         plog = replica.log
@@ -279,8 +303,9 @@ class ReplicaFetcher:
             # NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH...: ZooKeeper
             # will tell us who leads now; until then, do not hammer this one.
             log.debug("%s: %s-%d error %d", self.name, data.topic, data.partition, data.error_code)
-            self._delay(replica.key)
+            self._delay(replica.key, data.error_code)
             return
+        self._quick_retries.pop(replica.key, None)
         if data.diverging_epoch >= 0:
             self._truncate_on_divergence(replica, data.diverging_epoch, data.diverging_end_offset)
             return

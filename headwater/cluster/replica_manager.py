@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 PartitionKey = tuple[str, int]
 LeadershipListener = Callable[[str, int, bool], None]
 """Called with (topic, partition, is_leader) when this broker gains or loses a leadership."""
+OutOfSyncListener = Callable[[str, int], None]
+"""Called with (topic, partition) for a led partition with an assigned replica outside its ISR."""
 
 HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
 #: Longest run of partition-state applications between two turns of the event loop.
@@ -92,6 +94,9 @@ class ReplicaManager:
         self.replicas: dict[PartitionKey, PartitionReplica] = {}
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
         self.leadership_listeners: list[LeadershipListener] = []
+        #: Told of led partitions with a replica outside the ISR, so that the
+        #: follower's fetch session reads them again (see ``_nudge_out_of_sync``).
+        self.out_of_sync_listeners: list[OutOfSyncListener] = []
         #: How this broker reaches its peers (replica fetchers, transaction markers).
         self.connector = InterBrokerConnector(local_id, self._address_of)
         #: KIP-73 replication throttles, both sides (the fetch handler applies the leader's).
@@ -110,6 +115,14 @@ class ReplicaManager:
         self.isr_expands = 0
         #: Controlled shutdown under way: follow no leader (see ``stop_following``).
         self.following_stopped = False
+        #: Counts ZooKeeper session losses and restorations: a refresh of the
+        #: partition states belongs to one restored session.
+        self._session_generation = 0
+        #: From a session loss until the states were read again on the new
+        #: session: the view's cached states may be stale, so none makes this
+        #: broker a leader.
+        self._awaiting_fresh_states = False
+        self._refresher: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -132,6 +145,10 @@ class ReplicaManager:
         )
 
     async def stop(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._refresher
         if self._applier is not None:
             self._applier.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -201,13 +218,17 @@ class ReplicaManager:
 
         Kafka's rule: a broker whose session expired stops acting as leader
         until ZooKeeper tells it otherwise. Its partitions answer
-        ErrorCode.not_leader_or_follower (clients move), waiting ``acks=all`` produces
+        NOT_LEADER_OR_FOLLOWER (clients move), waiting ``acks=all`` produces
         fail, groups unload; once the session is restored (the store has
-        re-registered the broker) every partition takes its role afresh from
-        the view. A merely *suspended* connection changes nothing: leaders
-        keep serving, ISR writes fail until it is back.
+        re-registered the broker) the partition states are read again from
+        ZooKeeper and every partition takes its role afresh from them (see
+        :meth:`_refresh_states`). A merely *suspended* connection changes
+        nothing: leaders keep serving, ISR writes fail until it is back.
         """
+        if event in (SessionEvent.LOST, SessionEvent.RESTORED):
+            self._session_generation += 1
         if event is SessionEvent.LOST:
+            self._awaiting_fresh_states = True
             for replica in self.replicas.values():
                 if replica.is_leader:
                     log.warning(
@@ -221,7 +242,50 @@ class ReplicaManager:
                     replica.followers = {}
                     self._tell_leadership(replica.topic, replica.partition, False)
         elif event is SessionEvent.RESTORED:
-            self._apply_all()
+            self._awaiting_fresh_states = True
+            if self._refresher is not None:
+                self._refresher.cancel()
+            self._refresher = asyncio.get_running_loop().create_task(
+                self._refresh_states(self._session_generation), name="refresh-partition-states"
+            )
+
+    async def _refresh_states(self, generation: int) -> None:
+        """Read this broker's partition states on the restored session, then take roles.
+
+        The view's snapshot is what the watches delivered before the session
+        was lost: while this broker was paused or cut off, the controller
+        elected other leaders at higher epochs, and the re-armed watches
+        deliver those only some time after the session is back. Taking roles
+        from the snapshot meanwhile made a deposed leader lead again at its
+        old epoch, accept writes and truncate them moments later. So, as
+        Kafka's broker waits for the controller's LeaderAndIsr, this one reads
+        the current states first; until then its partitions answer
+        NOT_LEADER_OR_FOLLOWER and its coordinators stay unloaded.
+        """
+        loop = asyncio.get_running_loop()
+        keys = [
+            (name, partition)
+            for name, assignment in self.view.topics.items()
+            for partition, replicas in assignment.replicas.items()
+            if self.local_id in replicas
+        ]
+        delay = 0.2
+        while generation == self._session_generation:
+            try:
+                fresh = await loop.run_in_executor(None, self.store.partition_states, keys)
+                break
+            except Exception as exc:  # ZooKeeper went away again: retry on this session
+                log.warning("cannot read partition states after the session was restored: %s", exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        else:
+            return  # a newer session event took over
+        if generation != self._session_generation:
+            return
+        self.view.refresh_partition_states(fresh)
+        self._awaiting_fresh_states = False
+        log.info("read %d partition states after the ZooKeeper session was restored", len(fresh))
+        self._apply_all()
 
     def _ensure_local_topic(self, name: str) -> None:
         """Mirror a ZooKeeper topic in the local registry (same id, same partition count)."""
@@ -310,6 +374,8 @@ class ReplicaManager:
             if key in self.replicas and self.local_id not in replicas:
                 self._remove_replica(key)
             return
+        if self._awaiting_fresh_states and state.leader == self.local_id:
+            return  # maybe a stale state: leadership waits for the refresh
         replica = self.replicas.get(key)
         if replica is None:
             self._ensure_local_topic(topic)
@@ -358,6 +424,31 @@ class ReplicaManager:
                 self._tell_leadership(topic, partition, False)
         elif replica.is_leader:
             self._high_watermark_may_move(replica)
+        self._nudge_out_of_sync(replica)
+
+    def _nudge_out_of_sync(self, replica: PartitionReplica) -> None:
+        """Have followers outside the ISR tell this leader where they are.
+
+        Kafka's leader evaluates ISR expansion on every follower fetch, for
+        every partition of the fetch session. Headwater's incremental
+        sessions read only partitions with something pending, and an idle
+        partition whose ISR the controller shrank (a paused follower's session
+        expired) changes neither its log nor its leader epoch: nothing would
+        make it pending, and a follower that came back caught up would stay
+        out of the ISR until the next write. The listeners (the fetch
+        sessions' watcher) mark the partition pending in follower sessions,
+        whose next fetch then reads it at the follower's cached offset:
+        O(partitions out of sync), never O(session).
+        """
+        if not replica.is_leader or not self.out_of_sync_listeners:
+            return
+        if all(r in replica.isr for r in replica.replicas):
+            return
+        for listener in self.out_of_sync_listeners:
+            try:
+                listener(replica.topic, replica.partition)
+            except Exception:
+                log.exception("out-of-sync listener failed for %s-%d", *replica.key)
 
     def _watch_appends(self, replica: PartitionReplica) -> None:
         """Every append to a led log (produce, group commits) moves follower and HW state."""
@@ -524,6 +615,10 @@ class ReplicaManager:
             shrunk = replica.isr_to_shrink(now, lag)
             if shrunk is not None:
                 self._propose_isr(replica, shrunk, "shrink")
+            else:
+                # Again each round: a nudge read while an ISR write was in flight
+                # (or that lost its race) could not expand the ISR.
+                self._nudge_out_of_sync(replica)
 
     def _propose_isr(self, replica: PartitionReplica, isr: tuple[int, ...], why: str) -> None:
         """Write a new ISR to ZooKeeper, conditional on the state version we hold."""
@@ -590,6 +685,7 @@ class ReplicaManager:
             replica.isr = isr
             replica.zk_version = version
             self._high_watermark_may_move(replica)
+            self._nudge_out_of_sync(replica)
 
         future.add_done_callback(done)
 

@@ -171,6 +171,19 @@ class SessionPartitionWatcher:
             return 0
         return len(w.sessions) if isinstance(w.sessions, set) else 1
 
+    def nudge_followers(self, topic: str, partition: int) -> None:
+        """Make the partition pending in the replica fetchers' sessions that hold it
+        (not consumers'): their next fetch reads it and tells the leader where
+        each follower is, though its log did not change (ISR expansion)."""
+        log = self._lookup(topic, partition)
+        w = None if log is None else self._watches.get(log)
+        if w is None:
+            return
+        sessions = w.sessions if isinstance(w.sessions, set) else (w.sessions,)
+        for session in tuple(sessions):
+            if session.privileged:
+                session.log_changed(w.topic, w.partition)
+
     def _log_changed(self, log: Log) -> None:
         w = self._watches.get(log)
         if w is None:

@@ -286,19 +286,7 @@ class FetchApi:
         await sliced(ctx.prepare_steps(now))
         to_read = await sliced(ctx.partitions_to_read_steps())
         result = await self._read(req, to_read, authorized)
-        if req.replica_id >= 0 and self.replication is not None:
-            # A follower's fetch offsets say what it has: they move the high
-            # watermark and the ISR. An incremental fetch reads only what
-            # changed, so this is O(changed) too. As in Kafka, a partition whose
-            # log diverged (or that erred) tells nothing about the follower yet.
-            self.replication.on_follower_fetch(
-                req.replica_id,
-                [
-                    p
-                    for p, data in zip(to_read, result.partitions, strict=True)
-                    if not data.error_code and data.diverging_epoch < 0
-                ],
-            )
+        self._follower_fetched(req, to_read, result)
         if not self._ready(req, result, ctx):
             deadline = now + req.max_wait_ms
             async with self.purgatory.watch(ctx, to_read, self.logs.existing_log) as waiter:
@@ -310,6 +298,9 @@ class FetchApi:
                     # more data may have arrived since the wake-up.
                     to_read = await sliced(ctx.partitions_to_read_steps())
                     result = await self._read(req, to_read, authorized)
+                    # A partition made pending meanwhile (a follower outside the
+                    # ISR is asked where it is) is read here, not at the start.
+                    self._follower_fetched(req, to_read, result)
         response = await sliced(ctx.respond_steps(result.partitions, _now_ms()))
         _, sent = await sliced(bound_open_files_steps(response, MAX_OPEN_SLICES_PER_RESPONSE))
         self.metrics.bytes_out.inc(sent)
@@ -320,6 +311,24 @@ class FetchApi:
                 quota.throttle(QuotaKey.CONSUMER_BYTE_RATE, sent), quota.request_throttle_ms()
             )
         return await self._encode_sliced(response, req.version)
+
+    def _follower_fetched(
+        self, req: FetchRequestData, read: list[PartitionFetch], result: FetchResult
+    ) -> None:
+        """A follower's fetch offsets say what it has: they move the high watermark
+        and the ISR. An incremental fetch reads only what is pending, so this is
+        O(changed) too. As in Kafka, a partition whose log diverged (or that
+        erred) tells nothing about the follower yet."""
+        if req.replica_id < 0 or self.replication is None:
+            return
+        self.replication.on_follower_fetch(
+            req.replica_id,
+            [
+                p
+                for p, data in zip(read, result.partitions, strict=True)
+                if not data.error_code and data.diverging_epoch < 0
+            ],
+        )
 
     @staticmethod
     def _ready(req: FetchRequestData, result: FetchResult, ctx: FetchContext) -> bool:
