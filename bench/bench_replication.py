@@ -141,7 +141,9 @@ class LocalCluster:
 # -- 1. and 2.: throughput and latency, RF 1 against RF 3 -----------------------------
 
 
-def produce_throughput(bootstrap: str, topic: str, count: int, size: int) -> float:
+def produce_throughput(
+    bootstrap: str, topic: str, count: int, size: int, partitions: int = 6
+) -> float:
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -163,7 +165,7 @@ def produce_throughput(bootstrap: str, topic: str, count: int, size: int) -> flo
     for i in range(count):
         while True:
             try:
-                producer.produce(topic, value, partition=i % 6, on_delivery=delivered)
+                producer.produce(topic, value, partition=i % partitions, on_delivery=delivered)
                 break
             except BufferError:
                 producer.poll(0.01)
