@@ -17,6 +17,13 @@ small and noisy, so the figures that matter are ratios):
    (the controller learns of the death when the session expires), which is
    printed with the figure.
 
+5. **Side by side** (``--only compare``, issue 21): per checkout given with
+   ``--tree NAME=PATH`` (its brokers run with that PYTHONPATH) a cluster of
+   its own, rounds alternating: idempotent ``acks=all`` p50/p99 at 2 MB/s of
+   1 KB records with ``linger.ms=0``, then full-speed produce with the
+   brokers' and the client's CPU per GB, RF 1 against RF 3. Prints the
+   targets with the figures.
+
 Run: ``.venv/bin/python bench/bench_replication.py`` (defaults: a few
 minutes); ``--help`` for sizes. Prints a table, writes
 bench/results/replication.json.
@@ -25,7 +32,9 @@ bench/results/replication.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import statistics
 import threading
 import time
@@ -47,9 +56,15 @@ class LocalCluster:
     """A ZooKeeper server and N Headwater brokers, each with a metrics endpoint."""
 
     def __init__(
-        self, root: Path, size: int, overrides: list[str], session_timeout_ms: int = 3000
+        self,
+        root: Path,
+        size: int,
+        overrides: list[str],
+        session_timeout_ms: int = 3000,
+        pythonpath: str | None = None,
     ) -> None:
         self.session_timeout_ms = session_timeout_ms
+        self.pythonpath = pythonpath
         self.zookeeper = ZooKeeperServer(root / "zookeeper", tick_time_ms=500)
         self.root = root
         self.size = size
@@ -73,6 +88,8 @@ class LocalCluster:
                     *self.overrides,
                 ],
             )
+            if self.pythonpath is not None:
+                broker.env["PYTHONPATH"] = self.pythonpath
             broker.start(timeout=60)
             self.brokers.append(broker)
             self.metrics_ports.append(port)
@@ -124,7 +141,9 @@ class LocalCluster:
 # -- 1. and 2.: throughput and latency, RF 1 against RF 3 -----------------------------
 
 
-def produce_throughput(bootstrap: str, topic: str, count: int, size: int) -> float:
+def produce_throughput(
+    bootstrap: str, topic: str, count: int, size: int, partitions: int = 6
+) -> float:
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -146,7 +165,7 @@ def produce_throughput(bootstrap: str, topic: str, count: int, size: int) -> flo
     for i in range(count):
         while True:
             try:
-                producer.produce(topic, value, partition=i % 6, on_delivery=delivered)
+                producer.produce(topic, value, partition=i % partitions, on_delivery=delivered)
                 break
             except BufferError:
                 producer.poll(0.01)
@@ -313,6 +332,194 @@ def bench_failover(args: argparse.Namespace) -> dict[str, Any]:
         }
 
 
+# -- 5.: acks=all latency and CPU per GB, RF 1 against RF 3, checkouts side by side -------
+
+#: Issue 21's targets, printed with the figures.
+LATENCY_TARGET_MS = {"p50": 2.0, "p99": 5.0}
+CPU_RATIO_TARGET = 3.0
+THROUGHPUT_RATIO_TARGET = 0.60
+
+
+def paced_ack_latencies(
+    bootstrap: str, topic: str, seconds: float, rate: float, size: int
+) -> dict[str, float]:
+    """Idempotent ``acks=all``, ``linger.ms=0``, one record every ``1/rate`` s to partition 0.
+
+    Returns p50/p99 of produce() to delivery callback, and the client's CPU.
+    """
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 0,
+        }
+    )
+    producer.produce(topic, b"w", partition=0)  # connect and get a producer id first
+    producer.flush(30)
+    latencies: list[float] = []
+    value = b"y" * size
+
+    def delivered(sent: float) -> Any:
+        def callback(err: KafkaError | None, _msg: object) -> None:
+            if err is None:
+                latencies.append((time.perf_counter() - sent) * 1000)
+
+        return callback
+
+    count = int(seconds * rate)
+    interval = 1 / rate
+    cpu_before = time.process_time()
+    next_at = time.perf_counter()
+    for _ in range(count):
+        # Wait in poll(), not sleep(): a delivery report is timed when it
+        # arrives, not at the next send. poll() counts whole milliseconds (0
+        # would spin and take a core from the brokers), so at least 1 ms.
+        while (wait := next_at - time.perf_counter()) > 0:
+            producer.poll(max(wait, 0.001))
+        next_at += interval
+        producer.produce(topic, value, partition=0, on_delivery=delivered(time.perf_counter()))
+    producer.flush(60)
+    return {
+        "p50_ms": percentile(latencies, 0.50),
+        "p99_ms": percentile(latencies, 0.99),
+        "samples": len(latencies),
+        "client_cpu_s": time.process_time() - cpu_before,
+    }
+
+
+def produce_cost(cluster: LocalCluster, topic: str, count: int, size: int) -> dict[str, float]:
+    """Throughput of :func:`produce_throughput` with the brokers' and the client's CPU per GB."""
+    broker_before = cluster.cpu_seconds()
+    client_before = time.process_time()
+    rate = produce_throughput(cluster.bootstrap, topic, count, size)
+    broker = cluster.cpu_seconds() - broker_before
+    client = time.process_time() - client_before
+    gb = count * size / 1e9
+    return {
+        "records_per_s": rate,
+        "mb_per_s": rate * size / MB,
+        "broker_cpu_s_per_gb": broker / gb,
+        "client_cpu_s_per_gb": client / gb,
+    }
+
+
+def parse_trees(values: list[str] | None) -> dict[str, str]:
+    """``NAME=PATH`` pairs: the checkouts whose brokers run side by side (default: this one)."""
+    if not values:
+        return {"this": str(Path(__file__).resolve().parent.parent)}
+    trees: dict[str, str] = {}
+    for value in values:
+        name, _, path = value.partition("=")
+        trees[name] = str(Path(path).resolve())
+    return trees
+
+
+def _median_of(rounds: list[dict[str, float]]) -> dict[str, float]:
+    return {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
+
+
+def bench_compare(args: argparse.Namespace) -> dict[str, Any]:
+    """Each checkout gets its own three-broker cluster; rounds alternate between them.
+
+    Per round and checkout: paced acks=all latency on RF 1 then RF 3 (1
+    partition each), then full-speed produce with CPU on RF 1 then RF 3 (6
+    partitions each). Medians over the rounds.
+    """
+    trees = parse_trees(args.tree)
+    rate = args.compare_mb_per_s * MB / args.size
+    rounds: dict[str, dict[str, list[dict[str, float]]]] = {
+        name: {k: [] for k in ("lat1", "lat3", "thr1", "thr3")} for name in trees
+    }
+    with contextlib.ExitStack() as stack:
+        clusters: dict[str, LocalCluster] = {}
+        for name, path in trees.items():
+            root = stack.enter_context(ScratchDir(f"hw-bench-cmp-{name}-"))
+            cluster = stack.enter_context(LocalCluster(root, 3, [], pythonpath=path))
+            clusters[name] = cluster
+            cluster.create_topic("lat1", 1, 1)
+            cluster.create_topic("lat3", 1, 3, **{"min.insync.replicas": "2"})
+            cluster.create_topic("thr1", 6, 1)
+            cluster.create_topic("thr3", 6, 3, **{"min.insync.replicas": "2"})
+            for topic in ("thr1", "thr3"):
+                produce_throughput(cluster.bootstrap, topic, args.records // 10, args.size)
+        for n in range(args.rounds):
+            order = list(clusters.items())
+            if n % 2:
+                order.reverse()
+            for name, cluster in order:
+                load = os.getloadavg()[0]
+                for rf in ("1", "3"):
+                    lat = paced_ack_latencies(
+                        cluster.bootstrap, f"lat{rf}", args.compare_seconds, rate, args.size
+                    )
+                    lat["load"] = load
+                    rounds[name][f"lat{rf}"].append(lat)
+                    print(
+                        f"  round {n + 1} {name} RF {rf}: acks=all p50 {lat['p50_ms']:.2f} ms, "
+                        f"p99 {lat['p99_ms']:.2f} ms (load {load:.1f})",
+                        flush=True,
+                    )
+                for rf in ("1", "3"):
+                    cost = produce_cost(cluster, f"thr{rf}", args.records, args.size)
+                    rounds[name][f"thr{rf}"].append(cost)
+                    print(
+                        f"  round {n + 1} {name} RF {rf}: {cost['mb_per_s']:.1f} MB/s, "
+                        f"brokers {cost['broker_cpu_s_per_gb']:.2f} CPU-s/GB, "
+                        f"client {cost['client_cpu_s_per_gb']:.2f} CPU-s/GB",
+                        flush=True,
+                    )
+    out: dict[str, Any] = {
+        "record_size": args.size,
+        "latency_rate_mb_per_s": args.compare_mb_per_s,
+        "latency_seconds": args.compare_seconds,
+        "throughput_records": args.records,
+        "trees": trees,
+        "targets": {
+            "acks_all_p50_ms": LATENCY_TARGET_MS["p50"],
+            "acks_all_p99_ms": LATENCY_TARGET_MS["p99"],
+            "rf3_cpu_per_gb_over_rf1_max": CPU_RATIO_TARGET,
+            "rf3_throughput_over_rf1_min": THROUGHPUT_RATIO_TARGET,
+        },
+    }
+    for name, r in rounds.items():
+        summary = {k: _median_of(v) for k, v in r.items()}
+        summary["rounds"] = r  # type: ignore[assignment]
+        summary["rf3_cpu_over_rf1"] = {
+            "ratio": summary["thr3"]["broker_cpu_s_per_gb"] / summary["thr1"]["broker_cpu_s_per_gb"]
+        }
+        summary["rf3_throughput_over_rf1"] = {
+            "ratio": summary["thr3"]["records_per_s"] / summary["thr1"]["records_per_s"]
+        }
+        out[name] = summary
+    return out
+
+
+def print_compare(result: dict[str, Any]) -> None:
+    t = result["targets"]
+    print(
+        f"  targets: RF 3 acks=all p50 <= {t['acks_all_p50_ms']} ms, p99 <= "
+        f"{t['acks_all_p99_ms']} ms; RF 3 CPU/GB <= {t['rf3_cpu_per_gb_over_rf1_max']}x RF 1; "
+        f"RF 3 throughput >= {t['rf3_throughput_over_rf1_min']:.0%} of RF 1"
+    )
+    for name in result["trees"]:
+        r = result[name]
+        lat1, lat3, thr1, thr3 = r["lat1"], r["lat3"], r["thr1"], r["thr3"]
+        print(
+            f"  {name}: acks=all RF 1 p50 {lat1['p50_ms']:.2f} / p99 {lat1['p99_ms']:.2f} ms, "
+            f"RF 3 p50 {lat3['p50_ms']:.2f} / p99 {lat3['p99_ms']:.2f} ms"
+        )
+        print(
+            f"  {name}: produce RF 1 {thr1['mb_per_s']:.1f} MB/s at "
+            f"{thr1['broker_cpu_s_per_gb']:.2f} broker CPU-s/GB "
+            f"(client {thr1['client_cpu_s_per_gb']:.2f}), "
+            f"RF 3 {thr3['mb_per_s']:.1f} MB/s at {thr3['broker_cpu_s_per_gb']:.2f} "
+            f"(client {thr3['client_cpu_s_per_gb']:.2f}); "
+            f"CPU ratio {r['rf3_cpu_over_rf1']['ratio']:.2f}x, "
+            f"throughput ratio {r['rf3_throughput_over_rf1']['ratio']:.0%}"
+        )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=100_000, help="per throughput round")
@@ -323,8 +530,19 @@ def main() -> int:
     parser.add_argument("--idle-partitions", type=int, default=10_000)
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument(
-        "--only", choices=["rf", "idle", "failover"], action="append", help="run only these"
+        "--only",
+        choices=["rf", "idle", "failover", "compare"],
+        action="append",
+        help="run only these (compare: not in the default run)",
     )
+    parser.add_argument(
+        "--tree",
+        action="append",
+        metavar="NAME=PATH",
+        help="compare: a checkout whose brokers to run (PYTHONPATH); repeat for side by side",
+    )
+    parser.add_argument("--compare-mb-per-s", type=float, default=2.0, help="latency rate")
+    parser.add_argument("--compare-seconds", type=float, default=5.0, help="per latency run")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
     only = set(args.only or ["rf", "idle", "failover"])
@@ -364,6 +582,10 @@ def main() -> int:
             cpu_ratio = off["broker_cpu_s_per_s"] / on["broker_cpu_s_per_s"]
             result["idle_followers"]["cpu_ratio_off_over_on"] = cpu_ratio
             print(f"  broker CPU:  sessions off / on = {cpu_ratio:,.1f}x")
+    if "compare" in only:
+        print("== acks=all latency and CPU per GB, RF 1 vs RF 3, side by side", flush=True)
+        result["compare"] = bench_compare(args)
+        print_compare(result["compare"])
     if "failover" in only:
         print("== failover: kill -9 of the leader to the first acks=all write", flush=True)
         result["failover"] = f = bench_failover(args)

@@ -108,6 +108,8 @@ class BrokerUnderTest:
         self.port = free_port()
         self.proc: subprocess.Popen[str] | None = None
         self.lines: list[str] = []
+        #: Extra environment (e.g. PYTHONPATH of another checkout, for side-by-side runs).
+        self.env: dict[str, str] = {}
 
     @property
     def bootstrap(self) -> str:
@@ -135,7 +137,7 @@ class BrokerUnderTest:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
         )
         proc = self.proc
 

@@ -86,6 +86,10 @@ def _decode_fetch(frame: memoryview, pos: int, version: int) -> FetchResponseDat
     return decode_fetch_response(frame, pos, version)
 
 
+def _decode_fetch_views(frame: memoryview, pos: int, version: int) -> FetchResponseData:
+    return decode_fetch_response(frame, pos, version, record_views=True)
+
+
 def _decode_produce(frame: memoryview, pos: int, version: int) -> ProduceResponseData:
     return decode_produce_response(frame, pos, version)
 
@@ -154,7 +158,7 @@ class BrokerConnection:
         self.request_timeout_ms = request_timeout_ms
         self.versions: dict[int, int] = {}  # api key -> version this link uses
         self.broker_versions: dict[int, tuple[int, int]] = {}
-        self._decoder = FrameDecoder(max_response_bytes, min_frame_bytes=4)
+        self._decoder = FrameDecoder(max_response_bytes, min_frame_bytes=4, preallocate=True)
         self._pending: collections.deque[_Pending] = collections.deque()
         self._correlation = 0
         self._protocol: _StreamProtocol | None = None
@@ -374,13 +378,24 @@ class BrokerConnection:
         body = encode_request(build_request(api_key, v, data))
         return await self._wait(self.send(api_key, v, body, _decode_entity(api_key)))
 
-    def send_fetch(self, req: FetchRequestData) -> asyncio.Future[FetchResponseData]:
-        """Write a FetchRequest at ``req.version``; the response is decoded on arrival."""
-        body = encode_fetch_request(req, req.version)
-        return self.send(ApiKey.FETCH, req.version, body, _decode_fetch)
+    def send_fetch(
+        self, req: FetchRequestData, *, record_views: bool = False
+    ) -> asyncio.Future[FetchResponseData]:
+        """Write a FetchRequest at ``req.version``; the response is decoded on arrival.
 
-    async def fetch(self, req: FetchRequestData) -> FetchResponseData:
-        response: FetchResponseData = await self._wait(self.send_fetch(req), req.max_wait_ms)
+        ``record_views``: records as views into the response frame, not copies
+        (a replica fetcher, which writes them to its log at once).
+        """
+        body = encode_fetch_request(req, req.version)
+        decode = _decode_fetch_views if record_views else _decode_fetch
+        return self.send(ApiKey.FETCH, req.version, body, decode)
+
+    async def fetch(
+        self, req: FetchRequestData, *, record_views: bool = False
+    ) -> FetchResponseData:
+        response: FetchResponseData = await self._wait(
+            self.send_fetch(req, record_views=record_views), req.max_wait_ms
+        )
         return response
 
     def send_produce(

@@ -63,7 +63,7 @@ class FetcherConfig:
     sessions: bool = True  # headwater.replica.fetch.sessions.enable
 
 
-def complete_batches(data: bytes) -> memoryview:
+def complete_batches(data: bytes | memoryview) -> memoryview:
     """The prefix of ``data`` made of whole record batches.
 
     A leader may cut its last batch at the response size limit (Kafka does);
@@ -252,7 +252,9 @@ class ReplicaFetcher:
             max_bytes=self.config.response_max_bytes,
         )
         req.replica_id = self.local_id
-        response = await conn.fetch(req)
+        # Records as views into the response frame: the follower writes the
+        # leader's bytes as they came, with no copy on the way.
+        response = await conn.fetch(req, record_views=True)
         self.fetches += 1
         if not self._session.handle_response(response):
             if response.error_code:
@@ -310,7 +312,7 @@ class ReplicaFetcher:
             self._truncate_on_divergence(replica, data.diverging_epoch, data.diverging_end_offset)
             return
         records = data.records
-        if isinstance(records, bytes) and records:
+        if isinstance(records, (bytes, memoryview)) and records:
             whole = complete_batches(records)
             if len(whole):
                 plog.append_as_follower(whole, int(time.time() * 1000))

@@ -199,6 +199,10 @@ class FullFetchContext(FetchContext):
     def session(self) -> FetchSession | None:
         return self._created
 
+    def has_news(self) -> bool:
+        created = self._created
+        return created is not None and (created.closed or created.change_clock > self._read_since)
+
     @property
     def _partitions(self) -> list[PartitionFetch]:
         return self._unique.get()

@@ -25,6 +25,7 @@ from headwater.protocol.fetch_types import PartitionFetch, TopicIdPartition
 class _Context(Protocol):
     def add_change_listener(self, listener: Callable[[], None]) -> bool: ...
     def remove_change_listener(self, listener: Callable[[], None]) -> None: ...
+    def has_news(self) -> bool: ...
 
 
 class FetchWaiter:
@@ -60,6 +61,12 @@ class FetchPurgatory:
         waiter = FetchWaiter()
         logs: list[Log] = []
         on_session = ctx.add_change_listener(waiter.wake)
+        if on_session and ctx.has_news():
+            # A change landed after the read chose its partitions but before
+            # this watch began (a read in time slices lets appends in between):
+            # it woke nobody, so wake now rather than at max_wait_ms. For a
+            # follower that change is the leader's append it waits for.
+            waiter.wake()
         if not on_session:
             for p in partitions:
                 log = lookup(p.topic, p.partition) if p.topic else None

@@ -501,6 +501,8 @@ def encode_fetch_response_steps(
             if has_preferred:
                 fixed += INT32.pack(p.preferred_read_replica)
             records = p.records
+            if isinstance(records, memoryview):  # a fetched view (not from this broker's reads)
+                records = bytes(records)
             tags = _partition_tags(p) if flexible else b""
             if records is None:
                 fixed += empty_records
@@ -558,19 +560,26 @@ def _encode_aborted(aborted: list[AbortedTransaction], flexible: bool) -> bytes:
 # --- response: decode (client) -----------------------------------------------
 
 
-def decode_fetch_response(buf: Buffer, offset: int, version: int) -> FetchResponseData:
+def decode_fetch_response(
+    buf: Buffer, offset: int, version: int, *, record_views: bool = False
+) -> FetchResponseData:
     """Client side: decode a FetchResponse body; records come back as ``bytes``.
 
-    An empty record set decodes as ``b""``, a null one as ``None``.
+    An empty record set decodes as ``b""``, a null one as ``None``. With
+    ``record_views`` they are read-only views into ``buf`` instead, with no
+    copy: a replica fetcher writes them to its log at once (``buf`` must not
+    change while they are in use).
     """
     _check_version(version)
     try:
-        return _decode_fetch_response(buf, offset, version)
+        return _decode_fetch_response(buf, offset, version, record_views)
     except (struct.error, ValueError, IndexError) as exc:
         raise InvalidResponseError(f"bad Fetch v{version} response: {exc}") from exc
 
 
-def _decode_fetch_response(buf: Buffer, pos: int, version: int) -> FetchResponseData:
+def _decode_fetch_response(
+    buf: Buffer, pos: int, version: int, record_views: bool = False
+) -> FetchResponseData:
     flexible = version >= 12
     uses_ids = version >= 13
     resp = FetchResponseData()
@@ -604,7 +613,10 @@ def _decode_fetch_response(buf: Buffer, pos: int, version: int) -> FetchResponse
                 part.preferred_read_replica = INT32.unpack_from(buf, pos)[0]
                 pos += 4
             records, pos = read_bytes_view(buf, pos, flexible)
-            part.records = None if records is None else bytes(records)
+            if records is None:
+                part.records = None
+            else:
+                part.records = records.toreadonly() if record_views else bytes(records)
             if flexible:
                 tags, pos = read_tagged_fields(buf, pos)
                 diverging = tags.get(_DIVERGING_EPOCH_TAG)

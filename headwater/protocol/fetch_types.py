@@ -94,7 +94,7 @@ class PartitionData:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    records: FileSlice | bytes | None = None
+    records: FileSlice | bytes | memoryview | None = None
     aborted_transactions: list[AbortedTransaction] | None = None
     preferred_read_replica: int = -1
     #: v12+ tagged field 0 for followers whose log diverged from the leader's:
