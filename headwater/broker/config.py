@@ -17,6 +17,7 @@ from pathlib import Path
 from headwater.addresses import split_host_port
 from headwater.broker.connection_limits import ConnectionLimits
 from headwater.broker.listeners import Listener, SecurityProtocol, parse_listeners
+from headwater.log.cleaner_manager import CleanerConfig
 from headwater.log.config import LogConfig
 from headwater.security.config import SecurityConfig, is_security_key
 
@@ -126,6 +127,7 @@ class BrokerConfig:
     transactional_id_expiration_ms: int = 604_800_000
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
     log: LogConfig = field(default_factory=LogConfig)
+    cleaner: CleanerConfig = field(default_factory=CleanerConfig)  # log.cleaner.*
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
     #: Every listener with its security protocol; empty means one PLAINTEXT on host:port.
     listeners: tuple[Listener, ...] = ()
@@ -297,6 +299,7 @@ class BrokerConfig:
             else:
                 extra[key] = value
         kw["log"] = LogConfig.from_properties(log_keys)
+        kw["cleaner"] = CleanerConfig.from_properties(props)
         kw["connections"] = ConnectionLimits.from_properties(
             connection_keys, int(str(kw.get("socket_request_max_bytes", 104_857_600)))
         )

@@ -32,11 +32,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
+
 from headwater.gc_policy import COLLECTOR
 from headwater.log.cleaner import CLEANED_SUFFIX, SWAP_SUFFIX, CleanResult, CleanTask, SourceSegment
 from headwater.log.cleaner_swap import commit_swap, discard_cleaned, recover_swaps
 from headwater.log.config import LONG_MAX, LogConfig
 from headwater.log.errors import (
+    InvalidRecordError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
     UnexpectedAppendOffsetError,
@@ -44,6 +47,7 @@ from headwater.log.errors import (
 from headwater.log.handles import FileHandleCache
 from headwater.log.isolation import Isolation
 from headwater.log.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, EpochEntry, LeaderEpochCache
+from headwater.log.offset_map import first_null_key
 from headwater.log.producer_snapshot import (
     CorruptSnapshotError,
     delete_snapshot,
@@ -56,6 +60,7 @@ from headwater.log.segment import LOG_SUFFIX, Segment
 from headwater.log.slice import FileSlice
 from headwater.log.txn_index import TXN_INDEX_SUFFIX, AbortedTransaction, AbortedTxn
 from headwater.records.batch import (
+    HEADER_SIZE,
     BatchHeader,
     iter_batch_headers,
     parse_batch_header,
@@ -63,6 +68,7 @@ from headwater.records.batch import (
     patch_partition_leader_epoch,
     validate_batches,
 )
+from headwater.records.compression import decompress
 from headwater.records.control import ControlMarker, build_control_batch, parse_control_batch
 from headwater.records.errors import CorruptRecordError
 from headwater.records.validation import TimestampPolicy, validate_append
@@ -762,6 +768,8 @@ class Log:
             max_decompressed_bytes=self.config.max_decompressed_bytes,
         )
         headers, payload = checked.headers, checked.payload
+        if self.config.compact:
+            self._refuse_null_keys(payload, headers)
         if len(payload) > self.config.segment_bytes:
             raise RecordBatchTooLargeError(
                 f"{len(payload)} bytes do not fit a segment of {self.config.segment_bytes}"
@@ -787,6 +795,24 @@ class Log:
         return AppendResult(
             assigned[0].base_offset, offset - 1, checked.log_append_time_ms, self._log_start_offset
         )
+
+    def _refuse_null_keys(
+        self, payload: bytes | bytearray | memoryview, headers: list[BatchHeader]
+    ) -> None:
+        """Kafka refuses records without a key in a compacted topic: the cleaner would drop them."""
+        view = memoryview(payload)
+        for header in headers:
+            if header.is_control:
+                continue
+            body = view[header.position + HEADER_SIZE : header.position + header.size]
+            if header.compression:
+                body = memoryview(decompress(header.compression, body))
+            index = first_null_key(np.frombuffer(body, dtype=np.uint8), header.record_count)
+            if index >= 0:
+                raise InvalidRecordError(
+                    "Compacted topic cannot accept message without key in topic partition "
+                    f"{os.path.basename(self._path)} (record at offset delta {index})"
+                )
 
     def _write_as_leader(
         self, buf: bytearray, assigned: list[BatchHeader], epoch: int, now_ms: int

@@ -180,6 +180,20 @@ def _build() -> Any:
             pos = end
         return kept, written, tombstones, pos == n
 
+    @numba.njit(cache=True, nogil=True)  # type: ignore[untyped-decorator]
+    def first_null_key(data: Any, count: int) -> Any:
+        """Index of the first record without a key; -1 for none, -2 when unparsable."""
+        n = data.shape[0]
+        pos = 0
+        for i in range(count):
+            _d, _k, key_length, _v, end = walk_record(data, pos, n)
+            if end < 0:
+                return -2
+            if key_length < 0:
+                return i
+            pos = end
+        return -1
+
     # Compile now: one record of length 8 (key 'a', value null, no headers)
     record = np.frombuffer(b"\x10\x00\x00\x00\x02a\x01\x00", dtype=np.uint8)
     k1 = np.zeros(4, np.uint64)
@@ -187,11 +201,12 @@ def _build() -> Any:
     offs = np.zeros(4, np.int64)
     map_records(record, 1, 0, k1, k2, offs)
     filter_records(record, 1, 0, k1, k2, offs, 0, True, np.empty(8, np.uint8))
-    return map_records, filter_records
+    first_null_key(record, 1)
+    return map_records, filter_records, first_null_key
 
 
 def kernels() -> Any:
-    """(map_records, filter_records), compiled on first use (or read from numba's cache)."""
+    """The three kernels, compiled on first use (or read from numba's cache)."""
     global _kernels
     if _kernels is None:
         with _lock:
@@ -239,7 +254,7 @@ class OffsetMap:
 
     def put_records(self, records: Any, count: int, base_offset: int, last_offset: int) -> bool:
         """Map the keyed records of one batch (its records region); False when unparsable."""
-        map_records, _ = kernels()
+        map_records, _, _ = kernels()
         added, ok = map_records(records, count, base_offset, self._k1, self._k2, self._offs)
         self.size += int(added)
         self.latest_offset = max(self.latest_offset, last_offset)
@@ -249,7 +264,7 @@ class OffsetMap:
         self, records: Any, count: int, base_offset: int, retain_tombstones: bool, out: Any
     ) -> tuple[int, int, int, bool]:
         """Copy the surviving records into ``out``: (kept, bytes written, tombstones, parsed ok)."""
-        _, filter_records = kernels()
+        _, filter_records, _ = kernels()
         kept, written, tombstones, ok = filter_records(
             records,
             count,
@@ -262,3 +277,9 @@ class OffsetMap:
             out,
         )
         return int(kept), int(written), int(tombstones), bool(ok)
+
+
+def first_null_key(records: Any, count: int) -> int:
+    """Index of the first record without a key in a batch's (uncompressed) records; -1: none."""
+    _, _, kernel = kernels()
+    return int(kernel(records, count))
