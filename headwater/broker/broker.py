@@ -492,6 +492,8 @@ class Broker:
             initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms,
             max_size=c.group_max_size,
             max_metadata_bytes=c.offset_metadata_max_bytes,
+            empty_group_retention_ms=c.offsets_retention_minutes * 60_000,
+            offsets_retention_check_interval_ms=c.offsets_retention_check_interval_ms,
         )
 
     def _cluster_group_service(self, cluster: ClusterNode, host: str, port: int) -> GroupService:

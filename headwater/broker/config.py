@@ -89,6 +89,8 @@ class BrokerConfig:
     offsets_topic_num_partitions: int = 50
     # Stored for the cluster mode; a single broker has one replica of everything.
     offsets_topic_replication_factor: int = 3
+    offsets_retention_minutes: int = 10_080  # committed offsets of empty groups (KIP-211)
+    offsets_retention_check_interval_ms: int = 600_000
     metrics_host: str | None = None
     metrics_port: int | None = None
     housekeeping_interval_ms: int = 1000
@@ -213,6 +215,8 @@ class BrokerConfig:
             "offset.metadata.max.bytes": "offset_metadata_max_bytes",
             "offsets.topic.num.partitions": "offsets_topic_num_partitions",
             "offsets.topic.replication.factor": "offsets_topic_replication_factor",
+            "offsets.retention.minutes": "offsets_retention_minutes",
+            "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
             "headwater.housekeeping.interval.ms": "housekeeping_interval_ms",
             "log.retention.check.interval.ms": "retention_check_interval_ms",
             "zookeeper.session.timeout.ms": "zookeeper_session_timeout_ms",

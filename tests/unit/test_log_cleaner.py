@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from headwater.log.cleaner import Cleaner, CleanResult
 from headwater.log.config import LogConfig
+from headwater.log.errors import InvalidRecordError
 from headwater.log.handles import FileHandleCache
 from headwater.log.isolation import Isolation
 from headwater.log.log import Log
@@ -288,8 +291,10 @@ def test_cleaned_log_equals_the_latest_per_key_model(
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        log = make_log(Path(tmp), delete_retention_ms=0)
+        # written before the topic became compacted: null keys could get in then
+        log = make_log(Path(tmp), delete_retention_ms=0, cleanup_policy=("delete",))
         write(log, pairs, per_segment)
+        log.config = dataclasses.replace(log.config, cleanup_policy=("compact",))
         roll(log)
         log.append(keyed((b"zz", b"end")), NOW)
         compact(log, NOW)
@@ -300,3 +305,10 @@ def test_cleaned_log_equals_the_latest_per_key_model(
         model = latest(pairs, keep_tombstones=False)
         assert got == sorted((o, k, v) for k, (o, v) in model.items())
         assert log.log_end_offset == len(pairs) + 2
+
+
+def test_records_without_a_key_are_refused_in_a_compacted_log(tmp_path: Path) -> None:
+    log = make_log(tmp_path)
+    with pytest.raises(InvalidRecordError):
+        log.append(keyed((b"a", b"1"), (None, b"2")), NOW)
+    assert log.log_end_offset == 0
