@@ -8,8 +8,9 @@
    broker, 128 MiB): MB of log cleaned per second (input size / wall time of
    map pass + clean pass + swap), and the process's peak RSS growth during
    the clean (``VmHWM`` after ``clear_refs``).
-2. **Stalls.** Puts the same log under a real broker (``headwater serve``),
-   whose cleaner thread then cleans it, while a pinger process sends
+2. **Stalls.** Puts the same log under a real broker (``headwater serve``)
+   as a ``delete`` topic and switches it to ``compact`` live
+   (IncrementalAlterConfigs); the broker's cleaner then cleans it, while a pinger process sends
    ApiVersions every 10 ms on its own connection (the method of
    bench_stalls.py): the worst round trip is the longest any client waited
    for the cleaner.
@@ -151,13 +152,19 @@ def throughput(size: int, distinct: int | None) -> dict[str, Any]:
 
 
 def stall(size: int, distinct: int | None) -> dict[str, Any]:
-    with ScratchDir("cleaner-stall") as data:
-        overrides = ["log.cleaner.backoff.ms=600000", "num.partitions=1"]
-        broker = Headwater(data, overrides).start(timeout=60)
-        from confluent_kafka.admin import AdminClient, NewTopic
+    """The topic is written as ``delete`` and switched to ``compact`` live, pinger running."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewTopic,
+    )
 
+    with ScratchDir("cleaner-stall") as data:
+        broker = Headwater(data, ["num.partitions=1"]).start(timeout=60)
         admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        topic = NewTopic("compacted", 1, 1, config={"cleanup.policy": "compact"})
+        topic = NewTopic("compacted", 1, 1, config={"cleanup.policy": "delete"})
         admin.create_topics([topic])["compacted"].result(30)
         broker.stop()
         per_key = distinct or max(1, size // RECORD_BYTES // 100)
@@ -168,10 +175,21 @@ def stall(size: int, distinct: int | None) -> dict[str, Any]:
         try:
             ping = mp.Process(target=pinger, args=(broker.port, child), daemon=True)
             ping.start()
-            time.sleep(0.5)
+            time.sleep(1.0)
             parent.send("report")
             parent.recv()
+            time.sleep(3.0)  # what this machine's load alone does to a ping
+            parent.send("report")
+            idle = sorted(parent.recv())
             start = time.perf_counter()
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            resource = ConfigResource(ConfigResource.Type.TOPIC, "compacted")
+            resource.add_incremental_config(
+                ConfigEntry(
+                    "cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SET
+                )
+            )
+            admin.incremental_alter_configs([resource])[resource].result(30)
             deadline = start + 600
             while not any("log cleaner cleaned compacted-0" in line for line in broker.lines):
                 if time.perf_counter() > deadline:
@@ -188,11 +206,13 @@ def stall(size: int, distinct: int | None) -> dict[str, Any]:
         line = next(line for line in broker.lines if "log cleaner cleaned compacted-0" in line)
         worst = samples[-1] if samples else float("nan")
         p99 = samples[int(len(samples) * 0.99)] if samples else float("nan")
+        idle_worst = idle[-1] if idle else float("nan")
+        print(f"idle broker, 3 s: {len(idle)} pings, worst {idle_worst:.1f} ms")
         print(f"broker cleaning {size / 1e6:,.0f} MB: {took:.1f} s, {len(samples)} pings, "
               f"worst {worst:.1f} ms, p99 {p99:.1f} ms")  # fmt: skip
         print("  " + line.split(" - ")[-1])
         return {"seconds": took, "pings": len(samples), "worst_ms": worst, "p99_ms": p99,
-                "log_line": line}  # fmt: skip
+                "idle_worst_ms": idle_worst, "log_line": line}  # fmt: skip
 
 
 def main() -> None:

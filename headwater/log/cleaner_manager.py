@@ -1,14 +1,13 @@
 """The log cleaner's threads (Kafka's LogCleaner + LogCleanerManager).
 
-Cleaning reads and rewrites whole segments, seconds of work: it runs on
-``log.cleaner.threads`` threads of its own, throttled to
-``log.cleaner.io.max.bytes.per.second``, each with an offset map of its
-share of ``log.cleaner.dedupe.buffer.size``. The event loop that owns the
-logs only does the short steps: choosing the dirtiest log (reading numbers
-it keeps in memory), handing out what the cleaner needs, and the swap (a
-few renames). A thread asks the loop for those through ``call_soon_threadsafe``
-and waits; the numba walks release the GIL (``nogil``), so the loop keeps
-serving while a thread cleans.
+Cleaning reads and rewrites whole segments, seconds of work: each of the
+``log.cleaner.threads`` threads hands it to a worker process of its own
+(see :class:`CleanerProcess`), throttled to
+``log.cleaner.io.max.bytes.per.second``, with an offset map of its share of
+``log.cleaner.dedupe.buffer.size``. The event loop that owns the logs only
+does the short steps: choosing the dirtiest log, handing out what the
+cleaner needs, and the swap (a few renames). A thread asks the loop for
+those through ``call_soon_threadsafe`` and waits.
 
 A log is chosen as Kafka does: among compacted logs not being cleaned, the
 one with the highest dirty ratio at or above its ``min.cleanable.dirty.ratio``,
@@ -22,14 +21,17 @@ import asyncio
 import concurrent.futures
 import logging
 import math
+import multiprocessing
+import multiprocessing.process
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection
 from typing import TypeVar
 
-from headwater.log.cleaner import Cleaner, CleanResult
-from headwater.log.cleaner_swap import fsync_directory
+from headwater.log.cleaner import Cleaner, CleanResult, CleanTask
+from headwater.log.cleaner_swap import delete_files, fsync_directory
 from headwater.log.log import Log, PendingClean
 
 log = logging.getLogger(__name__)
@@ -107,6 +109,94 @@ def _at_least(value: int, minimum: int) -> int:
 
 class CleanerStopped(Exception):
     """The broker is stopping: a clean in progress gives up (its files are discarded at load)."""
+
+
+class CleanerProcess:
+    """A process that runs :class:`Cleaner` for one cleaner thread.
+
+    A process, not the thread itself: the per-batch Python of a clean would
+    hold the GIL for milliseconds at a time and delay every request on the
+    event loop (measured: 200 ms worst ping with an in-thread cleaner). The
+    clean is a pure function of files, so the task and the result cross a
+    pipe; the offset map lives in the worker. Started on first use (a
+    broker with nothing to compact never starts it); it exits when the
+    broker's end of the pipe closes, a ``kill -9`` of the broker included.
+    """
+
+    def __init__(self, buffer_bytes: int, stop: threading.Event) -> None:
+        self._buffer_bytes = buffer_bytes
+        self._stop = stop
+        self._process: multiprocessing.process.BaseProcess | None = None
+        self._pipe: Connection | None = None
+
+    def _start(self) -> Connection:
+        if self._pipe is not None and self._process is not None and self._process.is_alive():
+            return self._pipe
+        self.close()
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        process = ctx.Process(
+            target=_worker_main, args=(child, self._buffer_bytes), name="log-cleaner", daemon=True
+        )
+        process.start()
+        child.close()
+        self._process, self._pipe = process, parent
+        return parent
+
+    def clean(self, task: CleanTask, rate: float) -> CleanResult:
+        pipe = self._start()
+        pipe.send((task, rate))
+        while not pipe.poll(0.2):
+            if self._stop.is_set():
+                self.close()
+                raise CleanerStopped
+            if self._process is None or not self._process.is_alive():
+                self.close()
+                raise RuntimeError("the log cleaner process died")
+        try:
+            ok, value = pipe.recv()
+        except EOFError as exc:
+            self.close()
+            raise RuntimeError("the log cleaner process died") from exc
+        if not ok:
+            raise RuntimeError(f"log cleaner process: {value}")
+        assert isinstance(value, CleanResult)
+        return value
+
+    def close(self) -> None:
+        if self._pipe is not None:
+            self._pipe.close()
+            self._pipe = None
+        if self._process is not None:
+            if self._process.is_alive():
+                self._process.terminate()
+            self._process.join(5)
+            self._process = None
+
+
+def _constant(value: float) -> Callable[[], float]:
+    return lambda: value
+
+
+def _worker_main(pipe: Connection, buffer_bytes: int) -> None:
+    """The cleaner process: clean what the broker sends until the pipe closes."""
+    from headwater.log.offset_map import kernels
+
+    kernels()
+    cleaner: Cleaner | None = None
+    never = threading.Event()
+    while True:
+        try:
+            task, rate = pipe.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            return
+        if cleaner is None:
+            cleaner = Cleaner(buffer_bytes)
+        cleaner.throttle = Throttler(_constant(float(rate)), never)
+        try:
+            pipe.send((True, cleaner.clean(task)))
+        except Exception as exc:
+            pipe.send((False, f"{type(exc).__name__}: {exc}"))
 
 
 class Throttler:
@@ -228,22 +318,23 @@ class LogCleanerManager:
     def _run(self, index: int) -> None:
         config = self.config
         buffer = max(config.dedupe_buffer_size // config.threads, 1 << 20)
-        cleaner = Cleaner(
-            buffer, Throttler(lambda: self.config.io_max_bytes_per_second, self._stop)
-        )
-        while not self._stop.is_set():
-            try:
-                worked = self._clean_one(cleaner)
-            except (CleanerStopped, RuntimeError):  # RuntimeError: the loop is closed
-                return
-            except Exception:
-                log.exception("log cleaner thread %d failed; backing off", index)
-                worked = False
-            if not worked:
-                self._wake.wait(self.config.backoff_ms / 1000)
-                self._wake.clear()
+        worker = CleanerProcess(buffer, self._stop)
+        try:
+            while not self._stop.is_set():
+                try:
+                    worked = self._clean_one(worker)
+                except (CleanerStopped, RuntimeError):  # RuntimeError: the loop is closed
+                    return
+                except Exception:
+                    log.exception("log cleaner thread %d failed; backing off", index)
+                    worked = False
+                if not worked:
+                    self._wake.wait(self.config.backoff_ms / 1000)
+                    self._wake.clear()
+        finally:
+            worker.close()
 
-    def _clean_one(self, cleaner: Cleaner) -> bool:
+    def _clean_one(self, worker: CleanerProcess) -> bool:
         chosen = self._on_loop(self._grab)
         if chosen is None:
             return False
@@ -251,13 +342,15 @@ class LogCleanerManager:
         started = time.monotonic()
         result: CleanResult | None = None
         try:
-            result = cleaner.clean(pending.task)
+            result = worker.clean(pending.task, self.config.io_max_bytes_per_second)
         finally:
             # Whatever happened, the log must leave the cleaning state.
             final = result or CleanResult([], pending.task.first_dirty_offset)
-            swapped = self._on_loop(lambda: self._finish(target, pending, final))
+            doomed: list[str] = []
+            swapped = self._on_loop(lambda: self._finish(target, pending, final, doomed))
         if swapped and final.groups:
             fsync_directory(pending.task.directory)
+            delete_files(doomed)
         self._record(name, final, time.monotonic() - started, swapped)
         return True
 
@@ -321,6 +414,8 @@ class LogCleanerManager:
         self._in_progress.add(id(chosen))
         return name, chosen, chosen.begin_clean(now_ms, state)
 
-    def _finish(self, target: Log, pending: PendingClean, result: CleanResult) -> bool:
+    def _finish(
+        self, target: Log, pending: PendingClean, result: CleanResult, doomed: list[str]
+    ) -> bool:
         self._in_progress.discard(id(target))
-        return target.finish_clean(pending, result)
+        return target.finish_clean(pending, result, doomed)

@@ -7,9 +7,10 @@ the old segments or the new one, never a mix:
    ``<base>.replaces.cleaned`` listing the base offsets it replaces (fsynced);
 2. the indexes and the list are renamed to ``.swap``, then the log file:
    **the rename of ``<base>.log.cleaned`` to ``<base>.log.swap`` commits**;
-3. the replaced segments' files are deleted;
+3. the replaced segments' files are renamed ``.deleted``;
 4. the ``.swap`` files are renamed to their final names, the log last, and
-   the list is removed.
+   the list is removed; the replaced files, renamed ``.deleted`` in step 3,
+   are unlinked later (by the cleaner's thread, or at the next load).
 
 At load (:func:`recover_swaps`): a ``.log.swap`` means the swap committed,
 so steps 3 and 4 are finished; any ``.cleaned`` file, or a ``.swap`` index
@@ -36,6 +37,7 @@ from headwater.log.segment import LOG_SUFFIX, segment_file_name
 
 log = logging.getLogger(__name__)
 
+DELETED_SUFFIX = ".deleted"  # Kafka's suffix for a segment file waiting to be unlinked
 _AUX_SUFFIXES = (*(s for s in SEGMENT_SUFFIXES if s != LOG_SUFFIX), REPLACES_SUFFIX)
 
 
@@ -68,12 +70,14 @@ def discard_cleaned(directory: str, base: int) -> None:
         _unlink(_path(directory, base, suffix) + CLEANED_SUFFIX)
 
 
-def commit_swap(directory: str, base: int, replaces: Sequence[int]) -> None:
+def commit_swap(directory: str, base: int, replaces: Sequence[int]) -> list[str]:
     """Steps 2-4 for a finished ``<base>.*.cleaned`` group: then only the new segment is left.
 
     A handful of renames and unlinks: cheap enough for the owner of the log
     to run between two requests. ``replaces`` must be the list in the
-    ``.replaces.cleaned`` file.
+    ``.replaces.cleaned`` file. Returns the replaced files, renamed
+    ``.deleted``, for the caller to unlink off the event loop
+    (:func:`delete_files`); a crash before that leaves them to the next load.
     """
     for suffix in _AUX_SUFFIXES:
         _rename_if_present(
@@ -84,17 +88,22 @@ def commit_swap(directory: str, base: int, replaces: Sequence[int]) -> None:
         _path(directory, base, LOG_SUFFIX) + CLEANED_SUFFIX,
         _path(directory, base, LOG_SUFFIX) + SWAP_SUFFIX,
     )  # committed
-    _finish_swap(directory, base, replaces)
+    return _finish_swap(directory, base, replaces)
 
 
-def _finish_swap(directory: str, base: int, replaces: Sequence[int]) -> None:
+def _finish_swap(directory: str, base: int, replaces: Sequence[int]) -> list[str]:
+    doomed: list[str] = []
     for old in replaces:
         for suffix in SEGMENT_SUFFIXES:
             path = _path(directory, old, suffix)
             # The new segment has every file: one of its own name without a
             # .swap twin was renamed already (a crash in this very loop).
             if old != base or os.path.exists(path + SWAP_SUFFIX):
-                _unlink(path)
+                # Renamed, not unlinked: freeing a large file's blocks takes
+                # tens of milliseconds, which the caller does later, elsewhere.
+                with contextlib.suppress(FileNotFoundError):
+                    os.rename(path, path + DELETED_SUFFIX)
+                    doomed.append(path + DELETED_SUFFIX)
     for suffix in SEGMENT_SUFFIXES:
         if suffix != LOG_SUFFIX:
             _rename_if_present(
@@ -102,6 +111,13 @@ def _finish_swap(directory: str, base: int, replaces: Sequence[int]) -> None:
             )
     os.rename(_path(directory, base, LOG_SUFFIX) + SWAP_SUFFIX, _path(directory, base, LOG_SUFFIX))
     _unlink(_path(directory, base, REPLACES_SUFFIX) + SWAP_SUFFIX)
+    return doomed
+
+
+def delete_files(paths: Sequence[str]) -> None:
+    """Unlink replaced segment files (slow for large files: not on the event loop)."""
+    for path in paths:
+        _unlink(path)
 
 
 def _read_replaces(path: str) -> list[int] | None:
@@ -134,7 +150,10 @@ def recover_swaps(directory: str, names: Sequence[str]) -> bool:
         log.warning("%s: finishing an interrupted log cleaner swap at %d", directory, base)
         _finish_swap(directory, base, replaces)
     for name in names:
-        if name.endswith(CLEANED_SUFFIX) or (
+        if name.endswith(DELETED_SUFFIX):
+            touched = True
+            _unlink(os.path.join(directory, name))
+        elif name.endswith(CLEANED_SUFFIX) or (
             name.endswith(SWAP_SUFFIX) and not name.endswith(LOG_SUFFIX + SWAP_SUFFIX)
         ):
             if name.endswith(SWAP_SUFFIX) and int(name[:20]) in swaps:

@@ -36,7 +36,13 @@ import numpy as np
 
 from headwater.gc_policy import COLLECTOR
 from headwater.log.cleaner import CLEANED_SUFFIX, SWAP_SUFFIX, CleanResult, CleanTask, SourceSegment
-from headwater.log.cleaner_swap import commit_swap, discard_cleaned, recover_swaps
+from headwater.log.cleaner_swap import (
+    DELETED_SUFFIX,
+    commit_swap,
+    delete_files,
+    discard_cleaned,
+    recover_swaps,
+)
 from headwater.log.config import LONG_MAX, LogConfig
 from headwater.log.errors import (
     InvalidRecordError,
@@ -215,9 +221,9 @@ class Log:
             names = os.listdir(self._path)
         except FileNotFoundError:
             names = []
-        if any(name.endswith((CLEANED_SUFFIX, SWAP_SUFFIX)) for name in names) and recover_swaps(
-            self._path, names
-        ):
+        if any(
+            name.endswith((CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX)) for name in names
+        ) and recover_swaps(self._path, names):
             names = os.listdir(self._path)
         bases = sorted(
             int(name[:-4])
@@ -1222,12 +1228,17 @@ class Log:
             task, self._generation, {s.base_offset: s for s in self._segments[:end]}
         )
 
-    def finish_clean(self, pending: PendingClean, result: CleanResult) -> bool:
+    def finish_clean(
+        self, pending: PendingClean, result: CleanResult, doomed: list[str] | None = None
+    ) -> bool:
         """Swap the cleaned segments in (a few renames, on the log's thread); False: discarded.
 
         A log truncated, trimmed or closed since ``begin_clean`` keeps what it
-        has: the cleaned files are thrown away.
+        has: the cleaned files are thrown away. The replaced files are renamed
+        ``.deleted``: added to ``doomed`` for the caller to unlink off the loop,
+        unlinked here when no list is given.
         """
+        deleted: list[str] = []
         self._cleaning = False
         directory = pending.task.directory
         if pending.generation != self._generation or not self._loaded:
@@ -1250,7 +1261,7 @@ class Log:
                     old.txn_index.path,
                 ):
                     self.handles.forget(path)
-            commit_swap(directory, group.base_offset, group.replaces)
+            deleted += commit_swap(directory, group.base_offset, group.replaces)
             new = Segment.open(
                 directory,
                 group.base_offset,
@@ -1262,6 +1273,10 @@ class Log:
             self._bases[first : first + len(olds)] = [group.base_offset]
         self._boundaries.clear()
         self._write_cleaner_checkpoint(result.end_offset)
+        if doomed is None:
+            delete_files(deleted)
+        else:
+            doomed += deleted
         return True
 
     # -- retention and truncation ---------------------------------------------------------
