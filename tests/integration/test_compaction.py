@@ -294,3 +294,64 @@ def test_kill_9_during_a_clean_then_recovery(tmp_path: Path) -> None:
         )
     finally:
         b.kill()
+
+
+def test_a_transactional_id_is_still_fenced_after_a_quiet_period_and_a_restart(
+    tmp_path: Path,
+) -> None:
+    """__transaction_state is compacted: time retention does not forget producer epochs."""
+    import asyncio
+
+    from headwater.client.connection import BrokerConnection
+    from headwater.protocol.apis import ApiKey
+
+    overrides = (
+        "log.retention.ms=3000",
+        "log.roll.ms=1000",
+        "log.retention.check.interval.ms=500",
+        "transaction.state.log.num.partitions=1",
+        "log.cleaner.backoff.ms=200",
+    )
+    b = BrokerProcess(tmp_path / "data", overrides=overrides).start()
+
+    async def init(transactional_id: str) -> tuple[int, int]:
+        conn = await BrokerConnection.open("127.0.0.1", b.port)
+        try:
+            answer = await conn.request(
+                ApiKey.INIT_PRODUCER_ID,
+                {"transactional_id": transactional_id, "transaction_timeout": 5000},
+            )
+            assert int(answer.error_code) == 0
+            return int(answer.producer_id), int(answer.producer_epoch)
+        finally:
+            conn.close()
+
+    try:
+        first = asyncio.run(init("quiet"))
+        deadline = time.monotonic() + 8  # others keep the transaction log rolling
+        i = 0
+        while time.monotonic() < deadline:
+            asyncio.run(init(f"busy-{i % 3}"))
+            i += 1
+            time.sleep(0.1)
+        b.stop()
+        b.start()
+        again = asyncio.run(init("quiet"))
+        # the same producer id with a higher epoch: the old instance is fenced
+        assert again[0] == first[0] and again[1] > first[1]
+
+        async def zombie_end() -> int:
+            conn = await BrokerConnection.open("127.0.0.1", b.port)
+            try:
+                ended = await conn.request(
+                    ApiKey.END_TXN,
+                    {"transactional_id": "quiet", "producer_id": first[0],
+                     "producer_epoch": first[1], "committed": True},
+                )  # fmt: skip
+                return int(ended.error_code)
+            finally:
+                conn.close()
+
+        assert asyncio.run(zombie_end()) in (47, 90)  # INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
+    finally:
+        b.stop()
