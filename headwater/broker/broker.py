@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from headwater.broker.cleaner_metrics import register_cleaner_metrics
 from headwater.broker.config import BrokerConfig
 from headwater.broker.connection import CloseConnection, Connection, RequestContext, Response
 from headwater.broker.connection_limits import Admission, ConnectionRegistry
@@ -39,6 +40,7 @@ from headwater.broker.handlers.produce import ProduceApi
 from headwater.broker.handlers.security import SASL_APIS, SecurityApis
 from headwater.broker.handlers.transactions import TransactionApis
 from headwater.broker.handlers.txn_markers import WriteTxnMarkersApi
+from headwater.broker.internal_topics import INTERNAL_TOPIC_CONFIGS, ensure_compacted
 from headwater.broker.memory_pool import MemoryPool
 from headwater.broker.metrics import BrokerMetrics
 from headwater.broker.producer_ids import ProducerIdAllocator
@@ -61,6 +63,7 @@ from headwater.gc_policy import COLLECTOR
 from headwater.group.apis import SUPPORTED_VERSIONS as GROUP_API_VERSIONS
 from headwater.group.coordinator import GroupConfig
 from headwater.group.service import GroupService
+from headwater.log.cleaner_manager import LogCleanerManager
 from headwater.log.log_directory import LogDirectory
 from headwater.malloc_policy import trim_native_heap
 from headwater.protocol.apis import SUPPORTED, ApiKey
@@ -458,7 +461,10 @@ class Broker:
         host, port = c.advertised
         if self.cluster is None:
             if OFFSETS_TOPIC not in self.logs.topics():
-                self.logs.create_topic(OFFSETS_TOPIC, c.offsets_topic_num_partitions)
+                self.logs.create_topic(
+                    OFFSETS_TOPIC, c.offsets_topic_num_partitions, INTERNAL_TOPIC_CONFIGS
+                )
+            ensure_compacted(self.logs, OFFSETS_TOPIC)
             num_partitions = self.logs.topics()[OFFSETS_TOPIC].num_partitions
             self.groups = GroupService.create(
                 lambda topic, partition: self.logs.existing_log(topic, partition) is not None,
@@ -504,6 +510,8 @@ class Broker:
             initial_rebalance_delay_ms=c.group_initial_rebalance_delay_ms,
             max_size=c.group_max_size,
             max_metadata_bytes=c.offset_metadata_max_bytes,
+            empty_group_retention_ms=c.offsets_retention_minutes * 60_000,
+            offsets_retention_check_interval_ms=c.offsets_retention_check_interval_ms,
         )
 
     def _cluster_group_service(self, cluster: ClusterNode, host: str, port: int) -> GroupService:
@@ -524,7 +532,9 @@ class Broker:
         def coordinator_of(partition: int) -> tuple[int, str, int] | None:
             if OFFSETS_TOPIC not in view.topics:
                 rf = max(1, min(c.offsets_topic_replication_factor, len(view.brokers)))
-                self.cluster_admin.auto_create(OFFSETS_TOPIC, num_partitions, rf)
+                self.cluster_admin.auto_create(
+                    OFFSETS_TOPIC, num_partitions, rf, configs=dict(INTERNAL_TOPIC_CONFIGS)
+                )
                 return None
             state = view.partition_states.get((OFFSETS_TOPIC, partition))
             broker = view.brokers.get(state.leader) if state is not None else None
@@ -582,8 +592,11 @@ class Broker:
         if self.cluster is None:
             if TRANSACTION_STATE_TOPIC not in self.logs.topics():
                 self.logs.create_topic(
-                    TRANSACTION_STATE_TOPIC, c.transaction_state_log_num_partitions
+                    TRANSACTION_STATE_TOPIC,
+                    c.transaction_state_log_num_partitions,
+                    INTERNAL_TOPIC_CONFIGS,
                 )
+            ensure_compacted(self.logs, TRANSACTION_STATE_TOPIC)
             num_partitions = self.logs.topics()[TRANSACTION_STATE_TOPIC].num_partitions
             self.transactions = TransactionCoordinatorService(
                 node_id=c.node_id,
@@ -667,7 +680,7 @@ class Broker:
                     TRANSACTION_STATE_TOPIC,
                     num_partitions,
                     rf,
-                    configs={"min.insync.replicas": str(min_isr)},
+                    configs={**INTERNAL_TOPIC_CONFIGS, "min.insync.replicas": str(min_isr)},
                 )
                 return None
             state = view.partition_states.get((TRANSACTION_STATE_TOPIC, partition))
@@ -828,6 +841,12 @@ class Broker:
                 f"accept-{listener.name}",
             )
         self._spawn(self._housekeeping(), "housekeeping")
+        self.cleaner = LogCleanerManager(
+            self.configs.cleaner_config(), self.logs.compacted_logs, asyncio.get_running_loop()
+        )
+        register_cleaner_metrics(self.metrics.registry, self.cleaner)
+        self.configs.on_cleaner_config = self.cleaner.reconfigure
+        self.cleaner.start()
         self._spawn(self._connection_sweep(), "connection-sweep")
         log.info("listening on %s:%d", self.address[0], self.address[1])
         for sock, listener in bound:
@@ -1029,6 +1048,9 @@ class Broker:
         for sock in self._server_socks:
             sock.close()
         self._server_socks = []
+        if getattr(self, "cleaner", None) is not None:
+            # Off the loop: a cleaner thread may be waiting for the loop to swap.
+            await asyncio.get_running_loop().run_in_executor(None, self.cleaner.stop)
         for task in list(self._tasks):
             task.cancel()
         for task in list(self._tasks):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from headwater.addresses import split_host_port
 from headwater.broker.connection_limits import ConnectionLimits
+from headwater.log.cleaner_manager import CleanerConfig
 from headwater.log.config import LogConfig
 from headwater.security.config import SecurityConfig, is_security_key
 from headwater.security.listeners import Listener, SecurityProtocol, parse_listeners
@@ -88,6 +89,8 @@ class BrokerConfig:
     offsets_topic_num_partitions: int = 50
     # Stored for the cluster mode; a single broker has one replica of everything.
     offsets_topic_replication_factor: int = 3
+    offsets_retention_minutes: int = 10_080  # committed offsets of empty groups (KIP-211)
+    offsets_retention_check_interval_ms: int = 600_000
     metrics_host: str | None = None
     metrics_port: int | None = None
     housekeeping_interval_ms: int = 1000
@@ -130,6 +133,7 @@ class BrokerConfig:
     transactional_id_expiration_ms: int = 604_800_000
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
     log: LogConfig = field(default_factory=LogConfig)
+    cleaner: CleanerConfig = field(default_factory=CleanerConfig)  # log.cleaner.*
     connections: ConnectionLimits = field(default_factory=ConnectionLimits)
     #: Every listener with its security protocol; empty means one PLAINTEXT on host:port.
     listeners: tuple[Listener, ...] = ()
@@ -215,6 +219,8 @@ class BrokerConfig:
             "offset.metadata.max.bytes": "offset_metadata_max_bytes",
             "offsets.topic.num.partitions": "offsets_topic_num_partitions",
             "offsets.topic.replication.factor": "offsets_topic_replication_factor",
+            "offsets.retention.minutes": "offsets_retention_minutes",
+            "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
             "headwater.housekeeping.interval.ms": "housekeeping_interval_ms",
             "log.retention.check.interval.ms": "retention_check_interval_ms",
             "zookeeper.session.timeout.ms": "zookeeper_session_timeout_ms",
@@ -304,6 +310,7 @@ class BrokerConfig:
             else:
                 extra[key] = value
         kw["log"] = LogConfig.from_properties(log_keys)
+        kw["cleaner"] = CleanerConfig.from_properties(props)
         kw["connections"] = ConnectionLimits.from_properties(
             connection_keys, int(str(kw.get("socket_request_max_bytes", 104_857_600)))
         )

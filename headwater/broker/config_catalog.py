@@ -58,7 +58,10 @@ class TopicConfigDef:
 
 
 TOPIC_CONFIGS: tuple[TopicConfigDef, ...] = (
-    TopicConfigDef("cleanup.policy", "log.cleanup.policy", ConfigType.LIST, "delete"),
+    TopicConfigDef(
+        "cleanup.policy", "log.cleanup.policy", ConfigType.LIST, "delete",
+        lambda c: ",".join(c.cleanup_policy),
+    ),
     TopicConfigDef("compression.type", "compression.type", ConfigType.STRING, "producer"),
     TopicConfigDef(
         "flush.messages", "log.flush.interval.messages", ConfigType.LONG, str(LONG_MAX),
@@ -104,6 +107,23 @@ TOPIC_CONFIGS: tuple[TopicConfigDef, ...] = (
     TopicConfigDef(
         "segment.ms", "log.roll.ms", ConfigType.LONG, "604800000", lambda c: str(c.segment_ms)
     ),
+    # -- log compaction (headwater.log.cleaner) --
+    TopicConfigDef(
+        "delete.retention.ms", "log.cleaner.delete.retention.ms", ConfigType.LONG, "86400000",
+        lambda c: str(c.delete_retention_ms),
+    ),
+    TopicConfigDef(
+        "max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", ConfigType.LONG,
+        str(LONG_MAX), lambda c: str(c.max_compaction_lag_ms),
+    ),
+    TopicConfigDef(
+        "min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", ConfigType.DOUBLE, "0.5",
+        lambda c: str(c.min_cleanable_dirty_ratio),
+    ),
+    TopicConfigDef(
+        "min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", ConfigType.LONG, "0",
+        lambda c: str(c.min_compaction_lag_ms),
+    ),
 )  # fmt: skip
 TOPIC_CONFIG_BY_NAME = {d.name: d for d in TOPIC_CONFIGS}
 
@@ -115,11 +135,17 @@ DYNAMIC_BROKER_CONFIGS: dict[str, ConfigType] = {
     "max.connections.per.ip": ConfigType.INT,
     "max.connections.per.ip.overrides": ConfigType.STRING,
     "max.connection.creation.rate": ConfigType.INT,
+    # the log cleaner's threads (headwater.log.cleaner_manager), live as in Kafka
+    "log.cleaner.threads": ConfigType.INT,
+    "log.cleaner.io.max.bytes.per.second": ConfigType.DOUBLE,
+    "log.cleaner.dedupe.buffer.size": ConfigType.LONG,
+    "log.cleaner.backoff.ms": ConfigType.LONG,
 }
 
 #: Read-only broker configs DescribeConfigs also reports, with their types.
 STATIC_BROKER_CONFIGS: dict[str, ConfigType] = {
     "auto.create.topics.enable": ConfigType.BOOLEAN,
+    "log.cleaner.enable": ConfigType.BOOLEAN,
     "connections.max.idle.ms": ConfigType.LONG,
     "fetch.max.bytes": ConfigType.INT,
     "log.dirs": ConfigType.STRING,

@@ -38,6 +38,7 @@ routes groups to the shards this broker leads.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -68,6 +69,8 @@ from headwater.group.results import (
 )
 from headwater.group.storage import CommittedOffset
 
+log = logging.getLogger(__name__)
+
 # Kafka's bit set of operations allowed on a group when no ACLs are in force:
 # READ(3), DELETE(6), DESCRIBE(8), DESCRIBE_CONFIGS(10), ALTER_CONFIGS(11).
 ALL_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8) | (1 << 10) | (1 << 11)
@@ -82,8 +85,10 @@ class GroupConfig:
     initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
     max_size: int = 2**31 - 1  # group.max.size
     max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES  # offset.metadata.max.bytes
-    # How long an empty group without offsets is remembered (offsets.retention.minutes).
+    # How long an empty group without offsets is remembered (offsets.retention.minutes),
+    # and how long committed offsets outlive their group becoming empty (KIP-211).
     empty_group_retention_ms: int = 7 * 24 * 3600 * 1000
+    offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
 
 
 def random_member_id(prefix: str) -> str:
@@ -118,6 +123,7 @@ class GroupCoordinator:
             replicated=replicated,
         )
         self._groups = self._store.groups
+        self._next_offsets_expiry_ms = now_ms + self.config.offsets_retention_check_interval_ms
         self.offsets = self._store.offsets
         self._offset_commits = OffsetCommits(self._store)
         # Answers to hand out once the current operation has updated all state.
@@ -676,6 +682,11 @@ class GroupCoordinator:
                         self._expire_join(now_ms, group)
                 elif group.sync_deadline_ms == deadline:
                     self._expire_sync(now_ms, group)
+            if now_ms >= self._next_offsets_expiry_ms:
+                self._next_offsets_expiry_ms = (
+                    now_ms + self.config.offsets_retention_check_interval_ms
+                )
+                self._expire_offsets(now_ms)
             self._remove_idle_groups(now_ms)
 
     def next_deadline_ms(self) -> int | None:
@@ -727,6 +738,38 @@ class GroupCoordinator:
         group.pending_sync.clear()
         self._prepare_rebalance(now_ms, group)
         self._maybe_complete_join(now_ms, group)
+
+    def _expire_offsets(self, now_ms: int) -> None:
+        """KIP-211: committed offsets expire ``offsets.retention.minutes`` after their group
+        became empty; a group without a protocol (commits from ``assign`` users) expires
+        each offset that long after its commit. Tombstones make it last (compaction).
+        """
+        retention = self.config.empty_group_retention_ms
+        for group_id in list(self.offsets.group_ids()):
+            group = self._groups.get(group_id)
+            if self._store.pending_txn.has_group(group_id) or (
+                group is not None and group.state is not GroupState.EMPTY
+            ):
+                continue
+            committed = self.offsets.fetch(group_id, None)
+            if group is not None and group.protocol_type:
+                if now_ms - group.empty_since_ms < retention:
+                    continue
+                doomed = [(topic, partition) for topic, partition, _ in committed]
+            else:
+                doomed = [
+                    (topic, partition)
+                    for topic, partition, value in committed
+                    if value is not None and now_ms - value.commit_timestamp_ms >= retention
+                ]
+            if not doomed:
+                continue
+            try:
+                self.offsets.delete(group_id, doomed)
+            except Exception as exc:  # the log refused the tombstones: next check
+                log.warning("expiring offsets of group %s failed: %s", group_id, exc)
+                continue
+            log.info("expired %d committed offsets of group %s", len(doomed), group_id)
 
     def _remove_idle_groups(self, now_ms: int) -> None:
         """Forget empty groups that hold nothing.

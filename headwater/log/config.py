@@ -38,16 +38,38 @@ class LogConfig:
     message_timestamp_type: int = 0  # message.timestamp.type: 0 CreateTime, 1 LogAppendTime
     message_timestamp_before_max_ms: int = LONG_MAX  # message.timestamp.before.max.ms
     message_timestamp_after_max_ms: int = LONG_MAX  # message.timestamp.after.max.ms
+    # -- log compaction (see headwater.log.cleaner) --
+    cleanup_policy: tuple[str, ...] = ("delete",)  # cleanup.policy / log.cleanup.policy
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
+    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
+    max_compaction_lag_ms: int = LONG_MAX  # max.compaction.lag.ms
+    delete_retention_ms: int = _DAY_MS  # delete.retention.ms: how long tombstones stay
+
+    @property
+    def compact(self) -> bool:
+        """The log cleaner keeps the latest record per key."""
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        """Retention deletes old segments by time and size."""
+        return "delete" in self.cleanup_policy
+
+    @property
+    def roll_ms(self) -> int:
+        """``segment.ms``, and for a compacted log at most ``max.compaction.lag.ms`` (Kafka):
+        records cannot be cleaned while they sit in the active segment."""
+        return min(self.segment_ms, self.max_compaction_lag_ms) if self.compact else self.segment_ms
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str], base: LogConfig | None = None) -> LogConfig:
         """Apply Kafka-named properties over ``base`` (default: Kafka's defaults).
 
-        Keys Headwater does not act on (``cleanup.policy``, ``segment.index.bytes``,
-        ...) are accepted and ignored, as a client may send any topic config.
+        Keys Headwater does not act on (``segment.index.bytes``, ...) are
+        accepted and ignored, as a client may send any topic config.
         Where Kafka has several units for one setting, the finest wins.
         """
-        changes: dict[str, int | None] = {}
+        changes: dict[str, object] = {}
         # Coarse units first so that a finer key given alongside overrides them.
         for key in sorted(props, key=lambda k: _PRECEDENCE.get(k, 0)):
             spec = _KEYS.get(key)
@@ -91,6 +113,24 @@ def _timestamp_type(text: str) -> int:
     raise ValueError("must be CreateTime or LogAppendTime")
 
 
+def _cleanup_policy(text: str) -> tuple[str, ...]:
+    """Kafka's list of ``compact`` and ``delete`` (comma separated, any order)."""
+    policies = tuple(dict.fromkeys(p.strip() for p in text.split(",") if p.strip()))
+    if not policies:
+        raise ValueError("must be delete, compact or compact,delete")
+    for policy in policies:
+        if policy not in ("compact", "delete"):
+            raise ValueError(f"{policy!r} is not a cleanup policy (compact, delete)")
+    return policies
+
+
+def _ratio(text: str) -> float:
+    value = float(text.strip())
+    if not 0.0 <= value <= 1.0:
+        raise ValueError("must be between 0 and 1")
+    return value
+
+
 def _optional_ms(text: str) -> int | None:
     value = int(text.strip())
     if value < 0:
@@ -98,7 +138,7 @@ def _optional_ms(text: str) -> int | None:
     return None if value >= LONG_MAX else value
 
 
-_KEYS: dict[str, tuple[str, Callable[[str], int | None]]] = {
+_KEYS: dict[str, tuple[str, Callable[[str], object]]] = {
     # broker keys
     "log.segment.bytes": ("segment_bytes", _integer(14, maximum=INT_MAX)),
     "log.roll.hours": ("segment_ms", _integer(1, _HOUR_MS)),
@@ -129,6 +169,17 @@ _KEYS: dict[str, tuple[str, Callable[[str], int | None]]] = {
     "message.timestamp.type": ("message_timestamp_type", _timestamp_type),
     "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", _integer(0)),
     "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", _integer(0)),
+    # log compaction: broker keys, then topic keys
+    "log.cleanup.policy": ("cleanup_policy", _cleanup_policy),
+    "log.cleaner.min.cleanable.ratio": ("min_cleanable_dirty_ratio", _ratio),
+    "log.cleaner.min.compaction.lag.ms": ("min_compaction_lag_ms", _integer(0)),
+    "log.cleaner.max.compaction.lag.ms": ("max_compaction_lag_ms", _integer(1)),
+    "log.cleaner.delete.retention.ms": ("delete_retention_ms", _integer(0)),
+    "cleanup.policy": ("cleanup_policy", _cleanup_policy),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _ratio),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", _integer(0)),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", _integer(1)),
+    "delete.retention.ms": ("delete_retention_ms", _integer(0)),
 }
 # Deprecated since Kafka 3.6 (KIP-937): one bound for both sides of the window,
 # overridden by the before/after keys when those are given too (see _PRECEDENCE).

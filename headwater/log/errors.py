@@ -16,6 +16,7 @@ __all__ = [
     "InvalidConfigError",
     "InvalidPartitionsError",
     "InvalidProducerEpochError",
+    "InvalidRecordError",
     "InvalidTopicError",
     "InvalidTxnStateError",
     "KafkaApiError",
@@ -54,6 +55,12 @@ class InvalidPartitionsError(KafkaApiError):
     """A partition count below 1, or not above the current one when adding partitions."""
 
     kafka_error_code: ClassVar[int] = 37
+
+
+class InvalidRecordError(KafkaApiError):
+    """A record the log refuses, e.g. one without a key in a compacted topic (INVALID_RECORD)."""
+
+    kafka_error_code: ClassVar[int] = 87
 
 
 class InvalidConfigError(KafkaApiError):

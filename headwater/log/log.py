@@ -32,9 +32,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
+
 from headwater.gc_policy import COLLECTOR
-from headwater.log.config import LogConfig
+from headwater.log.cleaner import CLEANED_SUFFIX, SWAP_SUFFIX, CleanResult, CleanTask, SourceSegment
+from headwater.log.cleaner_swap import (
+    DELETED_SUFFIX,
+    commit_swap,
+    delete_files,
+    discard_cleaned,
+    recover_swaps,
+)
+from headwater.log.config import LONG_MAX, LogConfig
 from headwater.log.errors import (
+    InvalidRecordError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
     UnexpectedAppendOffsetError,
@@ -42,6 +53,7 @@ from headwater.log.errors import (
 from headwater.log.handles import FileHandleCache
 from headwater.log.isolation import Isolation
 from headwater.log.leader_epoch import LEADER_EPOCH_CHECKPOINT_FILE, EpochEntry, LeaderEpochCache
+from headwater.log.offset_map import first_null_key
 from headwater.log.producer_snapshot import (
     CorruptSnapshotError,
     delete_snapshot,
@@ -55,6 +67,7 @@ from headwater.log.txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 from headwater.protocol.fetch_types import AbortedTransaction
 from headwater.protocol.file_slice import FileSlice
 from headwater.records.batch import (
+    HEADER_SIZE,
     BatchHeader,
     iter_batch_headers,
     parse_batch_header,
@@ -62,6 +75,7 @@ from headwater.records.batch import (
     patch_partition_leader_epoch,
     validate_batches,
 )
+from headwater.records.compression import decompress
 from headwater.records.control import ControlMarker, build_control_batch, parse_control_batch
 from headwater.records.errors import CorruptRecordError
 from headwater.records.validation import TimestampPolicy, validate_append
@@ -69,6 +83,9 @@ from headwater.records.validation import TimestampPolicy, validate_append
 log = logging.getLogger(__name__)
 
 LOG_START_OFFSET_FILE = "log-start-offset"
+# Where the log cleaner stopped: everything below is clean (Kafka keeps one such
+# checkpoint per log directory; one per partition keeps the log self-contained).
+CLEANER_OFFSET_FILE = "cleaner-offset-checkpoint"
 # Producer state is rebuilt from the headers of at most this many trailing
 # bytes of the log: idempotence only needs the producers of recent batches.
 PRODUCER_STATE_SCAN_BYTES = 64 << 20
@@ -95,13 +112,39 @@ class ReadResult(NamedTuple):
 LogListener = Callable[["Log"], None]
 
 
+class CleanableState(NamedTuple):
+    """How much of a compacted log the cleaner could clean now."""
+
+    first_dirty_offset: int
+    end_offset: int  # the first uncleanable offset, a segment base
+    segment_count: int  # segments [0, segment_count) are cleanable
+    clean_bytes: int
+    dirty_bytes: int
+    overdue: bool  # dirty data older than max.compaction.lag.ms
+
+    @property
+    def dirty_ratio(self) -> float:
+        total = self.clean_bytes + self.dirty_bytes
+        return self.dirty_bytes / total if total else 0.0
+
+
+class PendingClean(NamedTuple):
+    """A clean handed to a cleaner thread, and what the log looked like then."""
+
+    task: CleanTask
+    generation: int
+    segments: dict[int, Segment]
+
+
 class Log:
     """The segments of one partition, with append, read, retention and recovery."""
 
     __slots__ = (
         "_bases",
         "_boundaries",
+        "_cleaning",
         "_epoch_cache",
+        "_generation",
         "_high_watermark",
         "_listeners",
         "_loaded",
@@ -160,6 +203,10 @@ class Log:
         self._listeners: LogListener | list[LogListener] | None = None
         self._unflushed_messages = 0
         self._unflushed_since_ms: int | None = None
+        # Log compaction: a clean in progress holds retention back, and any change
+        # of the segment list (truncation, deletion, close) makes its swap void.
+        self._cleaning = False
+        self._generation = 0
 
     def __repr__(self) -> str:
         return f"Log({self._path!r})"
@@ -175,6 +222,10 @@ class Log:
             names = os.listdir(self._path)
         except FileNotFoundError:
             names = []
+        if any(
+            name.endswith((CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX)) for name in names
+        ) and recover_swaps(self._path, names):
+            names = os.listdir(self._path)
         bases = sorted(
             int(name[:-4])
             for name in names
@@ -729,6 +780,8 @@ class Log:
             max_decompressed_bytes=self.config.max_decompressed_bytes,
         )
         headers, payload = checked.headers, checked.payload
+        if self.config.compact:
+            self._refuse_null_keys(payload, headers)
         if len(payload) > self.config.segment_bytes:
             raise RecordBatchTooLargeError(
                 f"{len(payload)} bytes do not fit a segment of {self.config.segment_bytes}"
@@ -754,6 +807,24 @@ class Log:
         return AppendResult(
             assigned[0].base_offset, offset - 1, checked.log_append_time_ms, self._log_start_offset
         )
+
+    def _refuse_null_keys(
+        self, payload: bytes | bytearray | memoryview, headers: list[BatchHeader]
+    ) -> None:
+        """Kafka refuses records without a key in a compacted topic: the cleaner would drop them."""
+        view = memoryview(payload)
+        for header in headers:
+            if header.is_control:
+                continue
+            body = view[header.position + HEADER_SIZE : header.position + header.size]
+            if header.compression:
+                body = memoryview(decompress(header.compression, body))
+            index = first_null_key(np.frombuffer(body, dtype=np.uint8), header.record_count)
+            if index >= 0:
+                raise InvalidRecordError(
+                    "Compacted topic cannot accept message without key in topic partition "
+                    f"{os.path.basename(self._path)} (record at offset delta {index})"
+                )
 
     def _write_as_leader(
         self, buf: bytearray, assigned: list[BatchHeader], epoch: int, now_ms: int
@@ -832,7 +903,7 @@ class Log:
         # No size limit: the leader accepted these batches, and a follower that
         # refused one (its max.message.bytes lower for a moment) would stall
         # replication for good; Kafka ignores the record size here too.
-        headers = validate_batches(view[:whole], whole, allow_control=True)
+        headers = validate_batches(view[:whole], whole, allow_control=True, compacted=True)
         self._load()
         expected = self._log_end_offset
         for i, header in enumerate(headers):
@@ -936,7 +1007,7 @@ class Log:
         active = self._segments[-1]
         if active.size > 0 and (
             active.size + size > self.config.segment_bytes
-            or active.time_waited_for_roll(now_ms, max_timestamp) > self.config.segment_ms
+            or active.time_waited_for_roll(now_ms, max_timestamp) > self.config.roll_ms
             or not active.can_hold_offset(last_offset)
         ):
             return self._roll(now_ms)
@@ -966,7 +1037,7 @@ class Log:
         if not self._segments:
             return False
         active = self._segments[-1]
-        if active.size > 0 and active.time_waited_for_roll(now_ms, now_ms) > self.config.segment_ms:
+        if active.size > 0 and active.time_waited_for_roll(now_ms, now_ms) > self.config.roll_ms:
             self._roll(now_ms)
             return True
         return False
@@ -1066,6 +1137,154 @@ class Log:
                     return None if found[0] >= end else found
         return None
 
+    # -- log compaction (the cleaner itself is headwater.log.cleaner) ----------------------
+
+    def _read_cleaner_checkpoint(self) -> int:
+        try:
+            with open(os.path.join(self._path, CLEANER_OFFSET_FILE)) as f:
+                return int(f.read().strip() or 0)
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def _write_cleaner_checkpoint(self, offset: int) -> None:
+        """Not fsynced: a checkpoint lost to a power cut only means cleaning again."""
+        path = os.path.join(self._path, CLEANER_OFFSET_FILE)
+        with open(path + ".tmp", "w") as f:
+            f.write(f"{offset}\n")
+        os.replace(path + ".tmp", path)
+
+    def cleanable_state(self, now_ms: int) -> CleanableState | None:
+        """How dirty the cleanable part of the log is (Kafka's ``cleanableOffsets``).
+
+        Cleanable: whole rolled segments below the first uncleanable offset,
+        the least of the active segment's base, the last stable offset and
+        the base of the first segment newer than ``min.compaction.lag.ms``.
+        None when the log has no such segment or is not compacted.
+        """
+        if not self.config.compact or (not self._loaded and not os.path.isdir(self._path)):
+            return None
+        self._load()
+        if len(self._segments) < 2:
+            return None
+        limit = min(self._bases[-1], self.last_stable_offset)
+        first_dirty = self._read_cleaner_checkpoint()
+        if first_dirty < self._log_start_offset or first_dirty > self._log_end_offset:
+            first_dirty = self._log_start_offset
+        lag = self.config.min_compaction_lag_ms
+        if lag > 0:
+            for i in range(len(self._segments) - 1):
+                if self._bases[i + 1] > first_dirty and (
+                    self._segments[i].max_timestamp > now_ms - lag
+                ):
+                    limit = min(limit, self._bases[i])
+                    break
+        end = bisect_right(self._bases, limit) - 1  # segments[:end] lie wholly below limit
+        if end <= 0:
+            return None
+        clean = dirty = 0
+        first_dirty_timestamp = -1
+        for i in range(end):
+            size = self._segments[i].size
+            if self._bases[i + 1] <= first_dirty:
+                clean += size
+            else:
+                if dirty == 0 and first_dirty_timestamp < 0:
+                    first_dirty_timestamp = self._segments[i].first_batch_timestamp
+                dirty += size
+        max_lag = self.config.max_compaction_lag_ms
+        overdue = dirty > 0 and max_lag < LONG_MAX and 0 <= first_dirty_timestamp < now_ms - max_lag
+        return CleanableState(first_dirty, self._bases[end], end, clean, dirty, overdue)
+
+    def begin_clean(self, now_ms: int, state: CleanableState) -> PendingClean:
+        """What the cleaner needs, taken on the log's own thread; retention waits until the end."""
+        self._load()
+        end = state.segment_count
+        sources = []
+        for i in range(end):
+            segment = self._segments[i]
+            sources.append(
+                SourceSegment(
+                    segment.base_offset,
+                    segment.log_path,
+                    segment.size,
+                    self._bases[i + 1],
+                    segment.last_modified_ms,
+                    tuple(segment.txn_index.entries),
+                )
+            )
+        later = tuple(
+            txn
+            for segment in self._segments[end:]
+            for txn in segment.txn_index.entries
+            if txn.first_offset < state.end_offset
+        )
+        task = CleanTask(
+            self._path,
+            tuple(sources),
+            state.first_dirty_offset,
+            now_ms,
+            self.config.delete_retention_ms,
+            self.config.segment_bytes,
+            self.config.index_interval_bytes,
+            self._producer_state().last_data_offsets(),
+            later,
+        )
+        self._cleaning = True
+        return PendingClean(
+            task, self._generation, {s.base_offset: s for s in self._segments[:end]}
+        )
+
+    def finish_clean(
+        self, pending: PendingClean, result: CleanResult, doomed: list[str] | None = None
+    ) -> bool:
+        """Swap the cleaned segments in (a few renames, on the log's thread); False: discarded.
+
+        A log truncated, trimmed or closed since ``begin_clean`` keeps what it
+        has: the cleaned files are thrown away. The replaced files are renamed
+        ``.deleted``: added to ``doomed`` for the caller to unlink off the loop,
+        unlinked here when no list is given.
+        """
+        deleted: list[str] = []
+        self._cleaning = False
+        directory = pending.task.directory
+        if pending.generation != self._generation or not self._loaded:
+            for group in result.groups:
+                discard_cleaned(directory, group.base_offset)
+            return False
+        for group in result.groups:
+            first = bisect_right(self._bases, group.base_offset) - 1
+            olds = self._segments[first : first + len(group.replaces)]
+            if [s.base_offset for s in olds] != list(group.replaces) or any(
+                pending.segments.get(s.base_offset) is not s for s in olds
+            ):
+                discard_cleaned(directory, group.base_offset)
+                continue
+            for old in olds:
+                for path in (
+                    old.log_path,
+                    old.offset_index.path,
+                    old.time_index.path,
+                    old.txn_index.path,
+                ):
+                    self.handles.forget(path)
+            deleted += commit_swap(directory, group.base_offset, group.replaces)
+            new = Segment.open(
+                directory,
+                group.base_offset,
+                self.handles,
+                self.config.index_interval_bytes,
+                has_txn_index=True,
+            )
+            self._segments[first : first + len(olds)] = [new]
+            self._bases[first : first + len(olds)] = [group.base_offset]
+        self._boundaries.clear()
+        self._write_cleaner_checkpoint(result.end_offset)
+        if doomed is None:
+            delete_files(deleted)
+        else:
+            doomed += deleted
+        return True
+
     # -- retention and truncation ---------------------------------------------------------
 
     def apply_retention(self, now_ms: int) -> int:
@@ -1084,9 +1303,13 @@ class Log:
             # Only segments wholly below the high watermark: uncommitted data may
             # still be needed by a follower or be truncated, never expired (Kafka).
             candidates = candidates[: max(0, bisect_right(self._bases, self._high_watermark) - 1)]
+        if self._cleaning:
+            return 0  # the cleaner is reading these segments: next time
         count = 0
         while count < len(candidates) and self._bases[count + 1] <= self._log_start_offset:
             count += 1
+        if not self.config.delete:
+            candidates = candidates[:count]  # compact only: nothing goes by time or size
         if self.config.retention_ms >= 0:
             while count < len(candidates):
                 segment = candidates[count]
@@ -1115,6 +1338,7 @@ class Log:
         return count
 
     def _delete_oldest(self, count: int) -> None:
+        self._generation += 1
         doomed = self._segments[:count]
         del self._segments[:count]
         del self._bases[:count]
@@ -1172,6 +1396,7 @@ class Log:
             return
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
+        self._generation += 1
         if offset <= self._log_start_offset or offset <= self._bases[0]:
             self.truncate_fully_and_start_at(offset)
             return
@@ -1198,6 +1423,7 @@ class Log:
         """
         if offset < 0:
             raise ValueError(f"cannot start a log at negative offset {offset}")
+        self._generation += 1
         self._load()
         os.makedirs(self._path, exist_ok=True)
         for segment in self._segments:
@@ -1267,6 +1493,7 @@ class Log:
                 # The next start loads this instead of replaying the segment.
                 self._take_snapshot()
         self.handles.forget_under(self._path)
+        self._generation += 1
         self._loaded = False
         self._recover = False
         self._segments = []
@@ -1277,6 +1504,7 @@ class Log:
 
     def delete(self) -> None:
         """Remove the partition directory and everything in it."""
+        self._generation += 1
         self.handles.forget_under(self._path)
         shutil.rmtree(self._path, ignore_errors=True)
         self._loaded = False

@@ -344,6 +344,17 @@ class LogDirectory:
                     deleted += self.log(name, partition).apply_retention(now_ms)
         return deleted
 
+    def compacted_logs(self) -> Iterator[tuple[str, int, Log]]:
+        """(topic, partition, log) of every compacted partition with data (the cleaner's list)."""
+        for name, info in list(self._topics.items()):
+            if not self._topic_configs[name].compact:
+                continue
+            for partition in range(info.num_partitions):
+                if (name, partition) in self._logs or self._partition_path(
+                    name, partition
+                ).is_dir():
+                    yield name, partition, self.log(name, partition)
+
     def flush_due(self, now_ms: int) -> int:
         """Flush the logs whose oldest unflushed data has waited ``flush.ms``."""
         return sum(1 for _, _, log in self.loaded_logs() if log.maybe_flush(now_ms))

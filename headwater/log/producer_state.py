@@ -259,6 +259,14 @@ class ProducerStateTable:
         self._unreplicated[first] = completed
         return completed
 
+    def last_data_offsets(self) -> dict[int, int]:
+        """Producer id -> last offset of its last data batch: what the log cleaner must keep."""
+        return {
+            pid: entry.batches[-1].last_offset
+            for pid, entry in self._producers.items()
+            if entry.batches
+        }
+
     def on_high_watermark(self, high_watermark: int) -> None:
         """Closed transactions whose marker is below the HW stop bounding the LSO."""
         if self._unreplicated:

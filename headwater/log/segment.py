@@ -243,6 +243,11 @@ class Segment:
             self._first_timestamp = timestamp
         return self._first_timestamp
 
+    @property
+    def first_batch_timestamp(self) -> int:
+        """The first batch's max timestamp; -1 when empty or unstamped (max.compaction.lag.ms)."""
+        return self._first_batch_timestamp()
+
     def time_waited_for_roll(self, now_ms: int, message_timestamp: int) -> int:
         """How old the segment is for ``segment.ms``, measured as Kafka does.
 
@@ -509,7 +514,9 @@ class Segment:
             return "is incomplete"
         if header.magic != MAGIC_V2:
             return f"has magic {header.magic}"
-        if header.record_count < 1 or header.last_offset_delta != header.record_count - 1:
+        # A cleaned batch keeps its last offset with fewer records (none for a
+        # producer's retained last batch), as Kafka's cleaner writes it.
+        if header.record_count < 0 or header.last_offset_delta < header.record_count - 1:
             return (
                 f"has record count {header.record_count} "
                 f"and last offset delta {header.last_offset_delta}"

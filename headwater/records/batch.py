@@ -142,14 +142,16 @@ def batch_crc_is_valid(buf: Buffer, header: BatchHeader) -> bool:
 
 
 def validate_batches(
-    buf: Buffer, max_batch_size: int, *, allow_control: bool = False
+    buf: Buffer, max_batch_size: int, *, allow_control: bool = False, compacted: bool = False
 ) -> list[BatchHeader]:
     """Check a Produce payload batch by batch and return the headers.
 
     Only the header is inspected plus one CRC over each batch: the CRC covers
     the records, so a producer bug or a torn payload is caught without
     decompressing anything. Control batches are written by the transaction
-    coordinator, never by producers, hence ``allow_control``.
+    coordinator, never by producers, hence ``allow_control``. ``compacted``
+    accepts what the log cleaner writes (a leader's log, for a follower): fewer
+    records than the offsets a batch spans, or none.
     """
     view = buf if isinstance(buf, memoryview) else memoryview(buf)
     end = len(view)
@@ -182,11 +184,13 @@ def validate_batches(
             )
         if not batch_crc_is_valid(view, header):
             raise CorruptRecordError(f"batch at position {pos} fails its CRC-32C check")
-        if header.record_count < 1:
+        if header.record_count < (0 if compacted else 1):
             raise CorruptRecordError(
                 f"batch at position {pos} has record count {header.record_count}"
             )
-        if header.last_offset_delta != header.record_count - 1:
+        if header.last_offset_delta != header.record_count - 1 and not (
+            compacted and header.last_offset_delta > header.record_count - 1
+        ):
             raise CorruptRecordError(
                 f"batch at position {pos} has last offset delta {header.last_offset_delta} "
                 f"but {header.record_count} records"

@@ -7,8 +7,8 @@ import uuid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headwater.fetch.types import FetchResponseData, PartitionData
 from headwater.protocol.fetch_codec import decode_fetch_response, encode_fetch_response
+from headwater.protocol.fetch_types import FetchResponseData, PartitionData
 from headwater.protocol.frame import FrameDecoder
 from headwater.protocol.wire import INT32
 

@@ -301,3 +301,47 @@ def test_offset_delete_spares_topics_the_group_still_reads() -> None:
         ErrorCode.group_id_not_found,
         [],
     )
+
+
+def test_offsets_expire_only_retention_after_the_group_became_empty() -> None:
+    """KIP-211: a consumer group's offsets outlive their commit time while the group is alive."""
+    day = 86_400_000
+    log = InMemoryStateLog()
+    now = 1_700_000_000_000
+    coordinator = GroupCoordinator(
+        log,
+        partition_exists,
+        now_ms=now,
+        config=GroupConfig(
+            initial_rebalance_delay_ms=0,
+            empty_group_retention_ms=7 * day,
+            offsets_retention_check_interval_ms=1000,
+        ),
+    )
+    # a standalone committer (assign, no group protocol): counted from the commit
+    assert commit(coordinator, "weekly-job", OffsetCommitEntry("orders", 0, 7)) == [ErrorCode.none]
+    coordinator.tick(now + 6 * day)
+    assert coordinator.fetch_offsets("weekly-job", None)[0][2] is not None
+    coordinator.tick(now + 7 * day + 1)
+    assert coordinator.fetch_offsets("weekly-job", None) == []
+    # replayed after a restart: the tombstone keeps it gone
+    assert make_coordinator(log).fetch_offsets("weekly-job", None) == []
+
+    # a consumer group: nothing expires while it has members, then 7 days after it empties
+    member = stable_member(coordinator, "live", "orders")
+    commit(
+        coordinator,
+        "live",
+        OffsetCommitEntry("orders", 1, 3),
+        generation_id=member.generation_id,
+        member_id=member.member_id,
+    )
+    later = now + 30 * day
+    coordinator.heartbeat(
+        later, group_id="live", generation_id=member.generation_id, member_id=member.member_id
+    )
+    coordinator.leave_group(later, group_id="live", members=[(member.member_id, None)])
+    coordinator.tick(later + 6 * day)
+    assert coordinator.fetch_offsets("live", None) != []
+    coordinator.tick(later + 7 * day + 1)
+    assert coordinator.fetch_offsets("live", None) == []

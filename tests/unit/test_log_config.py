@@ -65,8 +65,15 @@ def test_topic_overrides_apply_over_the_broker_config() -> None:
 
 
 def test_unknown_keys_are_ignored_and_bad_values_refused() -> None:
-    assert LogConfig.from_properties({"cleanup.policy": "compact"}) == LogConfig()
+    assert LogConfig.from_properties({"segment.index.bytes": "10"}) == LogConfig()
     for props in (
+        {"cleanup.policy": "compress"},
+        {"cleanup.policy": ""},
+        {"min.cleanable.dirty.ratio": "1.5"},
+        {"min.cleanable.dirty.ratio": "x"},
+        {"min.compaction.lag.ms": "-1"},
+        {"max.compaction.lag.ms": "0"},
+        {"delete.retention.ms": "-5"},
         {"segment.bytes": "x"},
         {"segment.bytes": "5"},
         {"segment.bytes": str(2**31)},
@@ -76,3 +83,22 @@ def test_unknown_keys_are_ignored_and_bad_values_refused() -> None:
             LogConfig.from_properties(props)
         assert info.value.kafka_error_code == 40
     assert LogConfig.from_properties({"flush.ms": str(2**63 - 1)}).flush_interval_ms is None
+
+
+def test_cleanup_policy_and_cleaner_keys() -> None:
+    config = LogConfig.from_properties(
+        {
+            "log.cleanup.policy": "compact",
+            "min.cleanable.dirty.ratio": "0.1",
+            "min.compaction.lag.ms": "5",
+            "max.compaction.lag.ms": "1000",
+            "delete.retention.ms": "7",
+        }
+    )
+    assert config.compact and not config.delete
+    assert (config.min_cleanable_dirty_ratio, config.min_compaction_lag_ms) == (0.1, 5)
+    assert (config.max_compaction_lag_ms, config.delete_retention_ms) == (1000, 7)
+    assert config.roll_ms == 1000  # a compacted log rolls by max.compaction.lag.ms too
+    both = config.with_topic_overrides({"cleanup.policy": "delete, compact"})
+    assert both.compact and both.delete
+    assert LogConfig().cleanup_policy == ("delete",) and not LogConfig().compact

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from headwater.cluster.fake_zookeeper import FakeZooKeeper
-from headwater.fetch.types import FetchRequestData, PartitionFetch
 
 from headwater.broker.config import BrokerConfig
 from headwater.broker.handlers.fetch import FetchApi
@@ -37,6 +36,7 @@ from headwater.fetch.purgatory import FetchPurgatory
 from headwater.fetch.session_cache import FetchSessionCache
 from headwater.log.config import LogConfig
 from headwater.log.log_directory import LogDirectory
+from headwater.protocol.fetch_types import FetchRequestData, PartitionFetch
 from headwater.records.record import RecordBatchBuilder
 
 TOPIC = "idle"

@@ -19,7 +19,8 @@ from kio.schema.errors import ErrorCode as E
 from headwater.broker.config import BrokerConfig
 from headwater.broker.connection import RequestContext
 from headwater.broker.producer_ids import ProducerIdAllocator
-from headwater.log.errors import InvalidTopicError, TopicExistsError
+from headwater.log.config import LogConfig
+from headwater.log.errors import InvalidConfigError, InvalidTopicError, TopicExistsError
 from headwater.log.log_directory import LogDirectory, TopicInfo, validate_topic_name
 from headwater.protocol.metadata_codec import (
     MetadataBroker,
@@ -47,7 +48,21 @@ TOPIC_CONFIG_DEFAULTS: dict[str, str] = {
     # KIP-73: replicas whose replication is throttled ("partition:broker,..." or "*").
     "leader.replication.throttled.replicas": "",
     "follower.replication.throttled.replicas": "",
+    # log compaction (headwater.log.cleaner)
+    "delete.retention.ms": "86400000",
+    "min.cleanable.dirty.ratio": "0.5",
+    "min.compaction.lag.ms": "0",
+    "max.compaction.lag.ms": "9223372036854775807",
 }
+
+
+def invalid_topic_config(configs: dict[str, str]) -> str | None:
+    """Why a topic's configs cannot be used (INVALID_CONFIG), or None when they can."""
+    try:
+        LogConfig().with_topic_overrides(configs)
+    except InvalidConfigError as exc:
+        return str(exc)
+    return None
 
 
 def is_valid_topic_name(name: str | None) -> bool:
@@ -210,6 +225,9 @@ class AdminApis:
             elif unknown := sorted(set(configs) - set(TOPIC_CONFIG_DEFAULTS)):
                 result["error_code"] = int(E.invalid_config)
                 result["error_message"] = f"unknown topic config {', '.join(unknown)}"
+            elif bad := invalid_topic_config(configs):
+                result["error_code"] = int(E.invalid_config)
+                result["error_message"] = bad
             elif t.name in self.logs.topics():
                 result["error_code"] = int(E.topic_already_exists)
                 result["error_message"] = f"topic {t.name!r} already exists"

@@ -23,7 +23,12 @@ from kio.schema.errors import ErrorCode as E
 
 from headwater.broker.config import BrokerConfig
 from headwater.broker.connection import RequestContext
-from headwater.broker.handlers.admin import TOPIC_CONFIG_DEFAULTS, AdminApis, is_valid_topic_name
+from headwater.broker.handlers.admin import (
+    TOPIC_CONFIG_DEFAULTS,
+    AdminApis,
+    invalid_topic_config,
+    is_valid_topic_name,
+)
 from headwater.cluster.cluster_view import ClusterView
 from headwater.cluster.controller import add_partitions, create_topic
 from headwater.cluster.replication_quota import (
@@ -315,7 +320,9 @@ class ClusterAdminApis:
             elif unknown := sorted(set(configs) - set(TOPIC_CONFIG_DEFAULTS)):
                 result["error_code"] = int(E.invalid_config)
                 result["error_message"] = f"unknown topic config {', '.join(unknown)}"
-            elif bad := _bad_throttled_replicas(configs):
+            elif (bad := _bad_throttled_replicas(configs)) or (
+                bad := invalid_topic_config(configs)
+            ):
                 result["error_code"] = int(E.invalid_config)
                 result["error_message"] = bad
             elif req.validate_only:

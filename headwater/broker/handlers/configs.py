@@ -38,6 +38,7 @@ from headwater.broker.config_catalog import (
 )
 from headwater.broker.connection import RequestContext
 from headwater.broker.connection_limits import ConnectionRegistry
+from headwater.log.cleaner_manager import CleanerConfig
 from headwater.log.config import LogConfig
 from headwater.log.errors import KafkaApiError
 from headwater.log.log_directory import LogDirectory, TopicInfo
@@ -63,6 +64,8 @@ class ConfigsApi:
         self.static = config
         self.logs = logs
         self.connections = connections
+        #: Told the new ``log.cleaner.*`` settings when they change (the broker's cleaner).
+        self.on_cleaner_config: Callable[[CleanerConfig], None] | None = None
         #: Cluster mode: writes a topic's whole override map to ZooKeeper (blocking).
         self.topic_config_writer: Callable[[str, dict[str, str]], None] | None = None
         self._path = Path(config.data_dir) / DYNAMIC_CONFIG_FILE
@@ -151,6 +154,7 @@ class ConfigsApi:
         values = {
             d.broker_name: d.from_log_config(c.log) for d in TOPIC_CONFIGS if d.from_log_config
         }
+        values.update(c.cleaner.as_properties())
         limits = c.connections
         values.update(
             {
@@ -280,6 +284,10 @@ class ConfigsApi:
             self._save()
             log.info("dynamic broker configs are now %s", dynamic)
 
+    def cleaner_config(self) -> CleanerConfig:
+        """The log cleaner's settings: static, then the dynamic ``log.cleaner.*`` values."""
+        return CleanerConfig.from_properties(self.dynamic, base=self.static.cleaner)
+
     def _resolve(self, dynamic: Mapping[str, str]) -> tuple[LogConfig, Any]:
         log_keys = {k: v for k, v in dynamic.items() if k not in _CONNECTION_KEYS}
         conn_keys = {k: v for k, v in dynamic.items() if k in _CONNECTION_KEYS}
@@ -287,12 +295,15 @@ class ConfigsApi:
         limits = self.static.connections.with_properties(
             conn_keys, self.static.socket_request_max_bytes
         )
+        CleanerConfig.from_properties(dynamic, base=self.static.cleaner)  # raises on a bad value
         return log_config, limits
 
     def _apply_dynamic(self, dynamic: Mapping[str, str]) -> None:
         log_config, limits = self._resolve(dynamic)
         self.logs.alter_base_config(log_config)
         self.connections.limits = limits
+        if self.on_cleaner_config is not None:
+            self.on_cleaner_config(CleanerConfig.from_properties(dynamic, base=self.static.cleaner))
 
     def _check_broker(self, name: str) -> None:
         if name not in ("", str(self.static.node_id)):
@@ -320,6 +331,7 @@ _DEFAULTS = {
     "max.connections.per.ip.overrides": "",
     "max.connection.creation.rate": str(2**31 - 1),
     **{d.broker_name: d.default for d in TOPIC_CONFIGS},
+    **CleanerConfig().as_properties(),
 }
 
 
