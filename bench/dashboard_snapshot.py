@@ -240,13 +240,21 @@ def run_cluster(args: argparse.Namespace) -> Run:
 
 def load_store(run: Run) -> tuple[Store, list[float]]:
     store = Store()
-    times: set[float] = set()
+    rounds: dict[float, list[tuple[str, str]]] = {}
     for t, instance, text in run.scrapes:
-        times.add(t)
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                store.add(t, s.name, {**s.labels, "instance": instance}, float(s.value))
-    return store, sorted(times)
+        rounds.setdefault(t, []).append((instance, text))
+    seen: set[str] = set()
+    for t in sorted(rounds):
+        answered = set()
+        for instance, text in rounds[t]:
+            answered.add(instance)
+            for family in text_string_to_metric_families(text):
+                for s in family.samples:
+                    store.add(t, s.name, {**s.labels, "instance": instance}, float(s.value))
+        for instance in seen - answered:
+            store.mark_stale(t, "instance", instance)  # it was down: its series end
+        seen |= answered
+    return store, sorted(rounds)
 
 
 def legend(template: str, labels: frozenset[tuple[str, str]]) -> str:
@@ -302,9 +310,11 @@ def render(run: Run, rate_window: str, out: Path) -> None:
             ys = [[lines[n].get(t, 0.0) / scale for t in steps] for n in names]
             ax.stackplot(xs, ys, labels=names, alpha=0.6)
         else:
+            xs = [t / 60 for t in steps]
             for name in sorted(lines):
-                pts = sorted(lines[name].items())
-                ax.plot([t / 60 for t, _ in pts], [v / scale for _, v in pts], label=name, lw=1.4)
+                # A step without a value is a gap in the line (a broker that was down).
+                ys = [lines[name].get(t, math.nan) / scale for t in steps]
+                ax.plot(xs, ys, label=name, lw=1.4)
         for event in run.events:
             if "broker 3" in event.text:
                 ax.axvline(event.t / 60, color="#ff7383", ls="--", lw=0.9, alpha=0.8)

@@ -17,6 +17,7 @@ fails loudly instead of drawing something wrong.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Callable
@@ -50,6 +51,14 @@ class Store:
         s = self.series.setdefault(name, {}).setdefault(key, Series())
         s.times.append(t)
         s.values.append(value)
+
+    def mark_stale(self, t: float, label: str, value: str) -> None:
+        """A failed scrape: the target's series end here (Prometheus' staleness markers)."""
+        for by_labels in self.series.values():
+            for labels, s in by_labels.items():
+                if (label, value) in labels and s.times and not math.isnan(s.values[-1]):
+                    s.times.append(t)
+                    s.values.append(math.nan)
 
 
 _TOKEN = re.compile(
@@ -228,7 +237,7 @@ def _instant(store: Store, selector: tuple[str, list[tuple[str, str, str]]]) -> 
         out: Vector = {}
         for labels, s in _select(store, selector):
             j = _last_at(s.times, t)
-            if j >= 0 and t - s.times[j] <= LOOKBACK_S:
+            if j >= 0 and t - s.times[j] <= LOOKBACK_S and not math.isnan(s.values[j]):
                 out[labels] = s.values[j]
         return out
 
@@ -258,15 +267,20 @@ def _rate(
         for labels, s in _select(store, selector):
             end = _last_at(s.times, t)
             start = _last_at(s.times, t - window) + 1
-            if end - start < 1:
-                continue
+            points = [
+                (s.times[j], s.values[j])
+                for j in range(start, end + 1)
+                if not math.isnan(s.values[j])  # stale markers carry no value
+            ]
             if fn == "irate":
-                start = end - 1
+                points = points[-2:]
+            if len(points) < 2 or math.isnan(s.values[end]):
+                continue
             increase = 0.0
-            for j in range(start + 1, end + 1):
-                delta = s.values[j] - s.values[j - 1]
-                increase += delta if delta >= 0 else s.values[j]  # a counter reset
-            elapsed = s.times[end] - s.times[start]
+            for (_, before), (_, after) in itertools.pairwise(points):
+                delta = after - before
+                increase += delta if delta >= 0 else after  # a counter reset
+            elapsed = points[-1][0] - points[0][0]
             if elapsed <= 0:
                 continue
             out[_drop_name(labels)] = increase if fn == "increase" else increase / elapsed
