@@ -530,13 +530,17 @@ class ConsumerLagCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         rows: list[tuple[str, str, int, int, int]] = []
-        if not self._loop.is_closed():
-            future = asyncio.run_coroutine_threadsafe(self._compute(), self._loop)
+        if self._loop.is_running():
             try:
-                rows = future.result(LAG_TIMEOUT_S)
-            except (concurrent.futures.TimeoutError, RuntimeError):
-                future.cancel()
-                log.warning("consumer lag not computed within %.0f s", LAG_TIMEOUT_S)
+                future = asyncio.run_coroutine_threadsafe(self._compute(), self._loop)
+            except RuntimeError:  # the loop closed meanwhile: the broker is stopping
+                future = None
+            if future is not None:
+                try:
+                    rows = future.result(LAG_TIMEOUT_S)
+                except (concurrent.futures.TimeoutError, RuntimeError):
+                    future.cancel()
+                    log.warning("consumer lag not computed within %.0f s", LAG_TIMEOUT_S)
         labels = ["consumergroup", "topic", "partition"]
         lag = GaugeMetricFamily(
             "kafka_consumergroup_lag",
