@@ -776,6 +776,9 @@ class Broker:
         cluster = self.cluster
         if cluster is None:
             m.bind_partition_states(self._local_partition_health)
+            m.bind_single_broker_replicas(
+                lambda: sum(info.num_partitions for info in tuple(self.logs.topics().values()))
+            )
             m.bind_controller(lambda: True, lambda: 0)
             end_offset = self._local_end_offset
         else:

@@ -174,6 +174,8 @@ def test_metrics_under_load(broker: MetricsBroker) -> None:
     assert value(s, rm + "atminisrpartitioncount") >= PARTITIONS
     assert value(s, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
     assert value(s, "kafka_controller_kafkacontroller_activecontrollercount") == 1
+    assert value(s, rm + "leadercount") == value(s, rm + "partitioncount") >= PARTITIONS
+    assert value(s, rm + "isrshrinks_total") == value(s, rm + "isrexpands_total") == 0
 
     # Event-loop lag, and prometheus-client's own process and GC collectors.
     assert value(s, "headwater_event_loop_lag_seconds_count") > 0
