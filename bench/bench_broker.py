@@ -326,6 +326,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         }
         for n, override in enumerate(args.compare_override):
             brokers[f"headwater_{override}"] = Headwater(data / f"variant-{n}", [override])
+        for n, tree in enumerate(args.compare_tree):
+            brokers[f"headwater_tree_{tree.name}"] = Headwater(data / f"tree-{n}", source_tree=tree)
         if not args.skip_tansu:
             brokers["tansu"] = Tansu()
         phases: dict[tuple[str, str, str], list[Phase]] = {}
@@ -458,6 +460,15 @@ def main() -> None:
         default=[],
         metavar="KEY=VALUE",
         help="also run a Headwater broker with this --override, side by side (repeatable)",
+    )
+    parser.add_argument(
+        "--compare-tree",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="DIR",
+        help="also run a Headwater broker from this checkout (e.g. `git archive` of a base "
+        "commit), side by side (repeatable)",
     )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()

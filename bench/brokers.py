@@ -183,14 +183,22 @@ class BrokerUnderTest:
 
 
 class Headwater(BrokerUnderTest):
-    """``headwater serve`` as a user runs it; ``overrides`` are ``--override`` values."""
+    """``headwater serve`` as a user runs it; ``overrides`` are ``--override`` values.
+
+    ``source_tree`` runs the broker from another checkout (its directory goes
+    first on PYTHONPATH): two versions of the code, side by side in one run.
+    """
 
     name = "headwater"
 
-    def __init__(self, data_dir: Path, overrides: Sequence[str] = ()) -> None:
+    def __init__(
+        self, data_dir: Path, overrides: Sequence[str] = (), source_tree: Path | None = None
+    ) -> None:
         super().__init__()
         self.data_dir = data_dir
         self.overrides = list(overrides)
+        if source_tree is not None:
+            self.env["PYTHONPATH"] = str(source_tree.resolve())
 
     def log_tail(self, lines: int = 30) -> str:
         return "\n".join(self.lines[-lines:])

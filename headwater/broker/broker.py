@@ -19,7 +19,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +42,7 @@ from headwater.broker.handlers.transactions import TransactionApis
 from headwater.broker.handlers.txn_markers import WriteTxnMarkersApi
 from headwater.broker.internal_topics import INTERNAL_TOPIC_CONFIGS, ensure_compacted
 from headwater.broker.memory_pool import MemoryPool
-from headwater.broker.metrics import BrokerMetrics
+from headwater.broker.metrics import BrokerMetrics, PartitionHealth, kafka_request_name
 from headwater.broker.producer_ids import ProducerIdAllocator
 from headwater.broker.rejection_log import RejectionLog
 from headwater.broker.tls_stream import TlsStream
@@ -89,6 +89,8 @@ log = logging.getLogger(__name__)
 #: The stop after the controlled shutdown (handlers, coordinators, cluster, logs) and
 #: the process exit must end within this; see ``shutdown_watchdog``.
 STOP_DRAIN_S = 30.0
+#: The ``request`` label of Kafka's RequestMetrics, per API key.
+_REQUEST_NAMES = {int(k): kafka_request_name(k.name) for k in ApiKey}
 
 RawHandler = Callable[[RequestContext, memoryview, int], "Response | Awaitable[Response]"]
 KioHandler = Callable[[RequestContext, Any], "dict[str, Any] | Awaitable[dict[str, Any]]"]
@@ -783,6 +785,78 @@ class Broker:
             return result
         return entry.call(ctx, frame, offset)
 
+    # -- metrics -----------------------------------------------------------------
+
+    def _observe_request(
+        self, ctx: RequestContext, times_ms: tuple[float, float, float, float, float, float]
+    ) -> None:
+        """Kafka's RequestMetrics: fetches count as FetchConsumer or FetchFollower, as there."""
+        header = ctx.header
+        key = header.api_key
+        if key == ApiKey.FETCH:
+            name = "FetchFollower" if ctx.request_quota_exempt else "FetchConsumer"
+        else:
+            name = _REQUEST_NAMES.get(key) or str(key)
+        self.metrics.request_times.observe(name, header.api_version, times_ms)
+
+    def _bind_metrics(self) -> None:
+        """The gauges read at scrape time: partition states, controller, consumer lag."""
+        m = self.metrics
+        m.topics.existing = lambda: tuple(self.logs.topics())
+        cluster = self.cluster
+        if cluster is None:
+            m.bind_partition_states(self._local_partition_health)
+            m.bind_single_broker_replicas(
+                lambda: sum(info.num_partitions for info in tuple(self.logs.topics().values()))
+            )
+            m.bind_controller(lambda: True, lambda: 0)
+            end_offset = self._local_end_offset
+        else:
+            replicas, view = cluster.replicas, cluster.view
+
+            def health() -> Iterator[PartitionHealth]:
+                for p in tuple(replicas.replicas.values()):
+                    if p.is_leader:
+                        min_isr = replicas.min_insync_replicas(p.topic)
+                        yield PartitionHealth(len(p.isr), len(p.replicas), min_isr)
+
+            def offline() -> int:
+                live = view.brokers
+                states = tuple(view.partition_states.values())
+                return sum(1 for s in states if s.leader < 0 or s.leader not in live)
+
+            def replica_end_offset(topic: str, partition: int) -> int | None:
+                replica = replicas.replicas.get((topic, partition))
+                return None if replica is None else replica.log.high_watermark
+
+            m.bind_partition_states(health)
+            m.bind_controller(lambda: cluster.controller.is_active, offline)
+            end_offset = replica_end_offset
+        m.bind_consumer_lag(asyncio.get_running_loop(), self._committed_offsets, end_offset)
+        self._spawn(m.event_loop.monitor(), "event-loop-lag")
+
+    def _local_partition_health(self) -> Iterator[PartitionHealth]:
+        default = self.config.min_insync_replicas
+        for info in tuple(self.logs.topics().values()):
+            try:
+                min_isr = int(info.configs.get("min.insync.replicas", default))
+            except ValueError:
+                min_isr = default
+            yield PartitionHealth(1, 1, min_isr, info.num_partitions)
+
+    def _local_end_offset(self, topic: str, partition: int) -> int | None:
+        log = self.logs.existing_log(topic, partition)
+        return None if log is None else log.high_watermark
+
+    def _committed_offsets(self) -> Iterator[tuple[str, str, int, int]]:
+        """(group, topic, partition, offset) of every group coordinated here."""
+        for coordinator in self.groups.shards.coordinators():
+            store = coordinator.offsets
+            for group in store.group_ids():
+                for topic, partition, committed in store.fetch(group, None):
+                    if committed is not None:
+                        yield group, topic, partition, committed.offset
+
     # -- lifecycle ---------------------------------------------------------------
 
     async def start(self) -> tuple[str, int]:
@@ -830,6 +904,7 @@ class Broker:
             await self.groups.start()
             await self.transactions.start()
             await self.cluster.replicas.start()
+        self._bind_metrics()
         if self.config.metrics_port is not None:
             port = self.metrics.serve(
                 self.config.metrics_host or "127.0.0.1", self.config.metrics_port
@@ -939,6 +1014,7 @@ class Broker:
             max_queued=self.connections.limits.max_queued_requests,
             stream=stream,
             security=security,
+            observe=self._observe_request,
         )
         return conn, stream
 

@@ -90,6 +90,9 @@ class RequestContext:
     #: Set by a handler for requests outside client request quotas (follower
     #: fetches: replication has its own throttles, KIP-73).
     request_quota_exempt: bool = False
+    #: Seconds a handler waited on others (a Fetch's long poll, acks=all):
+    #: Kafka's RemoteTimeMs, taken out of the handler's LocalTimeMs.
+    remote_seconds: float = 0.0
 
     @property
     def principal(self) -> KafkaPrincipal:
@@ -218,12 +221,25 @@ class PlainStream:
 
 Dispatch = Callable[[RequestContext, memoryview, int], "Response | Awaitable[Response]"]
 
+#: Told of each answered request: its context and Kafka's RequestMetrics times
+#: in ms (request queue, local, remote, response queue, response send, total).
+RequestObserver = Callable[[RequestContext, tuple[float, float, float, float, float, float]], None]
+
 
 @dataclass(slots=True)
 class _Queued:
     header: RequestHeader
     result: Response | asyncio.Future[Response]
     close_after: bool = False
+    ctx: RequestContext | None = None
+    #: time.perf_counter() when the request arrived whole, was handed to its
+    #: handler, and when the handler's answer was ready.
+    arrived: float = 0.0
+    started: float = 0.0
+    ready: float = 0.0
+
+    def mark_ready(self, _future: object) -> None:
+        self.ready = time.perf_counter()
 
 
 class Connection:
@@ -242,8 +258,12 @@ class Connection:
         max_queued: int = MAX_IN_FLIGHT,
         stream: ByteStream | None = None,
         security: ConnectionSecurity | None = None,
+        observe: RequestObserver | None = None,
     ) -> None:
         self._sock = sock
+        self._observe = observe
+        #: When this connection's previous response was written (perf_counter).
+        self._last_sent = 0.0
         self.peer = peer
         self.peer_ip = peer.rsplit(":", 1)[0]
         self.connection_id = connection_id
@@ -336,6 +356,7 @@ class Connection:
             if not data:
                 return
             now = time.monotonic()
+            arrived = time.perf_counter()
             self.last_active = now
             try:
                 frames = self._decoder.feed(data)
@@ -347,7 +368,7 @@ class Connection:
                 # Produce in slices), it is no longer the peer's slowness.
                 self.frame_started = None
             for frame in frames:
-                await self._handle_frame(frame)
+                await self._handle_frame(frame, arrived)
                 if self._closing:
                     # The last response (a failed authentication) goes out first.
                     await self._queue.put(None)
@@ -377,10 +398,12 @@ class Connection:
         elif completed or self.frame_started is None:
             self.frame_started = time.monotonic()
 
-    async def _handle_frame(self, frame: memoryview) -> None:
+    async def _handle_frame(self, frame: memoryview, arrived: float) -> None:
         muted = self.security.muted_until - time.monotonic()
         if muted > 0:
             await asyncio.sleep(muted)  # a quota throttle (KIP-219): read nothing meanwhile
+            arrived = time.perf_counter()  # Kafka would not have read it before either
+        started = time.perf_counter()
         try:
             header, offset = parse_request_header(frame)
         except Exception as exc:
@@ -403,9 +426,14 @@ class Connection:
             task: asyncio.Future[Response] = asyncio.ensure_future(result)
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-            await self._queue.put(_Queued(header, task, close_after))
+            item = _Queued(header, task, close_after, ctx, arrived, started)
+            if self._observe is not None:
+                task.add_done_callback(item.mark_ready)
+            await self._queue.put(item)
         else:
-            await self._queue.put(_Queued(header, result, close_after))
+            ready = time.perf_counter()
+            item = _Queued(header, result, close_after, ctx, arrived, started, ready)
+            await self._queue.put(item)
 
     async def _write_loop(self) -> None:
         try:
@@ -445,8 +473,13 @@ class Connection:
                 return False
         else:
             body = result
+        sending = time.perf_counter()
         if body is not None:
             await self._stream.write(self._frame(item.header, body))
+        if self._observe is not None and item.ctx is not None:
+            sent = time.perf_counter()
+            self._observe(item.ctx, _request_times(item, sending, sent, self._last_sent))
+            self._last_sent = sent
         return not item.close_after
 
     @staticmethod
@@ -456,3 +489,30 @@ class Connection:
             size = len(head) + body.size
             return [struct.pack(">i", size) + head, *body.parts]
         return [struct.pack(">i", len(head) + len(body)) + head, body]
+
+
+def _request_times(
+    item: _Queued, sending: float, sent: float, previous_sent: float
+) -> tuple[float, float, float, float, float, float]:
+    """Kafka's RequestMetrics split of one request's life, in milliseconds.
+
+    Kafka reads a connection's next request only once the previous response
+    is sent (the channel is muted meanwhile), so its clock for a request
+    starts no earlier than that. Headwater reads and handles pipelined
+    requests at once; counting the wait behind an earlier long-polling Fetch
+    would make a Metadata request look 500 ms slow where Kafka shows 1 ms.
+    So the clock starts at the later of arrival and the previous response.
+    """
+    assert item.ctx is not None
+    arrived = max(item.arrived, previous_sent)
+    ready = item.ready or sending
+    remote = item.ctx.remote_seconds
+    local = max(0.0, ready - item.started - remote)
+    return (
+        max(0.0, item.started - arrived) * 1000,
+        local * 1000,
+        remote * 1000,
+        max(0.0, sending - max(ready, arrived)) * 1000,
+        (sent - sending) * 1000,
+        (sent - arrived) * 1000,
+    )

@@ -26,11 +26,17 @@ def free_port() -> int:
 
 class BrokerProcess:
     def __init__(
-        self, data_dir: Path, port: int | None = None, overrides: Sequence[str] = ()
+        self,
+        data_dir: Path,
+        port: int | None = None,
+        overrides: Sequence[str] = (),
+        args: Sequence[str] = (),
     ) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
         self.overrides = list(overrides)
+        #: More ``serve`` options (``--metrics-listen``, ...).
+        self.args = list(args)
         self.proc: subprocess.Popen[str] | None = None
         self.lines: list[str] = []
 
@@ -45,6 +51,7 @@ class BrokerProcess:
             cmd += ["--listen", self.bootstrap]
         for o in self.overrides:
             cmd += ["--override", o]
+        cmd += self.args
         self.lines = []
         self.proc = subprocess.Popen(
             cmd,

@@ -19,14 +19,19 @@ from kio.schema.errors import ErrorCode as E
 from headwater.broker.config import BrokerConfig
 from headwater.broker.connection import RequestContext
 from headwater.broker.producer_ids import ProducerIdAllocator
-from headwater.log.config import LogConfig
-from headwater.log.errors import InvalidConfigError, InvalidTopicError, TopicExistsError
+from headwater.broker.topic_config_validation import (
+    partitions_error,
+    replication_factor_error,
+    topic_configs_error,
+)
+from headwater.log.errors import InvalidTopicError, TopicExistsError
 from headwater.log.log_directory import LogDirectory, TopicInfo, validate_topic_name
 from headwater.protocol.metadata_codec import (
     MetadataBroker,
     MetadataTopic,
     encode_metadata_response,
 )
+from headwater.records.errors import KafkaApiError
 from headwater.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
@@ -54,15 +59,6 @@ TOPIC_CONFIG_DEFAULTS: dict[str, str] = {
     "min.compaction.lag.ms": "0",
     "max.compaction.lag.ms": "9223372036854775807",
 }
-
-
-def invalid_topic_config(configs: dict[str, str]) -> str | None:
-    """Why a topic's configs cannot be used (INVALID_CONFIG), or None when they can."""
-    try:
-        LogConfig().with_topic_overrides(configs)
-    except InvalidConfigError as exc:
-        return str(exc)
-    return None
 
 
 def is_valid_topic_name(name: str | None) -> bool:
@@ -211,23 +207,26 @@ class AdminApis:
             configs = {c.name: c.value for c in t.configs if c.value is not None}
             if t.assignments:
                 num = len(t.assignments)
+            rf = t.replication_factor if t.replication_factor != -1 else 1
             if not self.may_create(ctx, t.name):
                 result["error_code"] = int(E.topic_authorization_failed)
-            elif t.replication_factor not in (-1, 1):
+            elif bad_rf := replication_factor_error(rf):
+                result["error_code"] = int(E.invalid_replication_factor)
+                result["error_message"] = bad_rf
+            elif rf != 1:
                 result["error_code"] = int(E.invalid_replication_factor)
                 result["error_message"] = (
-                    f"replication factor {t.replication_factor} is larger than the 1 "
-                    "available broker"
+                    f"replication factor {rf} is larger than the 1 available broker"
                 )
-            elif num < 1:
+            elif bad_num := partitions_error(num):
                 result["error_code"] = int(E.invalid_partitions)
-                result["error_message"] = "number of partitions must be at least 1"
+                result["error_message"] = bad_num
             elif unknown := sorted(set(configs) - set(TOPIC_CONFIG_DEFAULTS)):
                 result["error_code"] = int(E.invalid_config)
                 result["error_message"] = f"unknown topic config {', '.join(unknown)}"
-            elif bad := invalid_topic_config(configs):
+            elif bad_config := topic_configs_error(configs, self.config.log):
                 result["error_code"] = int(E.invalid_config)
-                result["error_message"] = bad
+                result["error_message"] = bad_config
             elif t.name in self.logs.topics():
                 result["error_code"] = int(E.topic_already_exists)
                 result["error_message"] = f"topic {t.name!r} already exists"
@@ -239,7 +238,7 @@ class AdminApis:
             else:
                 try:
                     info = self.logs.create_topic(t.name, num, configs)
-                except (TopicExistsError, InvalidTopicError) as exc:
+                except KafkaApiError as exc:  # exists, bad name, bad config: never a dropped link
                     result["error_code"] = int(exc.kafka_error_code)
                     result["error_message"] = str(exc)
                 else:

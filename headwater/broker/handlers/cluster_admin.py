@@ -23,11 +23,11 @@ from kio.schema.errors import ErrorCode as E
 
 from headwater.broker.config import BrokerConfig
 from headwater.broker.connection import RequestContext
-from headwater.broker.handlers.admin import (
-    TOPIC_CONFIG_DEFAULTS,
-    AdminApis,
-    invalid_topic_config,
-    is_valid_topic_name,
+from headwater.broker.handlers.admin import TOPIC_CONFIG_DEFAULTS, AdminApis, is_valid_topic_name
+from headwater.broker.topic_config_validation import (
+    partitions_error,
+    replication_factor_error,
+    topic_configs_error,
 )
 from headwater.cluster.cluster_view import ClusterView
 from headwater.cluster.controller import add_partitions, create_topic
@@ -309,10 +309,13 @@ class ClusterAdminApis:
             elif t.name in self.view.topics:
                 result["error_code"] = int(E.topic_already_exists)
                 result["error_message"] = f"topic {t.name!r} already exists"
-            elif num < 1:
+            elif bad_num := partitions_error(num):
                 result["error_code"] = int(E.invalid_partitions)
-                result["error_message"] = "number of partitions must be at least 1"
-            elif rf < 1 or rf > live:
+                result["error_message"] = bad_num
+            elif bad_rf := replication_factor_error(rf):
+                result["error_code"] = int(E.invalid_replication_factor)
+                result["error_message"] = bad_rf
+            elif rf > live:
                 result["error_code"] = int(E.invalid_replication_factor)
                 result["error_message"] = (
                     f"replication factor {rf} is not between 1 and the {live} live brokers"
@@ -320,11 +323,12 @@ class ClusterAdminApis:
             elif unknown := sorted(set(configs) - set(TOPIC_CONFIG_DEFAULTS)):
                 result["error_code"] = int(E.invalid_config)
                 result["error_message"] = f"unknown topic config {', '.join(unknown)}"
-            elif (bad := _bad_throttled_replicas(configs)) or (
-                bad := invalid_topic_config(configs)
-            ):
+            elif bad := _bad_throttled_replicas(configs):
                 result["error_code"] = int(E.invalid_config)
                 result["error_message"] = bad
+            elif bad_config := topic_configs_error(configs, self.config.log):
+                result["error_code"] = int(E.invalid_config)
+                result["error_message"] = bad_config
             elif req.validate_only:
                 result.update(num_partitions=num, replication_factor=rf)
             else:

@@ -65,13 +65,18 @@ def bound_open_files(response: FetchResponseData, limit: int) -> int:
 
 
 def bound_open_files_steps(
-    response: FetchResponseData, limit: int
+    response: FetchResponseData, limit: int, sent_per_topic: dict[str, int] | None = None
 ) -> Generator[None, None, tuple[int, int]]:
     """:func:`bound_open_files` in steps, also summing the record bytes sent:
-    (slices copied, bytes). One pass, in slices, over a 100,000-partition answer."""
+    (slices copied, bytes), and per topic into ``sent_per_topic`` if given.
+    One pass, in slices, over a 100,000-partition answer."""
     pinned = copied = sent = 0
     for n, part in enumerate(response.partitions, 1):
-        sent += part.records_size
+        size = part.records_size
+        if size:
+            sent += size
+            if sent_per_topic is not None:
+                sent_per_topic[part.topic] = sent_per_topic.get(part.topic, 0) + size
         if isinstance(part.records, FileSlice):
             pinned += 1
             if pinned > limit:
@@ -177,6 +182,7 @@ class FetchApi:
             str(ctx.principal),
             quota,
             ctx.client_host.rsplit(":", 1)[0],
+            ctx,
         )
 
     @staticmethod
@@ -265,6 +271,7 @@ class FetchApi:
         owner: str = "",
         quota: RequestContext | None = None,
         client: str = "",
+        request: RequestContext | None = None,
     ) -> EncodedBody:
         now = _now_ms()
         # Sessions belong to the principal that created them (beyond KIP-227);
@@ -288,6 +295,7 @@ class FetchApi:
         result = await self._read(req, to_read, authorized)
         self._follower_fetched(req, to_read, result)
         if not self._ready(req, result, ctx):
+            waiting = time.perf_counter()
             deadline = now + req.max_wait_ms
             async with self.purgatory.watch(ctx, to_read, self.logs.existing_log) as waiter:
                 while not self._ready(req, result, ctx) and not ctx.completion_error():
@@ -301,9 +309,20 @@ class FetchApi:
                     # A partition made pending meanwhile (a follower outside the
                     # ISR is asked where it is) is read here, not at the start.
                     self._follower_fetched(req, to_read, result)
+            if request is not None:
+                request.remote_seconds += time.perf_counter() - waiting
         response = await sliced(ctx.respond_steps(result.partitions, _now_ms()))
-        _, sent = await sliced(bound_open_files_steps(response, MAX_OPEN_SLICES_PER_RESPONSE))
+        follower = req.replica_id >= 0
+        per_topic: dict[str, int] | None = None if follower else {}
+        _, sent = await sliced(
+            bound_open_files_steps(response, MAX_OPEN_SLICES_PER_RESPONSE, per_topic)
+        )
         self.metrics.bytes_out.inc(sent)
+        if per_topic is None:
+            self.metrics.topics.replication_bytes_out += sent
+        else:
+            for topic, size in per_topic.items():
+                self.metrics.topics.fetched(topic, size)
         if req.replica_id >= 0 and self.replication is not None:
             self._record_leader_throttled(response, self.replication)
         if quota is not None:

@@ -205,6 +205,8 @@ class ProduceApi:
                         out.log_start_offset = result.log_start_offset
                         if not result.duplicate:
                             self.metrics.bytes_in.inc(len(records))
+                            count = result.last_offset - result.base_offset + 1
+                            self.metrics.topics.produced(topic.name, len(records), count)
                         # The replica manager saw the append through the log's
                         # listener; acks=all waits until the ISR has it.
                         if (
@@ -228,7 +230,7 @@ class ProduceApi:
         if not waits or replication is None:
             return encode_produce_response(response, version)
         return AwaitingAcks(
-            self._acknowledge(replication, response, waits, req.timeout_ms, version)
+            self._acknowledge(replication, response, waits, req.timeout_ms, version, ctx)
         )
 
     @staticmethod
@@ -262,11 +264,14 @@ class ProduceApi:
         waits: _Waits,
         timeout_ms: int,
         version: int,
+        ctx: RequestContext,
     ) -> bytes:
         """``acks=all``: answer when the ISR has every batch, or at the request timeout."""
+        waiting = time.perf_counter()
         codes = await await_acks(
             replication.purgatory, {k: f for k, (_, f) in waits.items()}, timeout_ms / 1000
         )
+        ctx.remote_seconds += time.perf_counter() - waiting
         for key, code in codes.items():
             if code:
                 out = waits[key][0]
