@@ -30,18 +30,16 @@ from headwater.cluster.partition import PartitionReplica
 from headwater.cluster.replication_quota import ReplicationThrottles
 from headwater.log.errors import KafkaApiError
 from headwater.log.log import Log
+from headwater.protocol.error_codes import ErrorCode
 from headwater.protocol.fetch_types import ZERO_UUID, PartitionData, PartitionFetch
 from headwater.records.batch import LOG_OVERHEAD
 
 log = logging.getLogger(__name__)
 
-OFFSET_OUT_OF_RANGE = 1
-NOT_LEADER_OR_FOLLOWER = 6
-UNKNOWN_LEADER_EPOCH = 75
 #: A new leader answers these until it has applied the state ZooKeeper just
 #: gave both of us (the watches fire together): retry soon, a few times, rather
 #: than after replica.fetch.backoff.ms, which added up to a second to failover.
-LEADER_CATCHING_UP = (NOT_LEADER_OR_FOLLOWER, UNKNOWN_LEADER_EPOCH)
+LEADER_CATCHING_UP = (ErrorCode.not_leader_or_follower, ErrorCode.unknown_leader_epoch)
 CATCH_UP_RETRY_S = 0.05
 CATCH_UP_RETRIES = 10
 #: Fetch v12: the last version that names topics (followers here fetch by name)
@@ -298,7 +296,7 @@ class ReplicaFetcher:
 
     def _apply(self, replica: PartitionReplica, data: PartitionData) -> None:
         plog = replica.log
-        if data.error_code == OFFSET_OUT_OF_RANGE:
+        if data.error_code == ErrorCode.offset_out_of_range:
             self._out_of_range(replica, data)
             return
         if data.error_code:

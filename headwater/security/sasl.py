@@ -21,16 +21,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from headwater.protocol.error_codes import ErrorCode
 from headwater.security.errors import IllegalSaslStateError, SaslAuthenticationError
 from headwater.security.plain import PlainServer
 from headwater.security.principal import KafkaPrincipal, user
 from headwater.security.scram import CredentialLookup, ScramMechanisms, ScramServer
 
 # Kafka error codes this module decides on.
-NONE = 0
-ILLEGAL_SASL_STATE = 34
-UNSUPPORTED_SASL_MECHANISM = 33
-SASL_AUTHENTICATION_FAILED = 58
 
 #: Kafka's ``sasl.server.max.receive.size`` default: a token past this is refused
 #: unread, so an unauthenticated peer cannot make the broker buffer megabytes.
@@ -119,26 +116,30 @@ class SaslServerSession:
     def handshake(self, mechanism: str) -> HandshakeResult:
         if self.state not in (SaslState.HANDSHAKE, SaslState.AUTHENTICATED):
             self.state = SaslState.FAILED
-            return HandshakeResult(ILLEGAL_SASL_STATE, list(self.enabled_mechanisms), close=True)
+            return HandshakeResult(
+                ErrorCode.illegal_sasl_state, list(self.enabled_mechanisms), close=True
+            )
         if mechanism not in self.enabled_mechanisms:
             self.state = SaslState.FAILED
             return HandshakeResult(
-                UNSUPPORTED_SASL_MECHANISM, list(self.enabled_mechanisms), close=True
+                ErrorCode.unsupported_sasl_mechanism, list(self.enabled_mechanisms), close=True
             )
         if self.state is SaslState.AUTHENTICATED and mechanism != self.mechanism_name:
             # KIP-368: re-authentication keeps the mechanism.
             self.state = SaslState.FAILED
-            return HandshakeResult(ILLEGAL_SASL_STATE, list(self.enabled_mechanisms), close=True)
+            return HandshakeResult(
+                ErrorCode.illegal_sasl_state, list(self.enabled_mechanisms), close=True
+            )
         self._mechanism = self._factory(mechanism, self.lookup)
         self.mechanism_name = mechanism
         self.state = SaslState.AUTHENTICATE
-        return HandshakeResult(NONE, list(self.enabled_mechanisms))
+        return HandshakeResult(ErrorCode.none, list(self.enabled_mechanisms))
 
     def authenticate(self, token: bytes, now_ms: int) -> AuthenticateResult:
         if self.state is not SaslState.AUTHENTICATE or self._mechanism is None:
             self.state = SaslState.FAILED
             return AuthenticateResult(
-                ILLEGAL_SASL_STATE, "SaslAuthenticate before SaslHandshake", close=True
+                ErrorCode.illegal_sasl_state, "SaslAuthenticate before SaslHandshake", close=True
             )
         if len(token) > self.max_token_bytes:
             return self._fail(f"SASL token of {len(token)} bytes exceeds {self.max_token_bytes}")
@@ -148,9 +149,9 @@ class SaslServerSession:
             return self._fail(str(exc))
         except IllegalSaslStateError as exc:
             self.state = SaslState.FAILED
-            return AuthenticateResult(ILLEGAL_SASL_STATE, str(exc), close=True)
+            return AuthenticateResult(ErrorCode.illegal_sasl_state, str(exc), close=True)
         if not self._mechanism.complete:
-            return AuthenticateResult(NONE, token=reply)
+            return AuthenticateResult(ErrorCode.none, token=reply)
         assert self._mechanism.username is not None
         principal = user(self._mechanism.username)
         if self.principal is not None and principal != self.principal:
@@ -162,12 +163,12 @@ class SaslServerSession:
         self.state = SaslState.AUTHENTICATED
         lifetime = self.max_reauth_ms
         self.expires_at_ms = now_ms + lifetime if lifetime > 0 else None
-        return AuthenticateResult(NONE, token=reply, session_lifetime_ms=lifetime)
+        return AuthenticateResult(ErrorCode.none, token=reply, session_lifetime_ms=lifetime)
 
     def _fail(self, message: str) -> AuthenticateResult:
         self.state = SaslState.FAILED
         self._mechanism = None
-        return AuthenticateResult(SASL_AUTHENTICATION_FAILED, message, close=True)
+        return AuthenticateResult(ErrorCode.sasl_authentication_failed, message, close=True)
 
 
 def parse_mechanisms(value: str | None, default: Iterable[str] = ("GSSAPI",)) -> list[str]:

@@ -15,29 +15,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from headwater.cluster.fake_zookeeper import FakeZooKeeper
-
 from headwater.broker.config import BrokerConfig
 from headwater.broker.handlers.fetch import FetchApi
 from headwater.broker.metrics import BrokerMetrics
 from headwater.cluster.cluster_view import ClusterView
-from headwater.cluster.replica_manager import (
-    NOT_LEADER_OR_FOLLOWER,
-    ReplicaManager,
-    ReplicationConfig,
-)
-from headwater.cluster.store import (
-    BrokerRegistration,
-    InMemoryClusterStore,
-    PartitionState,
-    PartitionStateWrite,
-)
+from headwater.cluster.replica_manager import ReplicaManager, ReplicationConfig
+from headwater.cluster.store import BrokerRegistration, PartitionState, PartitionStateWrite
 from headwater.fetch.purgatory import FetchPurgatory
 from headwater.fetch.session_cache import FetchSessionCache
 from headwater.log.config import LogConfig
 from headwater.log.log_directory import LogDirectory
+from headwater.protocol.error_codes import ErrorCode
 from headwater.protocol.fetch_types import FetchRequestData, PartitionFetch
 from headwater.records.record import RecordBatchBuilder
+from headwater.testing import FakeZooKeeper, InMemoryClusterStore
 
 TOPIC = "idle"
 KEY = (TOPIC, 0)
@@ -258,7 +249,7 @@ def test_a_restored_session_never_leads_from_the_cached_view(tmp_path: Path) -> 
                 assert await eventually(lambda: True in told or replica.leader == 2)
                 assert told == [False], "led again from the cached state"
                 assert held, "the watch answers were not held back: the test proves nothing"
-                assert c.replicas.serving_error(TOPIC, 0) == NOT_LEADER_OR_FOLLOWER
+                assert c.replicas.serving_error(TOPIC, 0) == ErrorCode.not_leader_or_follower
                 assert (replica.leader, replica.leader_epoch) == (2, 1)
                 assert c.view.partition_states[KEY].leader_epoch == 1
             await asyncio.sleep(0.05)

@@ -10,17 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from headwater.protocol.error_codes import ErrorCode
 from headwater.security.credentials import FileCredentialStore, InMemoryCredentialStore
 from headwater.security.errors import IllegalSaslStateError, SaslAuthenticationError
 from headwater.security.plain import PlainServer
 from headwater.security.principal import user
-from headwater.security.sasl import (
-    ILLEGAL_SASL_STATE,
-    SASL_AUTHENTICATION_FAILED,
-    UNSUPPORTED_SASL_MECHANISM,
-    SaslServerSession,
-    SaslState,
-)
+from headwater.security.sasl import SaslServerSession, SaslState
 from headwater.security.scram import (
     SCRAM_SHA_256,
     SCRAM_SHA_512,
@@ -248,20 +243,20 @@ def test_session_authenticates_and_sets_the_principal() -> None:
 
 def test_wrong_password_fails_and_closes() -> None:
     s = session(store_with("alice", "pw"))
-    assert scram_login(s, "alice", "nope") == SASL_AUTHENTICATION_FAILED
+    assert scram_login(s, "alice", "nope") == ErrorCode.sasl_authentication_failed
     assert s.state is SaslState.FAILED and s.principal is None
 
 
 def test_authenticate_before_handshake_is_illegal() -> None:
     s = session(store_with("alice", "pw"))
     r = s.authenticate(b"\x00alice\x00pw", 0)
-    assert r.error_code == ILLEGAL_SASL_STATE and r.close and not s.authenticated
+    assert r.error_code == ErrorCode.illegal_sasl_state and r.close and not s.authenticated
 
 
 def test_unsupported_mechanism_lists_the_enabled_ones() -> None:
     s = session(store_with("alice", "pw"))
     r = s.handshake("GSSAPI")
-    assert r.error_code == UNSUPPORTED_SASL_MECHANISM and r.close
+    assert r.error_code == ErrorCode.unsupported_sasl_mechanism and r.close
     assert r.mechanisms == ["PLAIN", "SCRAM-SHA-512"]
 
 
@@ -269,7 +264,7 @@ def test_oversized_token_is_refused_unread() -> None:
     s = SaslServerSession(["PLAIN"], store_with("a", "pw").get, max_token_bytes=100)
     s.handshake("PLAIN")
     r = s.authenticate(b"\x00a\x00" + b"p" * 200, 0)
-    assert r.error_code == SASL_AUTHENTICATION_FAILED and r.close
+    assert r.error_code == ErrorCode.sasl_authentication_failed and r.close
 
 
 def test_reauthentication_keeps_the_principal() -> None:
@@ -279,14 +274,14 @@ def test_reauthentication_keeps_the_principal() -> None:
     assert scram_login(s, "alice", "pw", now_ms=0) == 0
     assert scram_login(s, "alice", "pw", now_ms=90) == 0
     assert s.reauthentications == 1 and s.expires_at_ms == 190
-    assert scram_login(s, "bob", "pw2", now_ms=150) == SASL_AUTHENTICATION_FAILED
+    assert scram_login(s, "bob", "pw2", now_ms=150) == ErrorCode.sasl_authentication_failed
     assert s.state is SaslState.FAILED
 
 
 def test_reauthentication_cannot_switch_mechanism() -> None:
     s = session(store_with("alice", "pw"))
     assert scram_login(s, "alice", "pw") == 0
-    assert s.handshake("PLAIN").error_code == ILLEGAL_SASL_STATE
+    assert s.handshake("PLAIN").error_code == ErrorCode.illegal_sasl_state
 
 
 _ops = st.one_of(
@@ -313,7 +308,11 @@ def test_session_fuzz_never_crashes_and_failure_is_final(ops: list[tuple[str, ob
             assert isinstance(arg, bytes)
             r = s.authenticate(arg, 0)
             r_close = r.close
-            assert r.error_code in (0, ILLEGAL_SASL_STATE, SASL_AUTHENTICATION_FAILED)
+            assert r.error_code in (
+                0,
+                ErrorCode.illegal_sasl_state,
+                ErrorCode.sasl_authentication_failed,
+            )
         if failed:
             assert s.state is SaslState.FAILED and r_close
         failed = failed or r_close

@@ -19,6 +19,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode as E
 
 from headwater.broker.connection import CloseConnection, RequestContext
+from headwater.protocol.error_codes import ErrorCode
 from headwater.security.acl import (
     CLUSTER_NAME,
     AccessControlEntry,
@@ -40,7 +41,7 @@ from headwater.security.quotas import (
     validate_entity,
     validate_ops,
 )
-from headwater.security.sasl import SASL_AUTHENTICATION_FAILED, SaslServerSession
+from headwater.security.sasl import SaslServerSession
 from headwater.security.scram import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
@@ -138,7 +139,7 @@ class SecurityApis:
         }
         if result.close:
             ctx.security.close_after_response = True
-        if result.error_code == SASL_AUTHENTICATION_FAILED:
+        if result.error_code == ErrorCode.sasl_authentication_failed:
             delay_ms = self.failures.failure(ctx.host, _now_ms())
             log.info(
                 "SASL authentication failed from %s (%s); closing after %d ms",
