@@ -22,11 +22,15 @@ from typing import Any
 
 import numpy as np
 
+from headwater.records.errors import CorruptRecordError
+from headwater.records.record import decode_varint
+
 SLOT_BYTES = 24  # two 64-bit key hashes + one 64-bit offset
 LOAD_FACTOR = 0.9  # Kafka's log.cleaner.io.buffer.load.factor
 
 _kernels: Any = None
 _lock = threading.Lock()
+_loader: threading.Thread | None = None
 
 
 def _build() -> Any:
@@ -279,7 +283,50 @@ class OffsetMap:
         return int(kept), int(written), int(tombstones), bool(ok)
 
 
+def load_in_background() -> None:
+    """Compile (or read from numba's cache) the kernels on a thread, once.
+
+    The produce path checks compacted topics' keys with :func:`first_null_key`
+    and must never wait for the JIT (seconds on a fresh machine, holding the
+    event loop): until the kernels are ready it walks the records in Python.
+    """
+    global _loader
+    if _kernels is not None or _loader is not None:
+        return
+    _loader = threading.Thread(target=kernels, name="numba-offset-map", daemon=True)
+    _loader.start()
+
+
 def first_null_key(records: Any, count: int) -> int:
-    """Index of the first record without a key in a batch's (uncompressed) records; -1: none."""
-    _, _, kernel = kernels()
-    return int(kernel(records, count))
+    """Index of the first record without a key in a batch's (uncompressed) records; -1: none.
+
+    Compiled once the kernels are loaded; a pure-Python walk meanwhile (the
+    first call starts loading them in the background).
+    """
+    loaded = _kernels
+    if loaded is None:
+        load_in_background()
+        return _first_null_key_python(records, count)
+    return int(loaded[2](records, count))
+
+
+def _first_null_key_python(records: Any, count: int) -> int:
+    """:func:`first_null_key` without numba: -1 none, -2 unparsable (validation reports it)."""
+    data = bytes(records)
+    pos = 0
+    try:
+        for i in range(count):
+            length, pos = decode_varint(data, pos)
+            end = pos + length
+            if length < 0 or end > len(data):
+                return -2
+            pos += 1  # attributes
+            _, pos = decode_varint(data, pos)  # timestamp delta
+            _, pos = decode_varint(data, pos)  # offset delta
+            key_length, pos = decode_varint(data, pos)
+            if key_length < 0:
+                return i
+            pos = end
+    except (IndexError, CorruptRecordError):
+        return -2
+    return -1
