@@ -811,7 +811,6 @@ class Broker:
             )
         self._spawn(self._housekeeping(), "housekeeping")
         self._spawn(self._connection_sweep(), "connection-sweep")
-        log.info("listening on %s:%d", self.address[0], self.address[1])
         for sock, listener in bound:
             host, port = sock.getsockname()[:2]
             if listener.protocol is SecurityProtocol.PLAINTEXT:

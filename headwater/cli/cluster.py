@@ -25,6 +25,9 @@ def run_cluster(
     out: Callable[[str], None] = print,
 ) -> int:
     """Run until Ctrl-C/SIGTERM (exit 0) or until a broker dies (exit 1)."""
+    if data_dir.exists() and not data_dir.is_dir():
+        out(f"error: data directory {data_dir} is a file; pass --data-dir a directory")
+        return 2
     try:
         cluster = LocalCluster(data_dir, brokers, base_port=base_port, overrides=overrides)
     except (ValueError, ClusterStartError) as exc:
