@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from headwater import __version__
 from headwater.cli.acls import add_acl_commands
 from headwater.cli.cluster import add_cluster_command
+from headwater.cli.configs import add_config_commands
 from headwater.cli.consume import add_consume_command
 from headwater.cli.demo import add_demo_command
 from headwater.cli.groups import add_group_commands
@@ -40,6 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     add_serve_command(sub)
     add_topic_commands(sub)
+    add_config_commands(sub)
     add_produce_command(sub)
     add_consume_command(sub)
     add_group_commands(sub)
