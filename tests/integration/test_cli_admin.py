@@ -75,3 +75,81 @@ def test_broker_configs_describe_and_alter(broker: BrokerProcess) -> None:
     assert listed["num.partitions"]["source"] in ("static", "default")
     hw(broker, "configs", "alter", "--broker", "0", "--delete-config", "log.retention.ms")
     assert "log.retention.ms" not in hw(broker, "configs", "describe", "--broker", "0").stdout
+
+
+def _committed(broker: BrokerProcess, group: str, topic: str) -> dict[int, int]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    try:
+        parts = c.committed([TopicPartition(topic, p) for p in (0, 1)], timeout=20)
+        return {tp.partition: tp.offset for tp in parts}
+    finally:
+        c.close()
+
+
+def test_groups_reset_offsets_then_a_consumer_starts_there(broker: BrokerProcess) -> None:
+    from confluent_kafka import Consumer
+
+    hw(broker, "topics", "create", "resettable", "--partitions", "2")
+    lines = "".join(f"k{i}:v{i}\n" for i in range(40))
+    subprocess.run(
+        [sys.executable, "-m", "headwater.cli", "produce", "resettable", "--key-separator", ":",
+         "--bootstrap", broker.bootstrap],
+        input=lines, text=True, check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    ends = {
+        p["partition"]: p["log_end_offset"]
+        for p in json.loads(hw(broker, "topics", "describe", "resettable", "--json").stdout)[0][
+            "partitions"
+        ]
+    }
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "billing",
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})  # fmt: skip
+    consumer.subscribe(["resettable"])
+    seen = 0
+    while seen < 40:
+        msg = consumer.poll(10)
+        assert msg is not None, "consumer got nothing"
+        seen += 1
+    consumer.commit(asynchronous=False)
+    busy = hw(broker, "groups", "reset-offsets", "billing", "--all-topics", "--to-earliest",
+              "--execute", ok=False)  # fmt: skip
+    assert busy.returncode == 1 and "stop its consumers first" in busy.stderr
+    consumer.close()
+    assert _committed(broker, "billing", "resettable") == ends
+
+    plan = hw(broker, "groups", "reset-offsets", "billing", "--topic", "resettable",
+              "--to-earliest", "--dry-run").stdout.splitlines()  # fmt: skip
+    assert plan[0].split() == ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]
+    assert [row.split() for row in plan[1:]] == [
+        ["billing", "resettable", "0", "0"],
+        ["billing", "resettable", "1", "0"],
+    ]
+    assert _committed(broker, "billing", "resettable") == ends  # a dry run changes nothing
+
+    hw(broker, "groups", "reset-offsets", "billing", "--topic", "resettable:0",
+       "--shift-by", "-3", "--execute")  # fmt: skip
+    hw(broker, "groups", "reset-offsets", "billing", "--topic", "resettable:1",
+       "--to-offset", "2", "--execute")  # fmt: skip
+    assert _committed(broker, "billing", "resettable") == {0: ends[0] - 3, 1: min(2, ends[1])}
+
+    # The consumer's position afterwards: a new member starts at the reset offsets.
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "billing",
+                         "auto.offset.reset": "latest", "enable.auto.commit": False})  # fmt: skip
+    consumer.subscribe(["resettable"])
+    first: dict[int, int] = {}
+    try:
+        while len(first) < 2:
+            msg = consumer.poll(10)
+            assert msg is not None, first
+            first.setdefault(msg.partition(), msg.offset())
+    finally:
+        consumer.close()
+    assert first == {0: ends[0] - 3, 1: min(2, ends[1])}
+
+    hw(broker, "groups", "reset-offsets", "billing", "--all-topics", "--to-datetime",
+       "2000-01-01T00:00:00", "--execute")  # fmt: skip
+    assert _committed(broker, "billing", "resettable") == {0: 0, 1: 0}
+    assert hw(broker, "groups", "delete", "billing").stdout.strip() == "deleted group billing"
+    assert "billing" not in hw(broker, "groups", "list").stdout
