@@ -128,7 +128,12 @@ def cmd_add(args: argparse.Namespace) -> int:
     )
     for c, r in zip(creations, resp.results, strict=True):
         if int(r.error_code):
-            raise KafkaError(int(r.error_code), r.error_message or f"creating ACL {c}")
+            acl = _describe_line(
+                c["resource_type"], c["resource_name"], c["resource_pattern_type"],
+                argparse.Namespace(**c),
+            )  # fmt: skip
+            acl = acl.replace("\t", " ")
+            raise KafkaError(int(r.error_code), r.error_message or f"creating ACL {acl}")
     print(f"added {len(creations)} ACL(s)")
     return 0
 

@@ -153,3 +153,32 @@ def test_groups_reset_offsets_then_a_consumer_starts_there(broker: BrokerProcess
     assert _committed(broker, "billing", "resettable") == {0: 0, 1: 0}
     assert hw(broker, "groups", "delete", "billing").stdout.strip() == "deleted group billing"
     assert "billing" not in hw(broker, "groups", "list").stdout
+
+
+def test_ctrl_c_on_produce_says_what_was_acknowledged(broker: BrokerProcess) -> None:
+    import signal
+    import time
+
+    hw(broker, "topics", "create", "interrupted")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "headwater.cli", "produce", "interrupted", "--linger-ms", "0",
+         "--bootstrap", broker.bootstrap],
+        stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdin is not None
+    proc.stdin.write("".join(f"r{i}\n" for i in range(50)))
+    proc.stdin.flush()  # stdin stays open: the producer waits for more
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        shown = json.loads(hw(broker, "topics", "describe", "interrupted", "--json").stdout)
+        if shown[0]["partitions"][0]["log_end_offset"] == 50:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(60) == 130
+    proc.stdin.close()
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    assert err.strip().splitlines()[-1:] == [
+        "interrupted: 50 of 50 records acknowledged by interrupted; last offset per partition: 0:49"
+    ], err
