@@ -258,6 +258,38 @@ async def _commit(
             _raise(int(p.error_code), f"committing {t.name}-{p.partition_index} for {group}")
 
 
+def group_offsets(args: argparse.Namespace, group: str) -> dict[TopicPartition, int]:
+    """The committed offsets of ``group`` (for ``consume --group``)."""
+
+    async def fetch() -> dict[TopicPartition, int]:
+        cluster = ClusterClient(
+            args.bootstrap, client_id="headwater-groups", security=command_security(args)
+        )
+        try:
+            return await _committed(await _coordinator(cluster, group), group)
+        finally:
+            await cluster.close()
+
+    return asyncio.run(fetch())
+
+
+def commit_group_offsets(
+    args: argparse.Namespace, group: str, offsets: dict[TopicPartition, int]
+) -> None:
+    """Commit ``offsets`` for ``group`` as a standalone member (generation -1)."""
+
+    async def commit() -> None:
+        cluster = ClusterClient(
+            args.bootstrap, client_id="headwater-groups", security=command_security(args)
+        )
+        try:
+            await _commit(await _coordinator(cluster, group), group, sorted(offsets.items()))
+        finally:
+            await cluster.close()
+
+    asyncio.run(commit())
+
+
 def cmd_groups_reset_offsets(args: argparse.Namespace) -> int:
     """Kafka's kafka-consumer-groups --reset-offsets: a plan, committed only with --execute."""
     targets = asyncio.run(_reset(args, command_security(args)))

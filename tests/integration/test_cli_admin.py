@@ -182,3 +182,27 @@ def test_ctrl_c_on_produce_says_what_was_acknowledged(broker: BrokerProcess) -> 
     assert err.strip().splitlines()[-1:] == [
         "interrupted: 50 of 50 records acknowledged by interrupted; last offset per partition: 0:49"
     ], err
+
+
+def test_consume_from_an_offset_and_as_a_group(broker: BrokerProcess) -> None:
+    hw(broker, "topics", "create", "replayed")
+    subprocess.run(
+        [sys.executable, "-m", "headwater.cli", "produce", "replayed",
+         "--bootstrap", broker.bootstrap],
+        input="".join(f"v{i}\n" for i in range(10)), text=True, check=True,
+        capture_output=True, timeout=60,
+    )  # fmt: skip
+    read = ["--timeout-ms", "3000"]
+    at = hw(broker, "consume", "replayed", "--partition", "0", "--offset", "7", *read).stdout
+    assert at.split() == ["v7", "v8", "v9"]
+    bad = hw(broker, "consume", "replayed", "--offset", "7", ok=False)
+    assert bad.stderr.strip() == (
+        "error: --offset N needs --partition (an offset belongs to one partition)"
+    )
+    first = hw(broker, "consume", "replayed", "--group", "reader", "--from-beginning",
+               "--max-messages", "4", *read).stdout  # fmt: skip
+    assert first.split() == ["v0", "v1", "v2", "v3"]
+    rest = hw(broker, "consume", "replayed", "--group", "reader", *read).stdout
+    assert rest.split() == [f"v{i}" for i in range(4, 10)]
+    described = hw(broker, "groups", "describe", "reader").stdout
+    assert "  replayed\t0\t10\t10\t0\t" in described
