@@ -178,10 +178,23 @@ def add_produce_command(subparsers: Any) -> None:
         "--compression",
         default="none",
         choices=["none", "gzip", "snappy", "lz4", "zstd"],
+        help="batch compression (default none)",
     )
-    produce.add_argument("--acks", default="all", choices=["0", "1", "all", "-1"])
-    produce.add_argument("--linger-ms", type=int, default=5)
-    produce.add_argument("--batch-size", type=int, default=16_384)
+    produce.add_argument(
+        "--acks",
+        default="all",
+        choices=["0", "1", "all", "-1"],
+        help="replicas that must have a record before it counts as sent: 0 none, 1 the "
+        "leader, all (-1) the ISR (default all)",
+    )
+    produce.add_argument(
+        "--linger-ms", type=int, default=5, metavar="MS",
+        help="wait this long to fill a batch (default 5)",
+    )  # fmt: skip
+    produce.add_argument(
+        "--batch-size", type=int, default=16_384, metavar="BYTES",
+        help="largest batch per partition (default 16384)",
+    )  # fmt: skip
     produce.add_argument("--count", type=int, metavar="N", help="synthetic load: N records")
     produce.add_argument("--size", type=int, metavar="BYTES", help="synthetic load: value size")
     add_client_args(produce)
