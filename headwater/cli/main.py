@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from headwater import __version__
 from headwater.cli.acls import add_acl_commands
 from headwater.cli.cluster import add_cluster_command
+from headwater.cli.cluster_info import add_cluster_info_commands
 from headwater.cli.configs import add_config_commands
 from headwater.cli.consume import add_consume_command
 from headwater.cli.demo import add_demo_command
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_acl_commands(sub)
     add_demo_command(sub)
     add_cluster_command(sub)
+    add_cluster_info_commands(sub)
     return parser
 
 

@@ -206,3 +206,29 @@ def test_consume_from_an_offset_and_as_a_group(broker: BrokerProcess) -> None:
     assert rest.split() == [f"v{i}" for i in range(4, 10)]
     described = hw(broker, "groups", "describe", "reader").stdout
     assert "  replayed\t0\t10\t10\t0\t" in described
+
+
+def test_health_log_dirs_and_quotas(broker: BrokerProcess) -> None:
+    hw(broker, "topics", "create", "sized", "--partitions", "2")
+    subprocess.run(
+        [sys.executable, "-m", "headwater.cli", "produce", "sized", "--count", "20", "--size",
+         "100", "--bootstrap", broker.bootstrap],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    health = hw(broker, "health").stdout.splitlines()
+    assert health[0] == "Healthy: yes" and health[1] == "Brokers: 0"
+    assert "Under-replicated partitions: 0" in health and "Offline partitions: 0" in health
+    assert json.loads(hw(broker, "health", "--json").stdout)["controller"] == 0
+
+    dirs = json.loads(hw(broker, "log-dirs", "--topic", "sized", "--json").stdout)
+    assert sorted(d["partition"] for d in dirs) == ["sized-0", "sized-1"]
+    assert sum(d["size"] for d in dirs) > 20 * 100
+    assert hw(broker, "log-dirs", "--topic", "sized").stdout.startswith("BROKER  LOG-DIR")
+
+    hw(broker, "quotas", "alter", "--user", "alice", "--add-config", "producer_byte_rate=1048576")
+    hw(broker, "quotas", "alter", "--client-defaults", "--add-config", "consumer_byte_rate=2048")
+    described = hw(broker, "quotas", "describe").stdout
+    assert "user=alice\tproducer_byte_rate=1048576" in described, described
+    assert "client-id=<default>\tconsumer_byte_rate=2048" in described
+    hw(broker, "quotas", "alter", "--user", "alice", "--delete-config", "producer_byte_rate")
+    assert "user=alice" not in hw(broker, "quotas", "describe").stdout
