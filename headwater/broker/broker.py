@@ -923,7 +923,6 @@ class Broker:
         self.configs.on_cleaner_config = self.cleaner.reconfigure
         self.cleaner.start()
         self._spawn(self._connection_sweep(), "connection-sweep")
-        log.info("listening on %s:%d", self.address[0], self.address[1])
         for sock, listener in bound:
             host, port = sock.getsockname()[:2]
             if listener.protocol is SecurityProtocol.PLAINTEXT:

@@ -31,6 +31,10 @@ from headwater.security.acl import (
     ResourceType,
 )
 
+_OPERATION_NAMES = [
+    op.name for op in AclOperation if op not in (AclOperation.UNKNOWN, AclOperation.ANY)
+]
+
 
 def _resources(args: argparse.Namespace) -> list[tuple[ResourceType, str]]:
     out = [(ResourceType.TOPIC, t) for t in args.topic or ()]
@@ -128,7 +132,12 @@ def cmd_add(args: argparse.Namespace) -> int:
     )
     for c, r in zip(creations, resp.results, strict=True):
         if int(r.error_code):
-            raise KafkaError(int(r.error_code), r.error_message or f"creating ACL {c}")
+            acl = _describe_line(
+                c["resource_type"], c["resource_name"], c["resource_pattern_type"],
+                argparse.Namespace(**c),
+            )  # fmt: skip
+            acl = acl.replace("\t", " ")
+            raise KafkaError(int(r.error_code), r.error_message or f"creating ACL {acl}")
     print(f"added {len(creations)} ACL(s)")
     return 0
 
@@ -210,16 +219,40 @@ def add_acl_commands(sub: Any) -> None:
     remove = asub.add_parser("remove", help="remove ACLs matching the filters")
     for p in (add, lst, remove):
         add_bootstrap_arg(p)
-        p.add_argument("--topic", action="append")
-        p.add_argument("--group", action="append")
-        p.add_argument("--transactional-id", action="append")
-        p.add_argument("--cluster", action="store_true")
-        p.add_argument("--resource-pattern-type", choices=["literal", "prefixed", "match", "any"])
-        p.add_argument("--allow-principal", action="append", default=[], metavar="User:NAME")
-        p.add_argument("--deny-principal", action="append", default=[], metavar="User:NAME")
-        p.add_argument("--allow-host", action="append")
-        p.add_argument("--deny-host", action="append")
-        p.add_argument("--operation", action="append", default=[], metavar="READ|WRITE|...")
+        p.add_argument("--topic", action="append", metavar="NAME", help="a topic (repeatable)")
+        p.add_argument(
+            "--group", action="append", metavar="NAME", help="a consumer group (repeatable)"
+        )
+        p.add_argument(
+            "--transactional-id", action="append", metavar="ID",
+            help="a transactional id (repeatable)",
+        )  # fmt: skip
+        p.add_argument("--cluster", action="store_true", help="the cluster resource")
+        p.add_argument(
+            "--resource-pattern-type", choices=["literal", "prefixed", "match", "any"],
+            help="how resource names match: literal (the default for add), prefixed; "
+            "match and any for list and remove",
+        )  # fmt: skip
+        p.add_argument(
+            "--allow-principal", action="append", default=[], metavar="User:NAME",
+            help="an ALLOW entry for this principal (repeatable)",
+        )  # fmt: skip
+        p.add_argument(
+            "--deny-principal", action="append", default=[], metavar="User:NAME",
+            help="a DENY entry for this principal (repeatable)",
+        )  # fmt: skip
+        p.add_argument(
+            "--allow-host", action="append", metavar="HOST",
+            help="hosts the ALLOW entries apply to (default *)",
+        )  # fmt: skip
+        p.add_argument(
+            "--deny-host", action="append", metavar="HOST",
+            help="hosts the DENY entries apply to (default *)",
+        )  # fmt: skip
+        p.add_argument(
+            "--operation", action="append", default=[], metavar="OPERATION",
+            help=f"one of {', '.join(_OPERATION_NAMES)} (repeatable; add: default ALL)",
+        )  # fmt: skip
         p.add_argument("--principal", help="filter by principal (list, remove)")
         add_connection_args(p)
     add.add_argument(

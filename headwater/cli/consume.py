@@ -13,6 +13,7 @@ from typing import Any, Final
 from tqdm import tqdm
 
 from headwater.cli.common import add_client_args, admin_client, client_config, guarded
+from headwater.cli.groups import commit_group_offsets, group_offsets
 from headwater.client.consumer import Consumer
 from headwater.client.errors import KafkaError
 from headwater.client.types import ConsumerRecord, TopicPartition
@@ -38,6 +39,8 @@ def _format_record(fmt: str, record: ConsumerRecord) -> str:
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
+    if args.offset not in (None, "earliest", "latest") and args.partition is None:
+        raise ValueError("--offset N needs --partition (an offset belongs to one partition)")
     config = client_config(
         args,
         **{
@@ -50,6 +53,7 @@ def cmd_consume(args: argparse.Namespace) -> int:
     idle_limit = None if args.timeout_ms is None else args.timeout_ms / 1000
     out = sys.stdout
     count = 0
+    printed: dict[TopicPartition, int] = {}
     with Consumer(config) as consumer:
         partitions = consumer.partitions_for(args.topic)
         if partitions is None:
@@ -60,7 +64,9 @@ def cmd_consume(args: argparse.Namespace) -> int:
             if args.partition not in partitions:
                 raise KafkaError(3, f"topic {args.topic!r} has no partition {args.partition}")
             partitions = {args.partition}
-        consumer.assign([TopicPartition(args.topic, p) for p in sorted(partitions)])
+        assigned = [TopicPartition(args.topic, p) for p in sorted(partitions)]
+        consumer.assign(assigned)
+        _position(args, consumer, assigned)
         progress = tqdm(total=limit, unit="msg", unit_scale=True, disable=None if limit else True)
         last_data = time.monotonic()
         try:
@@ -75,6 +81,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
                     records = records[: limit - count]
                 out.write("".join(_format_record(fmt, r) + "\n" for r in records))
                 count += len(records)
+                for r in records:  # the group's next offsets: after what was printed
+                    printed[TopicPartition(r.topic, r.partition)] = r.offset + 1
                 progress.update(len(records))
             out.flush()
         except BrokenPipeError:  # `| head`: the reader is gone, which is fine
@@ -83,8 +91,34 @@ def cmd_consume(args: argparse.Namespace) -> int:
             pass
         finally:
             progress.close()
+        if args.group and printed:
+            commit_group_offsets(args, args.group, printed)
     print(f"consumed {count} records", file=sys.stderr)
     return 0
+
+
+def _position(args: argparse.Namespace, consumer: Consumer, assigned: list[TopicPartition]) -> None:
+    """--offset, else the group's committed offsets, else --from-beginning or the end."""
+    if args.offset is not None:
+        if args.offset == "earliest":
+            consumer.seek_to_beginning(assigned)
+        elif args.offset == "latest":
+            consumer.seek_to_end(assigned)
+        else:
+            for tp in assigned:
+                consumer.seek(tp, int(args.offset))
+        return
+    if args.group:
+        committed = group_offsets(args, args.group)
+        for tp in assigned:
+            if tp in committed:
+                consumer.seek(tp, committed[tp])
+
+
+def _offset(text: str) -> str:
+    if text in ("earliest", "latest") or text.isdigit():
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r}: earliest, latest or an offset")
 
 
 def add_consume_command(subparsers: Any) -> None:
@@ -96,6 +130,18 @@ def add_consume_command(subparsers: Any) -> None:
     )
     consume.add_argument("--max-messages", type=int, metavar="N", help="stop after N records")
     consume.add_argument("--partition", type=int, metavar="P", help="only partition P")
+    consume.add_argument(
+        "--offset",
+        type=_offset,
+        metavar="earliest|latest|N",
+        help="start here (N needs --partition); wins over --group and --from-beginning",
+    )
+    consume.add_argument(
+        "--group",
+        metavar="GROUP",
+        help="start at GROUP's committed offsets and commit where this command stops "
+        "(a standalone member: the group must have no running consumers)",
+    )
     consume.add_argument(
         "--format",
         default=DEFAULT_FORMAT,
@@ -109,6 +155,8 @@ def add_consume_command(subparsers: Any) -> None:
         "--isolation-level",
         default="read_uncommitted",
         choices=["read_uncommitted", "read_committed"],
+        help="read_committed skips aborted transactions and stops at open ones "
+        "(default read_uncommitted)",
     )
     add_client_args(consume)
     consume.set_defaults(func=guarded(cmd_consume))

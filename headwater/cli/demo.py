@@ -92,7 +92,10 @@ def add_demo_command(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--output", default="demo-output", help="parquet and checkpoints")
     p.add_argument("--duration", type=float, default=0, help="seconds to run; 0: until Ctrl-C")
-    p.add_argument("--events-per-second", type=int, default=2000)
+    p.add_argument(
+        "--events-per-second", type=int, default=2000, metavar="N",
+        help="page views generated per second (default 2000)",
+    )  # fmt: skip
     p.add_argument("--partitions", type=int, default=12, help=f"partitions of {EVENTS_TOPIC}")
     p.add_argument("--window", type=int, default=10, help="window length in seconds")
     p.add_argument("--lateness", type=int, default=5, help="watermark delay in seconds")

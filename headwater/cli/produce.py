@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import os
 import sys
 import threading
@@ -30,15 +31,20 @@ class _Deliveries:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self.sent = 0
         self.acked = 0
         self.failed = 0
         self.first_error: BaseException | None = None
+        self.last_offsets: dict[int, int] = {}  # partition -> last acknowledged offset
 
     def __call__(self, future: Any) -> None:
         error = future.exception()
         with self._lock:
             if error is None:
                 self.acked += 1
+                meta = future.result()
+                if meta.offset > self.last_offsets.get(meta.partition, -1):
+                    self.last_offsets[meta.partition] = meta.offset
             else:
                 self.failed += 1
                 if self.first_error is None:
@@ -63,6 +69,29 @@ def _synthetic_values(count: int, size: int) -> Iterator[bytes]:
         yield pool[start : start + size]
 
 
+def _send_all(
+    producer: Producer,
+    args: argparse.Namespace,
+    values: Iterator[bytes],
+    separator: bytes | None,
+    deliveries: _Deliveries,
+    progress: Any,
+    per_record_progress: bool,
+) -> None:
+    for line in values:
+        key: bytes | None = None
+        value = line
+        if separator is not None and args.count is None:
+            key, sep, rest = line.partition(separator)
+            if sep:
+                value = rest
+            else:
+                key, value = None, line
+        producer.send(args.topic, value, key=key).add_done_callback(deliveries)
+        deliveries.sent += 1
+        progress.update(1 if per_record_progress else len(line) + 1)
+
+
 def cmd_produce(args: argparse.Namespace) -> int:
     if (args.count is None) != (args.size is None):
         raise ValueError("--count and --size go together")
@@ -79,6 +108,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
     deliveries = _Deliveries()
     started = time.monotonic()
     sent = 0
+    interrupted = False
     stream: IO[bytes] | None = None
     progress: tqdm[Any]
     if args.count is not None:
@@ -97,23 +127,29 @@ def cmd_produce(args: argparse.Namespace) -> int:
         per_record_progress = False
     try:
         with Producer(config) as producer:
-            for line in values:
-                key: bytes | None = None
-                value = line
-                if separator is not None and args.count is None:
-                    key, sep, rest = line.partition(separator)
-                    if sep:
-                        value = rest
-                    else:
-                        key, value = None, line
-                producer.send(args.topic, value, key=key).add_done_callback(deliveries)
-                sent += 1
-                progress.update(1 if per_record_progress else len(line) + 1)
-            producer.flush()
+            try:
+                _send_all(
+                    producer, args, values, separator, deliveries, progress, per_record_progress
+                )
+                producer.flush()
+            except KeyboardInterrupt:
+                interrupted = True
+                # What was sent may still be acknowledged: wait a little for it.
+                with contextlib.suppress(Exception, KeyboardInterrupt):
+                    producer.flush(10.0)
+            sent = deliveries.sent
     finally:
         progress.close()
         if stream is not None and stream is not sys.stdin.buffer:
             stream.close()
+    if interrupted:
+        offsets = ", ".join(f"{p}:{o}" for p, o in sorted(deliveries.last_offsets.items()))
+        print(
+            f"interrupted: {deliveries.acked} of {sent} records acknowledged by {args.topic}; "
+            f"last offset per partition: {offsets or 'none'}",
+            file=sys.stderr,
+        )
+        return 130
     elapsed = max(time.monotonic() - started, 1e-9)
     print(
         f"produced {deliveries.acked} of {sent} records to {args.topic} in {elapsed:.2f} s "
@@ -142,10 +178,23 @@ def add_produce_command(subparsers: Any) -> None:
         "--compression",
         default="none",
         choices=["none", "gzip", "snappy", "lz4", "zstd"],
+        help="batch compression (default none)",
     )
-    produce.add_argument("--acks", default="all", choices=["0", "1", "all", "-1"])
-    produce.add_argument("--linger-ms", type=int, default=5)
-    produce.add_argument("--batch-size", type=int, default=16_384)
+    produce.add_argument(
+        "--acks",
+        default="all",
+        choices=["0", "1", "all", "-1"],
+        help="replicas that must have a record before it counts as sent: 0 none, 1 the "
+        "leader, all (-1) the ISR (default all)",
+    )
+    produce.add_argument(
+        "--linger-ms", type=int, default=5, metavar="MS",
+        help="wait this long to fill a batch (default 5)",
+    )  # fmt: skip
+    produce.add_argument(
+        "--batch-size", type=int, default=16_384, metavar="BYTES",
+        help="largest batch per partition (default 16384)",
+    )  # fmt: skip
     produce.add_argument("--count", type=int, metavar="N", help="synthetic load: N records")
     produce.add_argument("--size", type=int, metavar="BYTES", help="synthetic load: value size")
     add_client_args(produce)

@@ -9,19 +9,42 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
+import logging
+import os
 import signal
+import socket
+import sys
 from pathlib import Path
 from typing import Any
 
 from headwater.broker import shutdown_watchdog
 from headwater.broker.config import BrokerConfig, parse_host_port, parse_properties
+from headwater.broker.config_def import BROKER_CONFIG_DEF, ConfigError
 from headwater.gc_policy import COLLECTOR
 from headwater.security.listeners import with_listen_address
 
+log = logging.getLogger("headwater")
+
+
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+class StartupError(Exception):
+    """A reason the broker cannot start, as one line (``main`` prints ``error: ...``)."""
+
 
 def _add_serve_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--listen", metavar="HOST:PORT", help="listener (Kafka key: listeners)")
-    p.add_argument("--data-dir", metavar="DIR", help="data directory (Kafka key: log.dirs)")
+    p.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="the PLAINTEXT listener (Kafka key: listeners; default 127.0.0.1:9092)",
+    )
+    p.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="data directory (Kafka key: log.dirs; default ./headwater-data)",
+    )
     p.add_argument("--config", metavar="FILE", help="a server.properties file with Kafka keys")
     p.add_argument(
         "--override",
@@ -29,34 +52,129 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="set a config key, e.g. -o log.segment.bytes=1048576 (repeatable)",
+        help="set a config key, e.g. -o log.segment.bytes=1048576 (repeatable; wins over --config)",
     )
-    p.add_argument("--metrics-listen", metavar="HOST:PORT", help="serve Prometheus /metrics")
-    p.add_argument("--log-level", default="INFO")
+    p.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="serve Prometheus /metrics there (Kafka-style key: headwater.metrics.listen)",
+    )
+    p.add_argument(
+        "--log-level",
+        default="INFO",
+        metavar="LEVEL",
+        help=f"{', '.join(LOG_LEVELS)} (default info); debug also shows tracebacks",
+    )
+    p.add_argument(
+        "--help-config",
+        action="store_true",
+        help="print every config key with its type, default, valid values and meaning",
+    )
 
 
-def broker_config(args: argparse.Namespace, default_data_dir: str | None = None) -> BrokerConfig:
+def server_properties(args: argparse.Namespace) -> tuple[dict[str, str], dict[str, str]]:
+    """The Kafka keys from ``--config``, ``-o`` and the flags, and where each came from."""
     props: dict[str, str] = {}
+    origin: dict[str, str] = {}
     if args.config:
-        props.update(parse_properties(Path(args.config).read_text()))
+        try:
+            text = Path(args.config).read_text()
+        except OSError as exc:
+            raise StartupError(
+                f"cannot read --config {args.config}: {exc.strerror or exc}"
+            ) from None
+        for key, value in parse_properties(text).items():
+            props[key], origin[key] = value, f"in {args.config}"
     for item in args.override:
         key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"--override needs KEY=VALUE, got {item!r}")
-        props[key.strip()] = value.strip()
+        if not sep or not key.strip():
+            raise StartupError(f"--override needs KEY=VALUE, got {item!r}")
+        props[key.strip()], origin[key.strip()] = value.strip(), "from -o"
     if args.listen:
-        host, port = parse_host_port(args.listen)
+        try:
+            host, port = parse_host_port(args.listen)
+        except ValueError as exc:
+            raise StartupError(f"--listen {args.listen}: {exc} (expected HOST:PORT)") from None
         try:
             props["listeners"] = with_listen_address(props.get("listeners"), host, port)
         except ValueError as exc:
-            raise SystemExit(f"error: {exc}") from None
+            raise StartupError(str(exc)) from None
+        origin["listeners"] = "from --listen"
     if args.data_dir:
-        props["log.dirs"] = args.data_dir
-    elif default_data_dir and "log.dirs" not in props and "log.dir" not in props:
-        props["log.dirs"] = default_data_dir
+        props["log.dirs"], origin["log.dirs"] = args.data_dir, "from --data-dir"
     if args.metrics_listen:
+        try:
+            parse_host_port(args.metrics_listen, 9308)
+        except ValueError as exc:
+            raise StartupError(
+                f"--metrics-listen {args.metrics_listen}: {exc} (expected HOST:PORT)"
+            ) from None
         props["headwater.metrics.listen"] = args.metrics_listen
-    return BrokerConfig.from_properties(props)
+        origin["headwater.metrics.listen"] = "from --metrics-listen"
+    return props, origin
+
+
+def broker_config(args: argparse.Namespace, default_data_dir: str | None = None) -> BrokerConfig:
+    """Validated config: a bad value or a file for a data directory is a ``StartupError``;
+    an unknown key a warning naming the nearest known one."""
+    props, origin = server_properties(args)
+    if default_data_dir and "log.dirs" not in props and "log.dir" not in props:
+        props["log.dirs"] = default_data_dir
+    try:
+        warnings = BROKER_CONFIG_DEF.validate(props, origin)
+    except ConfigError as exc:
+        raise StartupError(str(exc)) from None
+    for warning in warnings:
+        log.warning("%s", warning)
+    try:
+        config = BrokerConfig.from_properties(props)
+    except ValueError as exc:
+        raise StartupError(f"invalid config: {exc}") from None
+    check_data_dir(config.data_dir)
+    return config
+
+
+def check_data_dir(path: Path) -> None:
+    """The data directory exists (or can be made) and is a writable directory."""
+    if path.exists() and not path.is_dir():
+        raise StartupError(f"data directory {path} is a file; pass --data-dir a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StartupError(f"cannot create data directory {path}: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise StartupError(f"data directory {path} is not writable by this user")
+
+
+def _busy_address(config: BrokerConfig) -> str:
+    """Which of the broker's addresses could not be bound: a listener or /metrics."""
+    candidates = [
+        (listener.host, listener.port, f"listener {listener.name}")
+        for listener in config.all_listeners
+    ]
+    if config.metrics_port is not None:
+        candidates.append(
+            (config.metrics_host or "127.0.0.1", config.metrics_port, "--metrics-listen")
+        )
+    for host, port, what in candidates:
+        if port == 0:
+            continue
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, port))
+            except OSError as exc:
+                return f"{host}:{port} ({what}): {exc.strerror or exc}"
+    return f"{config.host}:{config.port}"
+
+
+async def _stop_quietly(broker: Any) -> None:
+    """Undo a failed start without its INFO lines: the failure is the one line that counts."""
+    logging.disable(logging.INFO)
+    try:
+        await broker.stop()
+    finally:
+        logging.disable(logging.NOTSET)
 
 
 async def run_broker(config: BrokerConfig) -> None:
@@ -69,12 +187,13 @@ async def run_broker(config: BrokerConfig) -> None:
     try:
         await broker.start()
     except OSError as exc:
-        await broker.stop()
-        where = f"{config.host}:{config.port}"
-        raise SystemExit(f"error: cannot listen on {where}: {exc.strerror}") from None
+        await _stop_quietly(broker)
+        if exc.errno in (errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES):
+            raise StartupError(f"cannot listen on {_busy_address(config)}") from None
+        raise StartupError(f"{exc.strerror or exc} ({exc.filename or config.data_dir})") from None
     except (ClusterStartError, DataDirLockedError) as exc:
-        await broker.stop()
-        raise SystemExit(f"error: {exc}") from None
+        await _stop_quietly(broker)
+        raise StartupError(str(exc)) from None
     # Start-up objects (topic registry, handler tables, imported modules) live for
     # the whole run: move them out of the collector's way so that decoding a large
     # Fetch request does not pay for rescanning them (measured: most of its cost).
@@ -101,7 +220,26 @@ def _run(config: BrokerConfig) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    return _run(broker_config(args, default_data_dir="headwater-data"))
+    """One line on stderr and exit 1 for anything that stops a start (a traceback with
+    --log-level debug)."""
+    if args.help_config:
+        print(BROKER_CONFIG_DEF.table(), end="")
+        return 0
+    debug = args.log_level.lower() == "debug"
+    try:
+        return _run(broker_config(args, default_data_dir="headwater-data"))
+    except StartupError as exc:
+        if debug:
+            log.exception("start-up failed")
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # the operator gets one line; debug, the traceback
+        if debug:
+            log.exception("broker failed")
+        print(
+            f"error: {type(exc).__name__}: {exc} (--log-level debug shows where)", file=sys.stderr
+        )
+        return 1
 
 
 def add_serve_command(subparsers: Any) -> None:

@@ -3,13 +3,30 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 from typing import Any
 
-from headwater.cli.common import add_client_args, admin_client, guarded, parse_key_values
+from headwater.cli.common import (
+    add_client_args,
+    admin_client,
+    admin_request,
+    command_security,
+    guarded,
+    parse_key_values,
+    print_json,
+)
+from headwater.client.admin import TOPIC_RESOURCE
+from headwater.client.errors import KafkaError
+from headwater.client.types import TopicMetadata
+from headwater.protocol.apis import ApiKey
+
+TOPIC_CONFIG_SOURCE = 1
 
 
 def cmd_topics_create(args: argparse.Namespace) -> int:
     configs = parse_key_values(args.config)
+    if args.partitions < 1:
+        raise ValueError(f"--partitions must be at least 1, got {args.partitions}")
     with admin_client(args) as admin:
         admin.create_topics([(args.name, args.partitions, configs, args.replication_factor)])
     print(f"created topic {args.name}")
@@ -18,27 +35,133 @@ def cmd_topics_create(args: argparse.Namespace) -> int:
 
 def cmd_topics_list(args: argparse.Namespace) -> int:
     with admin_client(args) as admin:
-        for name in admin.list_topics():
+        names = list(admin.list_topics())
+    if args.json:
+        print_json(names)
+    else:
+        for name in names:
             print(name)
     return 0
 
 
+def _partition_row(meta: TopicMetadata, index: int, offsets: dict[int, tuple[int, int]]) -> str:
+    p = meta.partitions[index]
+    start, end = offsets.get(index, (-1, -1))
+    return (
+        f"\tPartition: {index}\tLeader: {p.leader}\t"
+        f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}\t"
+        f"LogStartOffset: {start}\tLogEndOffset: {end}"
+    )
+
+
+def _wanted(args: argparse.Namespace, meta: TopicMetadata, index: int) -> bool:
+    p = meta.partitions[index]
+    if args.under_replicated_partitions and len(p.isr) >= len(p.replicas):
+        return False
+    return not (args.unavailable_partitions and p.leader >= 0)
+
+
 def cmd_topics_describe(args: argparse.Namespace) -> int:
+    """Kafka's layout; configs are the topic's overrides unless --all-configs."""
+    filtered = args.under_replicated_partitions or args.unavailable_partitions
+    described = []
     with admin_client(args) as admin:
-        meta = admin.describe_topic(args.name)
-        offsets = admin.log_offsets(args.name)
-        configs = admin.describe_configs(args.name)
-    print(f"Topic: {meta.name}\tTopicId: {meta.topic_id}\tPartitions: {len(meta.partitions)}")
-    print("Configs: " + ",".join(f"{k}={v}" for k, v in sorted(configs.items())))
-    for index in sorted(meta.partitions):
-        p = meta.partitions[index]
-        start, end = offsets[index]
-        print(
-            f"\tPartition: {index}\tLeader: {p.leader}\t"
-            f"Replicas: {','.join(map(str, p.replicas))}\tIsr: {','.join(map(str, p.isr))}\t"
-            f"LogStartOffset: {start}\tLogEndOffset: {end}"
-        )
+        names = [args.name] if args.name else [n for n in admin.list_topics()]
+        for name in names:
+            meta = admin.describe_topic(name)
+            offsets = admin.log_offsets(name) if not filtered else {}
+            entries = admin.describe_config_entries(name) if not filtered else {}
+            configs = {
+                k: v
+                for k, (v, source) in sorted(entries.items())
+                if args.all_configs or source == TOPIC_CONFIG_SOURCE
+            }
+            described.append((meta, offsets, configs))
+    if args.json:
+        print_json([_topic_json(args, *d) for d in described])
+        return 0
+    for meta, offsets, configs in described:
+        rows = [i for i in sorted(meta.partitions) if _wanted(args, meta, i)]
+        if filtered:
+            for index in rows:
+                print(f"\tTopic: {meta.name}" + _partition_row(meta, index, offsets))
+            continue
+        print(f"Topic: {meta.name}\tTopicId: {meta.topic_id}\tPartitions: {len(meta.partitions)}")
+        print("Configs: " + ",".join(f"{k}={v}" for k, v in configs.items()))
+        for index in rows:
+            print(_partition_row(meta, index, offsets))
     return 0
+
+
+def _topic_json(
+    args: argparse.Namespace,
+    meta: TopicMetadata,
+    offsets: dict[int, tuple[int, int]],
+    configs: dict[str, str | None],
+) -> dict[str, Any]:
+    partitions = []
+    for index in sorted(meta.partitions):
+        if not _wanted(args, meta, index):
+            continue
+        p = meta.partitions[index]
+        start, end = offsets.get(index, (-1, -1))
+        partitions.append(
+            {
+                "partition": index,
+                "leader": p.leader,
+                "replicas": list(p.replicas),
+                "isr": list(p.isr),
+                "log_start_offset": start,
+                "log_end_offset": end,
+            }
+        )
+    return {
+        "name": meta.name,
+        "topic_id": str(meta.topic_id),
+        "configs": configs,
+        "partitions": partitions,
+    }
+
+
+def cmd_topics_alter(args: argparse.Namespace) -> int:
+    """More partitions (CreatePartitions) and config changes (IncrementalAlterConfigs)."""
+    sets = parse_key_values(args.config)
+    if args.partitions is None and not sets and not args.delete_config:
+        raise ValueError("alter needs --partitions, --config or --delete-config")
+    if args.partitions is not None:
+        if args.partitions < 1:
+            raise ValueError(f"--partitions must be at least 1, got {args.partitions}")
+        with admin_client(args) as admin:
+            admin.create_partitions(args.name, args.partitions)
+        print(f"topic {args.name} now has {args.partitions} partitions")
+    if sets or args.delete_config:
+        alter_configs(args, TOPIC_RESOURCE, args.name, sets, args.delete_config)
+        print(f"altered configs of topic {args.name}")
+    return 0
+
+
+def alter_configs(
+    args: argparse.Namespace,
+    resource_type: int,
+    name: str,
+    sets: dict[str, str],
+    deletes: list[str],
+) -> None:
+    """IncrementalAlterConfigs (KIP-339): SET and DELETE, other keys untouched."""
+    configs = [{"name": k, "config_operation": 0, "value": v} for k, v in sets.items()]
+    configs += [{"name": k, "config_operation": 1, "value": None} for k in deletes]
+    body = {
+        "resources": [{"resource_type": resource_type, "resource_name": name, "configs": configs}],
+        "validate_only": False,
+    }
+    resp = asyncio.run(
+        admin_request(
+            args.bootstrap, ApiKey.INCREMENTAL_ALTER_CONFIGS, body, command_security(args)
+        )
+    )
+    for r in resp.responses:
+        if int(r.error_code):
+            raise KafkaError(int(r.error_code), r.error_message or f"altering configs of {name!r}")
 
 
 def cmd_topics_delete(args: argparse.Namespace) -> int:
@@ -50,7 +173,7 @@ def cmd_topics_delete(args: argparse.Namespace) -> int:
 
 def add_topic_commands(subparsers: Any) -> None:
     """Add ``topics`` to an argparse subparsers object."""
-    topics = subparsers.add_parser("topics", help="create, list, describe and delete topics")
+    topics = subparsers.add_parser("topics", help="create, list, describe, alter and delete topics")
     topic_commands = topics.add_subparsers(dest="topics_command", required=True)
 
     create = topic_commands.add_parser("create", help="create a topic")
@@ -76,15 +199,50 @@ def add_topic_commands(subparsers: Any) -> None:
     create.set_defaults(func=guarded(cmd_topics_create))
 
     listing = topic_commands.add_parser("list", help="list topic names")
+    listing.add_argument("--json", action="store_true", help="print a JSON list")
     add_client_args(listing)
     listing.set_defaults(func=guarded(cmd_topics_list))
 
     describe = topic_commands.add_parser(
-        "describe", help="partitions with log start/end offsets, topic id and configs"
+        "describe", help="partitions with log start/end offsets, topic id and config overrides"
     )
-    describe.add_argument("name")
+    describe.add_argument("name", nargs="?", help="the topic (default: every topic)")
+    describe.add_argument(
+        "--all-configs", action="store_true", help="every config, defaults included"
+    )
+    describe.add_argument(
+        "--under-replicated-partitions",
+        action="store_true",
+        help="only partitions whose ISR is smaller than their replica set",
+    )
+    describe.add_argument(
+        "--unavailable-partitions", action="store_true", help="only partitions without a leader"
+    )
+    describe.add_argument("--json", action="store_true", help="print JSON instead of text")
     add_client_args(describe)
     describe.set_defaults(func=guarded(cmd_topics_describe))
+
+    alter = topic_commands.add_parser(
+        "alter", help="add partitions, set or delete topic configs (kafka-topics --alter)"
+    )
+    alter.add_argument("name")
+    alter.add_argument("--partitions", type=int, metavar="N", help="the new partition count")
+    alter.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a topic config (repeatable)",
+    )
+    alter.add_argument(
+        "--delete-config",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="remove a topic config override (repeatable)",
+    )
+    add_client_args(alter)
+    alter.set_defaults(func=guarded(cmd_topics_alter))
 
     delete = topic_commands.add_parser("delete", help="delete a topic")
     delete.add_argument("name")

@@ -196,7 +196,10 @@ def add_user_commands(sub: Any) -> None:
             help="repeatable; default both",
         )  # fmt: skip
     add.add_argument("--password", help="default: $HEADWATER_PASSWORD, else asked for")
-    add.add_argument("--iterations", type=int, default=DEFAULT_ITERATIONS)
+    add.add_argument(
+        "--iterations", type=int, default=DEFAULT_ITERATIONS, metavar="N",
+        help=f"SCRAM iterations (default {DEFAULT_ITERATIONS}, at least 4096)",
+    )  # fmt: skip
     for p in (add, delete, lst):
         where = p.add_mutually_exclusive_group()
         add_bootstrap_arg(where)

@@ -170,13 +170,23 @@ class AsyncAdminClient:
         return found
 
     async def describe_configs(self, topic: str) -> dict[str, str | None]:
+        entries = await self.describe_config_entries(topic)
+        return {name: value for name, (value, _) in entries.items()}
+
+    async def describe_config_entries(
+        self, name: str, resource_type: int = TOPIC_RESOURCE
+    ) -> dict[str, tuple[str | None, int]]:
+        """name -> (value, DescribeConfigs config_source) of a topic's (or a broker's) configs.
+
+        Source 1 is a topic override, 2/3 dynamic broker configs, 4 static, 5 a default.
+        """
         resp = await self._cluster.request_any(
             ApiKey.DESCRIBE_CONFIGS,
             {
                 "resources": [
                     {
-                        "resource_type": TOPIC_RESOURCE,
-                        "resource_name": topic,
+                        "resource_type": resource_type,
+                        "resource_name": name,
                         "configuration_keys": None,
                     }
                 ],
@@ -184,13 +194,17 @@ class AsyncAdminClient:
                 "include_documentation": False,
             },
         )
-        out: dict[str, str | None] = {}
+        what = "topic" if resource_type == TOPIC_RESOURCE else "broker"
+        out: dict[str, tuple[str | None, int]] = {}
         for result in resp.results:
             code = int(result.error_code)
             if code:
-                raise KafkaError(code, result.error_message or f"describing topic {topic!r}")
+                raise KafkaError(code, result.error_message or f"describing {what} {name!r}")
             for entry in result.configs:
-                out[entry.name] = entry.value
+                source = getattr(entry, "config_source", None)
+                if source is None:  # DescribeConfigs v0: only is_default
+                    source = 5 if entry.is_default else 1
+                out[entry.name] = (entry.value, int(source))
         return out
 
     async def create_partitions(
@@ -348,6 +362,14 @@ class AdminClient:
 
     def describe_configs(self, topic: str) -> dict[str, str | None]:
         result: dict[str, str | None] = self._run(self._admin.describe_configs(topic))
+        return result
+
+    def describe_config_entries(
+        self, name: str, resource_type: int = TOPIC_RESOURCE
+    ) -> dict[str, tuple[str | None, int]]:
+        result: dict[str, tuple[str | None, int]] = self._run(
+            self._admin.describe_config_entries(name, resource_type)
+        )
         return result
 
     def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:

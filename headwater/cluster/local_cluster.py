@@ -235,6 +235,29 @@ class LocalCluster:
             broker.wait(timeout)
         self.zookeeper.stop()
 
+    def broker(self, broker_id: int) -> LocalBroker:
+        for broker in self.brokers:
+            if broker.broker_id == broker_id:
+                return broker
+        ids = ", ".join(str(b.broker_id) for b in self.brokers)
+        raise ClusterStartError(f"no broker {broker_id} in this cluster (brokers: {ids})")
+
+    def stop_broker(self, broker_id: int, timeout: float = 30.0) -> None:
+        """SIGTERM one broker (a clean, controlled stop) and wait for it."""
+        broker = self.broker(broker_id)
+        broker.signal(signal.SIGTERM)
+        broker.signal(signal.SIGCONT)
+        broker.wait(timeout)
+
+    def restart_broker(self, broker_id: int, timeout: float = 60.0) -> LocalBroker:
+        """Stop the broker if it runs, start it again on the same port and data; wait for it."""
+        broker = self.broker(broker_id)
+        if broker.running:
+            self.stop_broker(broker_id)
+        broker.spawn(self.zookeeper_connect)
+        broker.wait_ready(time.monotonic() + timeout)
+        return broker
+
     def __enter__(self) -> LocalCluster:
         return self.start()
 

@@ -195,3 +195,14 @@ def test_reading_a_topic_without_describe_says_not_authorized(
     assert missing.stderr.strip() == (
         "error: UNKNOWN_TOPIC_OR_PARTITION (3): topic 'no-such-topic' does not exist"
     )
+
+
+def test_a_denied_acls_add_names_the_acl_not_a_dict(broker: Broker, tmp_path: Path) -> None:
+    alice = ["--bootstrap", broker.sasl, "--command-config",
+             command_config(broker, tmp_path, "alice")]  # fmt: skip
+    denied = cli("acls", "add", "--allow-principal", "User:alice", "--operation", "ALL",
+                 "--topic", "payroll", *alice, check=False)  # fmt: skip
+    assert denied.returncode == 1
+    line = one = denied.stderr.strip()
+    assert len(one.splitlines()) == 1 and "{" not in line, line
+    assert line.startswith("error: CLUSTER_AUTHORIZATION_FAILED (31)"), line
