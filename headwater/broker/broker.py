@@ -30,6 +30,7 @@ from headwater.broker.connection_security import ConnectionSecurity
 from headwater.broker.handlers.admin import AdminApis
 from headwater.broker.handlers.cluster_admin import ClusterAdminApis
 from headwater.broker.handlers.configs import ConfigsApi
+from headwater.broker.handlers.elections import ElectLeadersApi
 from headwater.broker.handlers.fetch import FetchApi
 from headwater.broker.handlers.group_authorization import authorize_group_request
 from headwater.broker.handlers.log_dirs import LogDirsApi
@@ -342,6 +343,8 @@ class Broker:
             self.register_kio(ApiKey.DELETE_TOPICS, self.cluster_admin.delete_topics)
             self.register_kio(ApiKey.DESCRIBE_CLUSTER, self.cluster_admin.describe_cluster)
             self.register_kio(ApiKey.CREATE_PARTITIONS, self.cluster_admin.create_partitions)
+            elections = ElectLeadersApi(cluster.store, cluster.view)
+            self.register_kio(ApiKey.ELECT_LEADERS, elections.elect_leaders)
         else:
             self.register(ApiKey.METADATA, _kio_request(ApiKey.METADATA, self.admin.metadata))
             self.register_kio(ApiKey.CREATE_TOPICS, self.admin.create_topics)

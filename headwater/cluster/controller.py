@@ -180,6 +180,40 @@ def next_state(
     return None
 
 
+PREFERRED = 0
+UNCLEAN = 1
+ELECTION_NOT_NEEDED = 84
+PREFERRED_LEADER_NOT_AVAILABLE = 80
+ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
+
+
+def requested_election(
+    election_type: int, replicas: Sequence[int], state: PartitionState, live: set[int]
+) -> PartitionState | int:
+    """ElectLeaders (KIP-460) for one partition: its new state, or the error code.
+
+    PREFERRED: the first assigned replica leads if it is live and in the ISR
+    (ELECTION_NOT_NEEDED when it already does, else PREFERRED_LEADER_NOT_AVAILABLE).
+    UNCLEAN: only for a partition without a live leader; a live ISR member if
+    there is one, else any live replica (whatever it lacks is lost), else
+    ELIGIBLE_LEADERS_NOT_AVAILABLE.
+    """
+    if election_type == PREFERRED:
+        preferred = replicas[0] if replicas else NO_LEADER
+        if state.leader == preferred:
+            return ELECTION_NOT_NEEDED
+        if preferred not in live or preferred not in state.isr:
+            return PREFERRED_LEADER_NOT_AVAILABLE
+        return PartitionState(preferred, state.leader_epoch + 1, state.isr, state.controller_epoch)
+    if state.leader != NO_LEADER and state.leader in live:
+        return ELECTION_NOT_NEEDED
+    elected = elect_leader(replicas, state.isr, live, unclean=True)
+    if elected is None:
+        return ELIGIBLE_LEADERS_NOT_AVAILABLE
+    leader, isr = elected
+    return PartitionState(leader, state.leader_epoch + 1, isr, state.controller_epoch)
+
+
 def preferred_leader_moves(
     assignments: Mapping[str, TopicAssignment],
     states: Mapping[TopicPartition, PartitionState],
@@ -486,6 +520,9 @@ class Controller:
             self.store.watch_controlled_shutdowns(
                 lambda ids: self._enqueue(lambda: self._controlled_shutdowns(ids))
             ),
+            self.store.watch_leader_elections(
+                lambda names: self._enqueue(lambda: self._leader_elections(names))
+            ),
         ]
         self._resync()
         if self.auto_leader_rebalance_enable:
@@ -560,6 +597,48 @@ class Controller:
         keys = [k for k, st in self._states.items() if new & ({st.leader} | set(st.isr))]
         self._states.update(self.store.partition_states(keys))
         self._reconcile(keys)
+
+    def _leader_elections(self, names: frozenset[str]) -> None:
+        """ElectLeaders requests (through ZooKeeper): decide each, write the new states,
+        and answer in the request's znode (the requesting broker reads and deletes it)."""
+        if self._fence is None:
+            return
+        for name in sorted(names):
+            request = self.store.leader_election_request(name)
+            if request is None or request[2] is not None:
+                continue  # gone, or answered already
+            election_type, partitions, _ = request
+            wanted = list(self._states) if partitions is None else partitions
+            known = [k for k in wanted if k in self._states]
+            self._states.update(self.store.partition_states(known))
+            live = self._live - self._shutting_down
+            results: dict[TopicPartition, int] = {}
+            changes: dict[TopicPartition, PartitionState] = {}
+            for key in wanted:
+                topic = self._topics.get(key[0])
+                state = self._states.get(key)
+                if topic is None or state is None or key[1] not in topic.replicas:
+                    results[key] = 3  # UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                decided = requested_election(election_type, topic.replicas[key[1]], state, live)
+                if isinstance(decided, int):
+                    results[key] = decided
+                else:
+                    changes[key] = decided
+            if changes:
+                kind = "unclean" if election_type == UNCLEAN else "preferred"
+                log.info("controller %d: %s leader election for %d partition(s)",
+                         self.broker_id, kind, len(changes))  # fmt: skip
+                self._write(changes, attempts=1)
+                for key, state in changes.items():
+                    # A lost compare-and-set (a leader changed the ISR meanwhile) is retried
+                    # by the caller; the partition's state is re-read already.
+                    won = (
+                        self._states.get(key) is not None
+                        and self._states[key].leader == state.leader
+                    )
+                    results[key] = 0 if won else 7  # REQUEST_TIMED_OUT: try again
+            self.store.answer_leader_election(name, election_type, partitions, results)
 
     def _topics_changed(self, names: frozenset[str]) -> None:
         if self._fence is None:

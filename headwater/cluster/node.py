@@ -162,6 +162,15 @@ class ClusterNode:
                 movable.append(key)
         return sorted(movable), sorted(stuck)
 
+    def _any_other_replica_live(self, keys: list[tuple[str, int]]) -> bool:
+        live = set(self.view.brokers) - {self.broker_id}
+        topics = self.view.topics
+        for topic, partition in keys:
+            assignment = topics.get(topic)
+            if assignment is not None and live & set(assignment.replicas.get(partition, [])):
+                return True
+        return False
+
     async def controlled_shutdown(self, config: ControlledShutdownConfig) -> bool:
         """Kafka's controlled shutdown through ZooKeeper; True when nothing is left here.
 
@@ -215,6 +224,12 @@ class ClusterNode:
                     "controlled shutdown: %d partition(s) have no other in-sync replica to "
                     "lead them: %s", len(stuck), _names(stuck),
                 )  # fmt: skip
+                if not movable and not self._any_other_replica_live(stuck):
+                    log.warning(
+                        "controlled shutdown: no other replica of them is even alive, so "
+                        "retrying cannot help; stopping now"
+                    )
+                    return False
             if movable:
                 log.warning(
                     "controlled shutdown: the controller has not moved %d partition(s) yet: %s",

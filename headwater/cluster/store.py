@@ -268,6 +268,22 @@ class ClusterStore(Protocol):
     # Controlled shutdown (Headwater's request through ZooKeeper, see zk_layout).
     def request_controlled_shutdown(self, broker_id: int) -> None: ...
     def withdraw_controlled_shutdown(self, broker_id: int) -> None: ...
+    # ElectLeaders (KIP-460) through ZooKeeper, see zk_layout.LEADER_ELECTIONS.
+    def request_leader_election(
+        self, election_type: int, partitions: list[tuple[str, int]] | None
+    ) -> str: ...
+    def leader_election_request(
+        self, name: str
+    ) -> tuple[int, list[tuple[str, int]] | None, dict[tuple[str, int], int] | None] | None: ...
+    def answer_leader_election(
+        self,
+        name: str,
+        election_type: int,
+        partitions: list[tuple[str, int]] | None,
+        results: dict[tuple[str, int], int],
+    ) -> None: ...
+    def forget_leader_election(self, name: str) -> None: ...
+    def watch_leader_elections(self, callback: Callable[[frozenset[str]], None]) -> WatchHandle: ...
     def watch_controlled_shutdowns(
         self, callback: Callable[[frozenset[int]], None]
     ) -> WatchHandle: ...
@@ -1126,6 +1142,49 @@ class ZkClusterStore:
 
     def withdraw_controlled_shutdown(self, broker_id: int) -> None:
         self.delete_znode(zk.controlled_shutdown_path(broker_id))
+
+    def request_leader_election(
+        self, election_type: int, partitions: list[tuple[str, int]] | None
+    ) -> str:
+        """Ask the controller for an election; the request's name (to read the answer)."""
+        path = self.create_sequential(
+            zk.LEADER_ELECTIONS + "/election_",
+            zk.encode_election_request(election_type, partitions),
+        )
+        return path.rsplit("/", 1)[1]
+
+    def leader_election_request(
+        self, name: str
+    ) -> tuple[int, list[tuple[str, int]] | None, dict[tuple[str, int], int] | None] | None:
+        """(type, partitions, results once answered); None when the request is gone."""
+        got = self._get(f"{zk.LEADER_ELECTIONS}/{name}")
+        if got is None:
+            return None
+        try:
+            election_type, partitions, results = zk.decode_election_request(got[0])
+            decided = None if results is None else zk.decode_election_results(results)
+        except (zk.ZkLayoutError, KeyError, TypeError, ValueError):
+            log.error("malformed leader election request %s; dropping it", name)
+            self.delete_znode(f"{zk.LEADER_ELECTIONS}/{name}")
+            return None
+        return election_type, partitions, decided
+
+    def answer_leader_election(
+        self,
+        name: str,
+        election_type: int,
+        partitions: list[tuple[str, int]] | None,
+        results: dict[tuple[str, int], int],
+    ) -> None:
+        data = zk.encode_election_results(election_type, partitions, results)
+        with contextlib.suppress(NoNodeError):
+            self._wait(self._require().set_async(f"{zk.LEADER_ELECTIONS}/{name}", data), name)
+
+    def forget_leader_election(self, name: str) -> None:
+        self.delete_znode(f"{zk.LEADER_ELECTIONS}/{name}")
+
+    def watch_leader_elections(self, callback: Callable[[frozenset[str]], None]) -> WatchHandle:
+        return self._watch(zk.LEADER_ELECTIONS, True, lambda c: callback(frozenset(c or ())))
 
     def watch_controlled_shutdowns(self, callback: Callable[[frozenset[int]], None]) -> WatchHandle:
         """Ids of the brokers asking for a controlled shutdown, on every change."""

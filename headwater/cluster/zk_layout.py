@@ -28,8 +28,13 @@ CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
 """Headwater's controlled shutdown: a stopping broker's ephemeral ``<id>`` child asks
 the controller to move its leaderships (Kafka sent a ControlledShutdown request)."""
 
+LEADER_ELECTIONS = "/admin/elect_leaders"
+"""ElectLeaders (KIP-460) requests for the controller: sequential children holding
+the election type and partitions; the controller writes the results into them."""
+
 PERSISTENT_PATHS = (
-    BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, CONTROLLED_SHUTDOWN, "/cluster",
+    BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, CONTROLLED_SHUTDOWN, LEADER_ELECTIONS,
+    "/cluster",
 )  # fmt: skip
 """Created at start (like Kafka's ``ZkData.PersistentZkPaths``)."""
 
@@ -302,3 +307,41 @@ def decode_cluster_id(data: bytes) -> str:
         return str(value["id"])
     except (KeyError, TypeError) as exc:
         raise ZkLayoutError(f"cluster id: {exc!r}") from None
+
+
+def encode_election_request(election_type: int, partitions: list[tuple[str, int]] | None) -> bytes:
+    """{"version":1,"type":0|1,"partitions":[{"topic":..,"partition":..}]|null}"""
+    listed = None if partitions is None else [{"topic": t, "partition": p} for t, p in partitions]
+    return _dump({"version": 1, "type": election_type, "partitions": listed})
+
+
+def decode_election_request(
+    data: bytes,
+) -> tuple[int, list[tuple[str, int]] | None, dict[str, Any] | None]:
+    """(type, partitions or None for all, results or None while not decided)."""
+    value = _load(data, "leader election request")
+    try:
+        listed = value["partitions"]
+        partitions = (
+            None if listed is None else [(str(e["topic"]), int(e["partition"])) for e in listed]
+        )
+        return int(value["type"]), partitions, value.get("results")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ZkLayoutError(f"malformed leader election request: {exc}") from None
+
+
+def encode_election_results(
+    election_type: int,
+    partitions: list[tuple[str, int]] | None,
+    results: dict[tuple[str, int], int],
+) -> bytes:
+    """The request with the controller's error code per partition (0: elected)."""
+    listed = None if partitions is None else [{"topic": t, "partition": p} for t, p in partitions]
+    decided = [
+        {"topic": t, "partition": p, "error_code": code} for (t, p), code in sorted(results.items())
+    ]
+    return _dump({"version": 1, "type": election_type, "partitions": listed, "results": decided})
+
+
+def decode_election_results(results: Any) -> dict[tuple[str, int], int]:
+    return {(str(e["topic"]), int(e["partition"])): int(e["error_code"]) for e in results}

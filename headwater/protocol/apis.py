@@ -47,6 +47,7 @@ class ApiKey(enum.IntEnum):
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
@@ -94,6 +95,7 @@ API_FLEXIBLE_FROM: Final[dict[int, int]] = {
     ApiKey.DESCRIBE_LOG_DIRS: 2,
     ApiKey.CREATE_PARTITIONS: 2,
     ApiKey.DELETE_GROUPS: 2,
+    ApiKey.ELECT_LEADERS: 2,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
     ApiKey.OFFSET_DELETE: NEVER_FLEXIBLE,
     ApiKey.DESCRIBE_CLUSTER: 0,
@@ -146,6 +148,7 @@ SUPPORTED: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.ELECT_LEADERS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DESCRIBE_CLUSTER: (0, 1),

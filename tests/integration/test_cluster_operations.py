@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, ElectionType, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from tests.integration.cluster_process import Cluster, wait_for
@@ -224,10 +224,38 @@ def test_controlled_shutdown_with_no_other_in_sync_replica_gives_up_saying_why(
         assert time.monotonic() - started < 30
         lines = c.brokers[leader].lines
         assert any("no other in-sync replica to lead them: lonely-0" in x for x in lines)
-        assert any("controlled shutdown failed after 2 attempt(s)" in x for x in lines)
+        assert any("no other replica of them is even alive" in x for x in lines)
         c.restart(leader)
         wait_for(lambda: c.leader("lonely") == leader, what="the leader back")
         assert _earliest(c.bootstrap, "lonely") == 0
         assert len(read_all_partitions(c.bootstrap, "lonely", 50).get(0, [])) == 50
     finally:
         c.stop()
+
+
+def test_elect_leaders_preferred_after_a_restart_and_unclean(cluster: Cluster) -> None:
+    cluster.create_topic("skewed", partitions=3, replication=3)
+    preferred = {p: m.replicas[0] for p, m in cluster.partitions("skewed").items()}
+    cluster.brokers[0].stop()
+    cluster.restart(0)
+    wait_for(lambda: all(len(p.isrs) == 3 for p in cluster.partitions("skewed").values()),
+             what="full ISRs")  # fmt: skip
+    skewed = [p for p, m in cluster.partitions("skewed").items() if m.leader != preferred[p]]
+    assert skewed, "broker 0 led nothing before its restart"
+    admin = cluster.admin()
+    results = admin.elect_leaders(
+        ElectionType.PREFERRED, [TopicPartition("skewed", p) for p in range(3)]
+    ).result(30)
+    for tp, error in results.items():
+        if tp.partition in skewed:
+            assert error is None, (tp, error)
+        else:
+            assert error is not None and error.code() == KafkaError.ELECTION_NOT_NEEDED
+    assert {p: m.leader for p, m in cluster.partitions("skewed").items()} == preferred
+    # All partitions (None): nothing left to do.
+    again = admin.elect_leaders(ElectionType.PREFERRED, None).result(30)
+    assert all(e is not None for e in again.values())
+    # UNCLEAN for a partition that has a live leader: not needed.
+    unclean = admin.elect_leaders(ElectionType.UNCLEAN, [TopicPartition("skewed", 0)]).result(30)
+    (error,) = unclean.values()
+    assert error is not None and error.code() == KafkaError.ELECTION_NOT_NEEDED

@@ -375,3 +375,45 @@ def test_controlled_shutdown_of_the_controller_itself(cluster: Cluster) -> None:
     cluster.settle()
     assert cluster.state("t", 0).leader == 2
     assert cluster.state("t", 0).isr == (2,)
+
+
+def test_requested_elections_follow_kip_460() -> None:
+    from headwater.cluster.controller import (
+        ELECTION_NOT_NEEDED,
+        ELIGIBLE_LEADERS_NOT_AVAILABLE,
+        PREFERRED,
+        PREFERRED_LEADER_NOT_AVAILABLE,
+        UNCLEAN,
+        requested_election,
+    )
+
+    led_by_2 = PartitionState(2, 4, (2, 1), 1)
+    assert requested_election(PREFERRED, [1, 2], led_by_2, {1, 2}) == PartitionState(
+        1, 5, (2, 1), 1
+    )
+    assert requested_election(PREFERRED, [2, 1], led_by_2, {1, 2}) == ELECTION_NOT_NEEDED
+    assert requested_election(PREFERRED, [3, 2], led_by_2, {2, 3}) == PREFERRED_LEADER_NOT_AVAILABLE
+    assert requested_election(PREFERRED, [1, 2], led_by_2, {2}) == PREFERRED_LEADER_NOT_AVAILABLE
+    assert requested_election(UNCLEAN, [1, 2], led_by_2, {1, 2}) == ELECTION_NOT_NEEDED
+    offline = PartitionState(NO_LEADER, 4, (2,), 1)
+    assert requested_election(UNCLEAN, [1, 2], offline, {1}) == PartitionState(1, 5, (1,), 1)
+    assert requested_election(UNCLEAN, [1, 2], offline, {3}) == ELIGIBLE_LEADERS_NOT_AVAILABLE
+
+
+def test_leader_election_requests_are_answered_in_zookeeper(cluster: Cluster) -> None:
+    for b in (1, 2):
+        cluster.add_broker(b)
+    create_topic(cluster.stores[1], "t", 2, 2, replica_assignment={0: [1, 2], 1: [2, 1]})
+    cluster.settle()
+    state = cluster.state("t", 0)
+    cluster.stores[1].update_partition_state(
+        "t", 0, PartitionState(2, 1, (1, 2), 1), state.zk_version
+    )
+    name = cluster.stores[2].request_leader_election(0, [("t", 0), ("t", 1), ("t", 9)])
+    cluster.settle()
+    request = cluster.stores[2].leader_election_request(name)
+    assert request is not None
+    assert request[2] == {("t", 0): 0, ("t", 1): 84, ("t", 9): 3}
+    assert cluster.state("t", 0).leader == 1 and cluster.state("t", 0).leader_epoch == 2
+    cluster.stores[2].forget_leader_election(name)
+    assert cluster.stores[2].leader_election_request(name) is None
