@@ -37,6 +37,7 @@ from headwater.broker.handlers.log_dirs import LogDirsApi
 from headwater.broker.handlers.offsets import OffsetApis
 from headwater.broker.handlers.partition_admin import PartitionAdminApis
 from headwater.broker.handlers.produce import ProduceApi
+from headwater.broker.handlers.reassignments import ReassignmentApis
 from headwater.broker.handlers.security import SASL_APIS, SecurityApis
 from headwater.broker.handlers.transactions import TransactionApis
 from headwater.broker.handlers.txn_markers import WriteTxnMarkersApi
@@ -345,6 +346,13 @@ class Broker:
             self.register_kio(ApiKey.CREATE_PARTITIONS, self.cluster_admin.create_partitions)
             elections = ElectLeadersApi(cluster.store, cluster.view)
             self.register_kio(ApiKey.ELECT_LEADERS, elections.elect_leaders)
+            moves = ReassignmentApis(cluster.store, cluster.view)
+            self.register_kio(
+                ApiKey.ALTER_PARTITION_REASSIGNMENTS, moves.alter_partition_reassignments
+            )
+            self.register_kio(
+                ApiKey.LIST_PARTITION_REASSIGNMENTS, moves.list_partition_reassignments
+            )
         else:
             self.register(ApiKey.METADATA, _kio_request(ApiKey.METADATA, self.admin.metadata))
             self.register_kio(ApiKey.CREATE_TOPICS, self.admin.create_topics)

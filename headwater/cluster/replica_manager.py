@@ -317,6 +317,9 @@ class ReplicaManager:
         if self.local_id not in replicas or state is None:
             if key in self.replicas and self.local_id not in replicas:
                 self._remove_replica(key)
+                if assignment is not None:  # reassigned away (KIP-455): delete the copy
+                    self.logs.delete_partition(topic, partition)
+                    log.info("deleted the local replica of %s-%d (reassigned away)", *key)
             return
         replica = self.replicas.get(key)
         if replica is None:

@@ -141,6 +141,15 @@ class TopicAssignment:
     replicas: dict[int, list[int]]
     """partition -> replica broker ids, the first being the preferred leader."""
     configs: dict[str, str] = field(default_factory=dict)
+    #: A reassignment in flight (KIP-455): partition -> replicas being added / removed.
+    #: ``replicas`` then holds the target followed by the ones being removed.
+    adding: dict[int, list[int]] = field(default_factory=dict)
+    removing: dict[int, list[int]] = field(default_factory=dict)
+
+    def target(self, partition: int) -> list[int]:
+        """The replicas the partition ends with (its replicas without those leaving)."""
+        leaving = set(self.removing.get(partition, ()))
+        return [r for r in self.replicas.get(partition, []) if r not in leaving]
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +239,12 @@ class ClusterStore(Protocol):
     ) -> TopicAssignment: ...
     def add_partitions(self, name: str, replicas: dict[int, list[int]]) -> TopicAssignment: ...
     def delete_topic(self, name: str) -> None: ...
+    def write_reassignments(
+        self,
+        fence: ControllerFence,
+        name: str,
+        changes: dict[int, tuple[list[int], list[int], list[int]]],
+    ) -> bool: ...
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> None: ...
     def deletion_requests(self) -> list[str]: ...
     def delete_topic_znodes(self, fence: ControllerFence, name: str) -> None: ...
@@ -283,6 +298,27 @@ class ClusterStore(Protocol):
         results: dict[tuple[str, int], int],
     ) -> None: ...
     def forget_leader_election(self, name: str) -> None: ...
+    # AlterPartitionReassignments (KIP-455) through ZooKeeper, see zk_layout.REASSIGNMENTS.
+    def request_reassignments(self, targets: dict[tuple[str, int], list[int] | None]) -> str: ...
+    def reassignment_request(
+        self, name: str
+    ) -> (
+        tuple[
+            dict[tuple[str, int], list[int] | None],
+            dict[tuple[str, int], tuple[int, str | None]] | None,
+        ]
+        | None
+    ): ...
+    def answer_reassignments(
+        self,
+        name: str,
+        targets: dict[tuple[str, int], list[int] | None],
+        results: dict[tuple[str, int], tuple[int, str | None]],
+    ) -> None: ...
+    def forget_reassignment_request(self, name: str) -> None: ...
+    def watch_reassignment_requests(
+        self, callback: Callable[[frozenset[str]], None]
+    ) -> WatchHandle: ...
     def watch_leader_elections(self, callback: Callable[[frozenset[str]], None]) -> WatchHandle: ...
     def watch_controlled_shutdowns(
         self, callback: Callable[[frozenset[int]], None]
@@ -780,11 +816,13 @@ class ZkClusterStore:
     @staticmethod
     def _assignment(name: str, data: bytes, config_data: bytes | None) -> TopicAssignment:
         topic_id, replicas = zk.decode_topic(data)
+        adding, removing = zk.decode_topic_reassignments(data)
         configs = zk.decode_configs(config_data) if config_data else {}
         # Topics written by tools without ids get a stable one derived from the name.
         return TopicAssignment(
-            name, topic_id or uuid.uuid5(uuid.NAMESPACE_URL, name), replicas, configs
-        )
+            name, topic_id or uuid.uuid5(uuid.NAMESPACE_URL, name), replicas, configs,
+            adding, removing,
+        )  # fmt: skip
 
     def create_topic(
         self,
@@ -856,10 +894,13 @@ class ZkClusterStore:
                 )
         merged = {**current, **{p: list(r) for p, r in replicas.items()}}
         topic_id = topic_id or uuid.uuid5(uuid.NAMESPACE_URL, name)
+        adding, removing = zk.decode_topic_reassignments(got[0])
         try:
             self._wait(
                 self._require().set_async(
-                    zk.topic_path(name), zk.encode_topic(topic_id, merged), got[1]
+                    zk.topic_path(name),
+                    zk.encode_topic(topic_id, merged, adding, removing),
+                    got[1],
                 ),
                 "add partitions",
             )
@@ -869,6 +910,36 @@ class ZkClusterStore:
         if topic is None:
             raise UnknownTopicError(f"topic {name!r} does not exist")
         return topic
+
+    def write_reassignments(
+        self,
+        fence: ControllerFence,
+        name: str,
+        changes: dict[int, tuple[list[int], list[int], list[int]]],
+    ) -> bool:
+        """Controller: set (replicas, adding, removing) of some partitions of ``name``
+        (KIP-455 in ZooKeeper mode), fenced and compare-and-set on the topic znode.
+        False when the topic is gone or changed meanwhile (re-read and decide again)."""
+        got = self._get(zk.topic_path(name))
+        if got is None:
+            return False
+        topic_id, replicas = zk.decode_topic(got[0])
+        adding, removing = zk.decode_topic_reassignments(got[0])
+        for partition, (new_replicas, new_adding, new_removing) in changes.items():
+            if partition not in replicas:
+                return False
+            replicas[partition] = list(new_replicas)
+            adding[partition] = list(new_adding)
+            removing[partition] = list(new_removing)
+        data = zk.encode_topic(
+            topic_id or uuid.uuid5(uuid.NAMESPACE_URL, name), replicas, adding, removing
+        )
+        tx = self._require().transaction()
+        tx.check(zk.CONTROLLER_EPOCH, fence.epoch_zk_version)
+        tx.set_data(zk.topic_path(name), data, got[1])
+        results = self._commit(tx, f"reassign partitions of {name}")
+        self._raise_if_fenced(results, fence)
+        return not any(isinstance(r, BaseException) for r in results)
 
     def delete_topic(self, name: str) -> None:
         """Mark the topic for deletion (``/admin/delete_topics/<t>``); the controller deletes."""
@@ -1182,6 +1253,49 @@ class ZkClusterStore:
 
     def forget_leader_election(self, name: str) -> None:
         self.delete_znode(f"{zk.LEADER_ELECTIONS}/{name}")
+
+    def request_reassignments(self, targets: dict[tuple[str, int], list[int] | None]) -> str:
+        path = self.create_sequential(
+            zk.REASSIGNMENTS + "/request_", zk.encode_reassignment_request(targets)
+        )
+        return path.rsplit("/", 1)[1]
+
+    def reassignment_request(
+        self, name: str
+    ) -> (
+        tuple[
+            dict[tuple[str, int], list[int] | None],
+            dict[tuple[str, int], tuple[int, str | None]] | None,
+        ]
+        | None
+    ):
+        got = self._get(f"{zk.REASSIGNMENTS}/{name}")
+        if got is None:
+            return None
+        try:
+            return zk.decode_reassignment_request(got[0])
+        except zk.ZkLayoutError:
+            log.error("malformed reassignment request %s; dropping it", name)
+            self.delete_znode(f"{zk.REASSIGNMENTS}/{name}")
+            return None
+
+    def answer_reassignments(
+        self,
+        name: str,
+        targets: dict[tuple[str, int], list[int] | None],
+        results: dict[tuple[str, int], tuple[int, str | None]],
+    ) -> None:
+        data = zk.encode_reassignment_request(targets, results)
+        with contextlib.suppress(NoNodeError):
+            self._wait(self._require().set_async(f"{zk.REASSIGNMENTS}/{name}", data), name)
+
+    def forget_reassignment_request(self, name: str) -> None:
+        self.delete_znode(f"{zk.REASSIGNMENTS}/{name}")
+
+    def watch_reassignment_requests(
+        self, callback: Callable[[frozenset[str]], None]
+    ) -> WatchHandle:
+        return self._watch(zk.REASSIGNMENTS, True, lambda c: callback(frozenset(c or ())))
 
     def watch_leader_elections(self, callback: Callable[[frozenset[str]], None]) -> WatchHandle:
         return self._watch(zk.LEADER_ELECTIONS, True, lambda c: callback(frozenset(c or ())))
