@@ -259,3 +259,76 @@ def test_elect_leaders_preferred_after_a_restart_and_unclean(cluster: Cluster) -
     unclean = admin.elect_leaders(ElectionType.UNCLEAN, [TopicPartition("skewed", 0)]).result(30)
     (error,) = unclean.values()
     assert error is not None and error.code() == KafkaError.ELECTION_NOT_NEEDED
+
+
+def _start_three_of_four(tmp_path: Path, zk_connect: str, *overrides: str) -> Cluster:
+    c = Cluster(tmp_path, zk_connect, size=4, overrides=overrides)
+    for b in c.brokers[:3]:
+        b.start(timeout=60)
+    wait_for(lambda: len(c.live_broker_ids()) == 3, what="three brokers")
+    return c
+
+
+def test_scale_out_moves_a_topic_to_new_brokers_under_acks_all_load(
+    tmp_path: Path, zk_connect: str
+) -> None:
+    from kafka import TopicPartition as KTopicPartition
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    c = _start_three_of_four(tmp_path, zk_connect)
+    try:
+        kadmin = KafkaAdminClient(bootstrap_servers=c.bootstrap)
+        kadmin.create_topics([NewTopic("moving", replica_assignments={0: [0, 1], 1: [1, 0]},
+                                       topic_configs={"min.insync.replicas": "1"})])  # fmt: skip
+        wait_for(lambda: c.all_have_leaders("moving", 2), what="leaders")
+        clock = AckClock(c.bootstrap, "moving", 2).start()
+        try:
+            c.brokers[3].start(timeout=60)  # broker 3 joins with no partitions
+            wait_for(lambda: len(c.live_broker_ids()) == 4, what="four brokers")
+            time.sleep(0.5)  # some records before the move starts
+            targets = {KTopicPartition("moving", p): [2, 3] for p in range(2)}
+            assert kadmin.alter_partition_reassignments(targets) == dict.fromkeys(targets)
+            wait_for(lambda: all(set(m.replicas) == {2, 3} and set(m.isrs) == {2, 3}
+                                 for m in c.partitions("moving").values()),
+                     timeout=90, what="partitions on {2, 3}")  # fmt: skip
+            assert kadmin.list_partition_reassignments() == {}
+            wait_for(lambda: not any((c.brokers[b].data_dir / f"moving-{p}").exists()
+                                     for b in (0, 1) for p in range(2)),
+                     what="old copies deleted")  # fmt: skip
+            time.sleep(0.5)  # and some records after it
+        finally:
+            clock.stop()
+        assert clock.errors == []
+        read = read_all_partitions(c.bootstrap, "moving", sum(map(len, clock.acked.values())))
+        for p, values in clock.acked.items():
+            assert read[p] == values, f"partition {p}: read back differs from what was acked"
+        kadmin.close()
+    finally:
+        c.stop()
+
+
+def test_a_reassignment_is_cancelled_with_a_null_target(tmp_path: Path, zk_connect: str) -> None:
+    from kafka import TopicPartition as KTopicPartition
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    c = _start_three_of_four(tmp_path, zk_connect)
+    try:
+        kadmin = KafkaAdminClient(bootstrap_servers=c.bootstrap)
+        kadmin.create_topics([NewTopic("stay", replica_assignments={0: [0, 1]})])
+        wait_for(lambda: c.all_have_leaders("stay", 1), what="leader")
+        _produce(c.bootstrap, "stay", 100)
+        tp = KTopicPartition("stay", 0)
+        # Broker 3 is down: the move waits, the partition keeps its ISR.
+        assert kadmin.alter_partition_reassignments({tp: [0, 3]}) == {tp: None}
+        listed = kadmin.list_partition_reassignments()
+        assert list(listed) == [tp]
+        time.sleep(1.0)
+        assert c.isr("stay") == {0, 1}
+        assert kadmin.alter_partition_reassignments({tp: None}) == {tp: None}
+        wait_for(lambda: kadmin.list_partition_reassignments() == {}, what="no reassignment")
+        assert set(c.partitions("stay")[0].replicas) == {0, 1}
+        again = kadmin.alter_partition_reassignments({tp: None})
+        assert again[tp] is not None and again[tp].errno == 85
+        kadmin.close()
+    finally:
+        c.stop()
