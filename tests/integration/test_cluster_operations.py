@@ -332,3 +332,36 @@ def test_a_reassignment_is_cancelled_with_a_null_target(tmp_path: Path, zk_conne
         kadmin.close()
     finally:
         c.stop()
+
+
+def test_a_controller_kill_9_mid_reassignment_resumes_it(tmp_path: Path, zk_connect: str) -> None:
+    from kafka import TopicPartition as KTopicPartition
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    c = _start_three_of_four(tmp_path, zk_connect)
+    try:
+        controller = c.controller_id()
+        keep = [b for b in range(3) if b != controller]
+        kadmin = KafkaAdminClient(bootstrap_servers=",".join(c.brokers[b].bootstrap for b in keep))
+        kadmin.create_topics([NewTopic("resumed", replica_assignments={0: keep})])
+        wait_for(lambda: c.all_have_leaders("resumed", 1), what="leader")
+        _produce(c.bootstrap, "resumed", 100)
+        tp = KTopicPartition("resumed", 0)
+        # The target broker 3 is down: the move waits in ZooKeeper.
+        assert kadmin.alter_partition_reassignments({tp: [keep[0], 3]}) == {tp: None}
+        c.kill(controller)
+        wait_for(lambda: c.controller_id() in keep, what="a new controller")
+        c.brokers[3].start(timeout=60)
+        wait_for(lambda: set(c.partitions("resumed")[0].replicas) == {keep[0], 3}
+                 and c.isr("resumed") == {keep[0], 3}, timeout=60,
+                 what="the move completed by the new controller")  # fmt: skip
+        kadmin.close()
+        fresh = KafkaAdminClient(
+            bootstrap_servers=c.bootstrap
+        )  # the old one knew the dead controller
+        assert fresh.list_partition_reassignments() == {}
+        fresh.close()
+        values = read_all_partitions(c.bootstrap, "resumed", 100).get(0, [])
+        assert len(values) == 100
+    finally:
+        c.stop()
