@@ -363,6 +363,7 @@ class Broker:
         self.configs = ConfigsApi(self.config, self.logs, self.connections)
         if cluster is not None:
             self.configs.topic_config_writer = cluster.store.set_topic_configs
+            self.configs.broker_config_writer = cluster.store.set_broker_configs
         self.register_kio(ApiKey.DESCRIBE_CONFIGS, self.configs.describe_configs)
         self.register_kio(ApiKey.INCREMENTAL_ALTER_CONFIGS, self.configs.incremental_alter_configs)
         self.register_kio(ApiKey.INIT_PRODUCER_ID, self.admin.init_producer_id)
@@ -434,6 +435,18 @@ class Broker:
         self.register_kio(
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS, writes(api.alter_user_scram_credentials)
         )
+
+    async def _follow_dynamic_broker_configs(self, cluster: ClusterNode) -> None:
+        """Apply ``/config/brokers/<default>`` and ``/config/brokers/<id>`` now and on
+        every change (Kafka's dynamic broker configs, kept in ZooKeeper)."""
+        loop = asyncio.get_running_loop()
+        configs = self.configs
+        for entity in ("<default>", str(self.config.node_id)):
+
+            def changed(values: dict[str, str], entity: str = entity) -> None:
+                loop.call_soon_threadsafe(configs.on_broker_configs, entity, values)
+
+            await loop.run_in_executor(None, cluster.store.watch_broker_configs, entity, changed)
 
     async def _start_zk_security(self, stores: ZkSecurityStores) -> None:
         """Load credentials, ACLs and quotas from ZooKeeper and follow their changes.
@@ -819,6 +832,7 @@ class Broker:
                 for listener in self.listeners
             )
             await self.cluster.start(host, port, endpoints)
+            await self._follow_dynamic_broker_configs(self.cluster)
             if self.zk_security is not None:
                 await self._start_zk_security(self.zk_security)
             self._build_group_apis()

@@ -246,6 +246,10 @@ class ClusterStore(Protocol):
         changes: dict[int, tuple[list[int], list[int], list[int]]],
     ) -> bool: ...
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> None: ...
+    def set_broker_configs(self, entity: str, configs: dict[str, str]) -> None: ...
+    def watch_broker_configs(
+        self, entity: str, callback: Callable[[dict[str, str]], None]
+    ) -> WatchHandle: ...
     def deletion_requests(self) -> list[str]: ...
     def delete_topic_znodes(self, fence: ControllerFence, name: str) -> None: ...
 
@@ -1327,6 +1331,33 @@ class ZkClusterStore:
 
         watch = self._watch(zk.topic_path(name), False, deliver)
         return watch
+
+    def set_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
+        """Dynamic broker configs of a broker id or ``<default>``, then a change
+        notification in ``/config/changes`` (as Kafka's ``AdminZkClient`` writes)."""
+        client = self._require()
+        path = zk.broker_config_path(entity)
+        data = zk.encode_configs(configs)
+        try:
+            self._wait(client.set_async(path, data), "broker config")
+        except NoNodeError:
+            self._wait(client.create_async(path, data, makepath=True), "broker config")
+        self.create_sequential(
+            zk.CONFIG_CHANGES + "/config_change_", zk.encode_config_change(f"brokers/{entity}")
+        )
+
+    def watch_broker_configs(
+        self, entity: str, callback: Callable[[dict[str, str]], None]
+    ) -> WatchHandle:
+        """The dynamic configs of ``entity`` on every change ({} while none)."""
+
+        def deliver(value: tuple[bytes, int] | None) -> None:
+            try:
+                callback({} if value is None else zk.decode_configs(value[0]))
+            except zk.ZkLayoutError:
+                log.error("malformed dynamic configs of broker entity %s", entity)
+
+        return self._watch(zk.broker_config_path(entity), False, deliver)
 
     def watch_topic_configs(
         self, name: str, callback: Callable[[dict[str, str] | None], None]

@@ -22,6 +22,10 @@ TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
+CONFIG_BROKERS = "/config/brokers"
+CONFIG_CHANGES = "/config/changes"
+DEFAULT_BROKER_ENTITY = "<default>"
+"""``/config/brokers/<default>``: Kafka's cluster-wide dynamic broker configs."""
 DELETE_TOPICS = "/admin/delete_topics"
 CLUSTER_ID = "/cluster/id"
 CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
@@ -69,6 +73,16 @@ def partition_path(topic: str, partition: int) -> str:
 
 def partition_state_path(topic: str, partition: int) -> str:
     return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def broker_config_path(entity: str) -> str:
+    """``entity``: a broker id, or ``<default>`` for the cluster-wide default."""
+    return f"{CONFIG_BROKERS}/{entity}"
+
+
+def encode_config_change(entity_path: str) -> bytes:
+    """A ``/config/changes/config_change_<n>`` notification (Kafka's version 2)."""
+    return _dump({"version": 2, "entity_path": entity_path})
 
 
 def topic_config_path(topic: str) -> str:

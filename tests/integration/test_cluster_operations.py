@@ -12,9 +12,18 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, ElectionType, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    OffsetSpec,
+)
 
+from headwater.protocol.apis import ApiKey
+from headwater.protocol.messages import build, decode_response, encode_request, request_class
 from tests.integration.cluster_process import Cluster, wait_for
+from tests.integration.wire import WireClient
 
 pytestmark = pytest.mark.cluster
 
@@ -365,3 +374,50 @@ def test_a_controller_kill_9_mid_reassignment_resumes_it(tmp_path: Path, zk_conn
         assert len(values) == 100
     finally:
         c.stop()
+
+
+def _broker_config(bootstrap: str, broker_id: int, key: str) -> tuple[str | None, int]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    res = ConfigResource(ConfigResource.Type.BROKER, str(broker_id))
+    entry = admin.describe_configs([res])[res].result(10)[key]
+    return entry.value, int(entry.source)
+
+
+def test_a_cluster_default_broker_config_set_through_one_broker_reaches_all(
+    cluster: Cluster,
+) -> None:
+    cluster.create_topic("inherits", partitions=1, replication=3)
+    # The cluster default is the BROKER resource named "" (confluent-kafka refuses that name).
+    client = WireClient(cluster.brokers[0].bootstrap)
+    try:
+        req = build(request_class(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1), {
+            "resources": [{"resource_type": 4, "resource_name": "", "configs": [
+                {"name": "log.retention.ms", "config_operation": 0, "value": "3600000"}]}],
+            "validate_only": False,
+        })  # fmt: skip
+        body = client.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, encode_request(req))
+    finally:
+        client.close()
+    (answer,) = decode_response(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, body).responses
+    assert answer.error_code == 0, answer
+    for broker_id, b in enumerate(cluster.brokers):
+        wait_for(lambda b=b, broker_id=broker_id: _broker_config(b.bootstrap, broker_id,
+                 "log.retention.ms") == ("3600000", 3), timeout=15,
+                 what=f"the default on broker {broker_id}")  # fmt: skip
+        # Applied: the topic inherits it on every replica.
+        res = ConfigResource(ConfigResource.Type.TOPIC, "inherits")
+        reader = AdminClient({"bootstrap.servers": b.bootstrap})
+        assert reader.describe_configs([res])[res].result(10)["retention.ms"].value == "3600000"
+    # A per-broker value wins over the default, on that broker only.
+    own = ConfigResource(ConfigResource.Type.BROKER, "1", incremental_configs=[
+        ConfigEntry("log.retention.ms", "7200000",
+                    incremental_operation=AlterConfigOpType.SET)])  # fmt: skip
+    writer = AdminClient({"bootstrap.servers": cluster.brokers[1].bootstrap})
+    writer.incremental_alter_configs([own])[own].result(30)
+    assert _broker_config(cluster.brokers[1].bootstrap, 1, "log.retention.ms") == ("7200000", 2)
+    # Both survive restarts of every broker.
+    for broker_id in range(3):
+        cluster.brokers[broker_id].restart()
+    wait_for(lambda: len(cluster.live_broker_ids()) == 3, what="all brokers back")
+    assert _broker_config(cluster.brokers[1].bootstrap, 1, "log.retention.ms") == ("7200000", 2)
+    assert _broker_config(cluster.brokers[2].bootstrap, 2, "log.retention.ms") == ("3600000", 3)
