@@ -364,6 +364,7 @@ class Broker:
         if cluster is not None:
             self.configs.topic_config_writer = cluster.store.set_topic_configs
             self.configs.broker_config_writer = cluster.store.set_broker_configs
+            self.configs.throttle_setter = cluster.replicas.throttles.set_rates
         self.register_kio(ApiKey.DESCRIBE_CONFIGS, self.configs.describe_configs)
         self.register_kio(ApiKey.INCREMENTAL_ALTER_CONFIGS, self.configs.incremental_alter_configs)
         self.register_kio(ApiKey.INIT_PRODUCER_ID, self.admin.init_producer_id)

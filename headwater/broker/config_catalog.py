@@ -115,6 +115,9 @@ DYNAMIC_BROKER_CONFIGS: dict[str, ConfigType] = {
     "max.connections.per.ip": ConfigType.INT,
     "max.connections.per.ip.overrides": ConfigType.STRING,
     "max.connection.creation.rate": ConfigType.INT,
+    # KIP-73 replication throttles (bytes/s), applied to the replica fetchers at once.
+    "leader.replication.throttled.rate": ConfigType.LONG,
+    "follower.replication.throttled.rate": ConfigType.LONG,
 }
 
 #: Read-only broker configs DescribeConfigs also reports, with their types.

@@ -71,6 +71,8 @@ class ConfigsApi:
         self.broker_config_writer: Callable[[str, dict[str, str]], None] | None = None
         #: The cluster-wide default (``/config/brokers/<default>``), below this broker's own.
         self.dynamic_default: dict[str, str] = {}
+        #: Cluster mode: sets the replication throttles' (leader, follower) rates.
+        self.throttle_setter: Callable[[float | None, float | None], None] | None = None
         self._path = Path(config.data_dir) / DYNAMIC_CONFIG_FILE
         self.dynamic: dict[str, str] = self._load()
         if self.dynamic:
@@ -177,6 +179,14 @@ class ConfigsApi:
                     _int_or_max(limits.max_connection_creation_rate)
                 ),
                 "auto.create.topics.enable": str(c.auto_create_topics).lower(),
+                **{
+                    f"{side}.replication.throttled.rate": str(int(rate))
+                    for side, rate in (
+                        ("leader", c.leader_replication_throttled_rate),
+                        ("follower", c.follower_replication_throttled_rate),
+                    )
+                    if rate is not None
+                },
                 "connections.max.idle.ms": str(limits.idle_ms),
                 "fetch.max.bytes": str(c.fetch_max_bytes),
                 "log.dirs": str(c.data_dir),
@@ -375,8 +385,32 @@ class ConfigsApi:
             self._resolve({**self.dynamic_default, **configs})
         return entity, configs
 
+    def _throttle_rates(self, dynamic: Mapping[str, str]) -> tuple[float | None, float | None]:
+        """(leader, follower) replication throttle rates: dynamic, else static (None: off)."""
+        rates = []
+        for key, static in (
+            ("leader.replication.throttled.rate", self.static.leader_replication_throttled_rate),
+            (
+                "follower.replication.throttled.rate",
+                self.static.follower_replication_throttled_rate,
+            ),
+        ):
+            if key in dynamic:
+                value = int(dynamic[key])  # ValueError: INVALID_CONFIG
+                if value < 0:
+                    raise ValueError(f"{key} must be at least 0, got {value}")
+                rates.append(None if value >= _LONG_MAX else float(value))
+            else:
+                rates.append(static)
+        return rates[0], rates[1]
+
     def _resolve(self, dynamic: Mapping[str, str]) -> tuple[LogConfig, Any]:
-        log_keys = {k: v for k, v in dynamic.items() if k not in _CONNECTION_KEYS}
+        self._throttle_rates(dynamic)
+        log_keys = {
+            k: v
+            for k, v in dynamic.items()
+            if k not in _CONNECTION_KEYS and k not in _THROTTLE_KEYS
+        }
         conn_keys = {k: v for k, v in dynamic.items() if k in _CONNECTION_KEYS}
         log_config = LogConfig.from_properties(log_keys, base=self.static.log)
         limits = self.static.connections.with_properties(
@@ -388,6 +422,8 @@ class ConfigsApi:
         log_config, limits = self._resolve(dynamic)
         self.logs.alter_base_config(log_config)
         self.connections.limits = limits
+        if self.throttle_setter is not None:
+            self.throttle_setter(*self._throttle_rates(dynamic))
 
     def _check_broker(self, name: str) -> None:
         if name not in ("", str(self.static.node_id)):
@@ -409,11 +445,15 @@ class ConfigsApi:
 
 
 _CONNECTION_KEYS = {k for k in DYNAMIC_BROKER_CONFIGS if "connection" in k}
+_THROTTLE_KEYS = {k for k in DYNAMIC_BROKER_CONFIGS if k.endswith(".replication.throttled.rate")}
+_LONG_MAX = 2**63 - 1
 _DEFAULTS = {
     "max.connections": str(2**31 - 1),
     "max.connections.per.ip": str(2**31 - 1),
     "max.connections.per.ip.overrides": "",
     "max.connection.creation.rate": str(2**31 - 1),
+    "leader.replication.throttled.rate": str(2**63 - 1),
+    "follower.replication.throttled.rate": str(2**63 - 1),
     **{d.broker_name: d.default for d in TOPIC_CONFIGS},
 }
 
