@@ -290,6 +290,119 @@ class AsyncAdminClient:
             partitions=tuple(sorted((t.topic, int(p)) for t in state.topics for p in t.partitions)),
         )
 
+    # -- cluster operations (issue 17) ------------------------------------------
+
+    async def delete_records(
+        self, offsets: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, int]:
+        """DeleteRecords on each partition's leader: the new log start offsets
+        (-1 as an offset: up to the high watermark). Raises the first error."""
+        await self._cluster.refresh_metadata({tp.topic for tp in offsets})
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp in offsets:
+            leader = self._cluster.leader(tp)
+            if leader is None:
+                raise KafkaError(3, f"{tp.topic}-{tp.partition} has no leader")
+            by_leader.setdefault(leader, []).append(tp)
+        out: dict[TopicPartition, int] = {}
+        for node_id, tps in by_leader.items():
+            topics: dict[str, list[dict[str, int]]] = {}
+            for tp in tps:
+                topics.setdefault(tp.topic, []).append(
+                    {"partition_index": tp.partition, "offset": offsets[tp]}
+                )
+            conn = await self._cluster.connection(node_id)
+            resp = await conn.request(
+                ApiKey.DELETE_RECORDS,
+                {
+                    "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+                    "timeout": datetime.timedelta(milliseconds=self.request_timeout_ms),
+                },
+            )
+            for t in resp.topics:
+                for p in t.partitions:
+                    code = int(p.error_code)
+                    if code:
+                        raise KafkaError(code, f"DeleteRecords on {t.name}-{p.partition_index}")
+                    out[TopicPartition(t.name, int(p.partition_index))] = int(p.low_watermark)
+        return out
+
+    async def elect_leaders(
+        self, election_type: int, partitions: Iterable[TopicPartition] | None
+    ) -> dict[TopicPartition, int]:
+        """ElectLeaders (0 PREFERRED, 1 UNCLEAN): error code per partition (0: elected)."""
+        listed = None
+        if partitions is not None:
+            grouped: dict[str, list[int]] = {}
+            for tp in partitions:
+                grouped.setdefault(tp.topic, []).append(tp.partition)
+            listed = [{"topic": t, "partitions": ps} for t, ps in grouped.items()]
+        resp = await self._cluster.request_any(
+            ApiKey.ELECT_LEADERS,
+            {
+                "election_type": election_type,
+                "topic_partitions": listed,
+                "timeout": datetime.timedelta(milliseconds=self.request_timeout_ms),
+            },
+        )
+        code = int(getattr(resp, "error_code", 0))
+        if code:
+            raise KafkaError(code, "ElectLeaders")
+        return {
+            TopicPartition(r.topic, int(p.partition_id)): int(p.error_code)
+            for r in resp.replica_election_results
+            for p in r.partition_result
+        }
+
+    async def alter_partition_reassignments(
+        self, targets: Mapping[TopicPartition, Sequence[int] | None]
+    ) -> dict[TopicPartition, int]:
+        """Start (a replica list) or cancel (None) moves: error code per partition."""
+        grouped: dict[str, list[dict[str, Any]]] = {}
+        for tp, replicas in targets.items():
+            grouped.setdefault(tp.topic, []).append(
+                {
+                    "partition_index": tp.partition,
+                    "replicas": None if replicas is None else list(replicas),
+                }
+            )
+        resp = await self._cluster.request_any(
+            ApiKey.ALTER_PARTITION_REASSIGNMENTS,
+            {
+                "timeout": datetime.timedelta(milliseconds=self.request_timeout_ms),
+                "topics": [{"name": t, "partitions": ps} for t, ps in grouped.items()],
+            },
+        )
+        code = int(resp.error_code)
+        if code:
+            raise KafkaError(code, resp.error_message or "AlterPartitionReassignments")
+        return {
+            TopicPartition(t.name, int(p.partition_index)): int(p.error_code)
+            for t in resp.responses
+            for p in t.partitions
+        }
+
+    async def list_partition_reassignments(
+        self,
+    ) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]]:
+        """Moves in flight: partition -> (replicas, adding, removing)."""
+        resp = await self._cluster.request_any(
+            ApiKey.LIST_PARTITION_REASSIGNMENTS,
+            {"timeout": datetime.timedelta(milliseconds=self.request_timeout_ms), "topics": None},
+        )
+        code = int(resp.error_code)
+        if code:
+            raise KafkaError(code, resp.error_message or "ListPartitionReassignments")
+        return {
+            TopicPartition(t.name, int(p.partition_index)): (
+                [int(b) for b in p.replicas],
+                [int(b) for b in p.adding_replicas],
+                [int(b) for b in p.removing_replicas],
+            )
+            for t in resp.topics
+            for p in t.partitions
+        }
+
 
 class AdminClient:
     """Blocking admin client (one private event-loop thread)."""
@@ -362,6 +475,35 @@ class AdminClient:
     ) -> list[TransactionListing]:
         result: list[TransactionListing] = self._run(
             self._admin.list_transactions(states, producer_ids)
+        )
+        return result
+
+    def delete_records(self, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+        result: dict[TopicPartition, int] = self._run(self._admin.delete_records(offsets))
+        return result
+
+    def elect_leaders(
+        self, election_type: int, partitions: Iterable[TopicPartition] | None
+    ) -> dict[TopicPartition, int]:
+        listed = None if partitions is None else list(partitions)
+        result: dict[TopicPartition, int] = self._run(
+            self._admin.elect_leaders(election_type, listed)
+        )
+        return result
+
+    def alter_partition_reassignments(
+        self, targets: Mapping[TopicPartition, Sequence[int] | None]
+    ) -> dict[TopicPartition, int]:
+        result: dict[TopicPartition, int] = self._run(
+            self._admin.alter_partition_reassignments(targets)
+        )
+        return result
+
+    def list_partition_reassignments(
+        self,
+    ) -> dict[TopicPartition, tuple[list[int], list[int], list[int]]]:
+        result: dict[TopicPartition, tuple[list[int], list[int], list[int]]] = self._run(
+            self._admin.list_partition_reassignments()
         )
         return result
 
