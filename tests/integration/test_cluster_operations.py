@@ -118,6 +118,12 @@ class AckClock:
     def reset_gaps(self) -> None:
         self.longest_gap = dict.fromkeys(range(self.partitions), 0.0)
 
+    def wait_acked_since(self, moment: float, timeout: float = 120.0) -> None:
+        """Until every partition has an ack after ``moment`` (so a gap in progress
+        then is over and counted)."""
+        wait_for(lambda: all(self.last_ack.get(p, 0.0) > moment for p in range(self.partitions)),
+                 timeout=timeout, what="acks on every partition")  # fmt: skip
+
     def _delivered(self, err: object, msg: object) -> None:
         if err is not None:
             self.errors.append(str(err))
@@ -167,6 +173,7 @@ def test_rolling_sigterm_restart_under_acks_all_load_loses_and_stalls_nothing(
             started = time.monotonic()
             assert cluster.brokers[broker_id].stop(timeout=60) == 0
             stop_times.append(time.monotonic() - started)
+            clock.wait_acked_since(time.monotonic())
             lines = cluster.brokers[broker_id].lines
             assert any("controlled shutdown succeeded" in line for line in lines), lines[-30:]
             gap = max(clock.longest_gap.values())
