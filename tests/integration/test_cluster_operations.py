@@ -19,6 +19,8 @@ from confluent_kafka.admin import (
     ConfigResource,
     OffsetSpec,
 )
+from kafka.admin import KafkaAdminClient
+from kafka.admin import NewTopic as KNewTopic
 
 from headwater.protocol.apis import ApiKey
 from headwater.protocol.messages import build, decode_response, encode_request, request_class
@@ -428,3 +430,36 @@ def test_a_cluster_default_broker_config_set_through_one_broker_reaches_all(
     wait_for(lambda: len(cluster.live_broker_ids()) == 3, what="all brokers back")
     assert _broker_config(cluster.brokers[1].bootstrap, 1, "log.retention.ms") == ("7200000", 2)
     assert _broker_config(cluster.brokers[2].bootstrap, 2, "log.retention.ms") == ("3600000", 3)
+
+
+def _ops(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "headwater.ops_commands", *args],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+
+
+def test_ops_commands_reassign_list_elect_and_delete_records(
+    tmp_path: Path, zk_connect: str
+) -> None:
+    c = _start_three_of_four(tmp_path, zk_connect)
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=c.bootstrap)
+        admin.create_topics([KNewTopic("ops", replica_assignments={0: [0, 1]})])
+        admin.close()
+        wait_for(lambda: c.all_have_leaders("ops", 1), what="leader")
+        _produce(c.bootstrap, "ops", 20)
+        boot = ["--bootstrap", c.bootstrap]
+        moved = _ops("partitions", "reassign", "--partition", "ops:0", "--replicas", "0,3", *boot)
+        assert moved.returncode == 0 and "ops-0\treassignment started" in moved.stdout, moved
+        listed = _ops("partitions", "reassignments", *boot)
+        assert "ops-0\tReplicas: 0,3,1\tAdding: 3\tRemoving: 1" in listed.stdout, listed
+        cancelled = _ops("partitions", "reassign", "--partition", "ops:0", "--cancel", *boot)
+        assert cancelled.returncode == 0, cancelled
+        elect = _ops("partitions", "elect-leaders", "--partition", "ops:0", *boot)
+        assert "ops-0\tELECTION_NOT_NEEDED (84)" in elect.stdout and elect.returncode == 1
+        trimmed = _ops("partitions", "delete-records", "--partition", "ops:0", "--offset", "5",
+                       *boot)  # fmt: skip
+        assert trimmed.returncode == 0 and "ops-0\tlow_watermark: 5" in trimmed.stdout, trimmed
+        bad = _ops("partitions", "delete-records", "--partition", "ops", "--offset", "5", *boot)
+        assert bad.returncode == 1 and bad.stderr.startswith("error: expected TOPIC:PARTITION")
+    finally:
+        c.stop()
