@@ -60,6 +60,8 @@ def rolling_restart(root: Path, zk: ZooKeeperServer, controlled: bool) -> dict[s
                 started = time.monotonic()
                 c.brokers[broker_id].stop(timeout=90)
                 exits.append(round(time.monotonic() - started, 2))
+                if exits[-1] > 5:  # say what the stop waited for (the watchdog's line)
+                    print("\n".join(c.brokers[broker_id].lines[-40:]))
                 clock.wait_acked_since(time.monotonic())
                 gaps.append(round(max(clock.longest_gap.values()) * 1000))
                 clock.reset_gaps()
