@@ -287,6 +287,7 @@ class ClusterStore(Protocol):
     # Controlled shutdown (Headwater's request through ZooKeeper, see zk_layout).
     def request_controlled_shutdown(self, broker_id: int) -> None: ...
     def withdraw_controlled_shutdown(self, broker_id: int) -> None: ...
+    def controlled_shutdowns(self) -> frozenset[int]: ...
     # ElectLeaders (KIP-460) through ZooKeeper, see zk_layout.LEADER_ELECTIONS.
     def request_leader_election(
         self, election_type: int, partitions: list[tuple[str, int]] | None
@@ -1217,6 +1218,10 @@ class ZkClusterStore:
 
     def withdraw_controlled_shutdown(self, broker_id: int) -> None:
         self.delete_znode(zk.controlled_shutdown_path(broker_id))
+
+    def controlled_shutdowns(self) -> frozenset[int]:
+        """Ids of the brokers in controlled shutdown now."""
+        return frozenset(int(c) for c in self._children(zk.CONTROLLED_SHUTDOWN) if c.isdigit())
 
     def request_leader_election(
         self, election_type: int, partitions: list[tuple[str, int]] | None
