@@ -31,12 +31,14 @@ from headwater.broker.connection_security import ConnectionSecurity
 from headwater.broker.handlers.admin import AdminApis
 from headwater.broker.handlers.cluster_admin import ClusterAdminApis
 from headwater.broker.handlers.configs import ConfigsApi
+from headwater.broker.handlers.elections import ElectLeadersApi
 from headwater.broker.handlers.fetch import FetchApi
 from headwater.broker.handlers.group_authorization import authorize_group_request
 from headwater.broker.handlers.log_dirs import LogDirsApi
 from headwater.broker.handlers.offsets import OffsetApis
 from headwater.broker.handlers.partition_admin import PartitionAdminApis
 from headwater.broker.handlers.produce import ProduceApi
+from headwater.broker.handlers.reassignments import ReassignmentApis
 from headwater.broker.handlers.security import SASL_APIS, SecurityApis
 from headwater.broker.handlers.transactions import TransactionApis
 from headwater.broker.handlers.txn_markers import WriteTxnMarkersApi
@@ -349,6 +351,15 @@ class Broker:
             self.register_kio(ApiKey.DELETE_TOPICS, self.cluster_admin.delete_topics)
             self.register_kio(ApiKey.DESCRIBE_CLUSTER, self.cluster_admin.describe_cluster)
             self.register_kio(ApiKey.CREATE_PARTITIONS, self.cluster_admin.create_partitions)
+            elections = ElectLeadersApi(cluster.store, cluster.view)
+            self.register_kio(ApiKey.ELECT_LEADERS, elections.elect_leaders)
+            moves = ReassignmentApis(cluster.store, cluster.view)
+            self.register_kio(
+                ApiKey.ALTER_PARTITION_REASSIGNMENTS, moves.alter_partition_reassignments
+            )
+            self.register_kio(
+                ApiKey.LIST_PARTITION_REASSIGNMENTS, moves.list_partition_reassignments
+            )
         else:
             self.register(ApiKey.METADATA, _kio_request(ApiKey.METADATA, self.admin.metadata))
             self.register_kio(ApiKey.CREATE_TOPICS, self.admin.create_topics)
@@ -359,6 +370,8 @@ class Broker:
         self.configs = ConfigsApi(self.config, self.logs, self.connections)
         if cluster is not None:
             self.configs.topic_config_writer = cluster.store.set_topic_configs
+            self.configs.broker_config_writer = cluster.store.set_broker_configs
+            self.configs.throttle_setter = cluster.replicas.throttles.set_rates
         self.register_kio(ApiKey.DESCRIBE_CONFIGS, self.configs.describe_configs)
         self.register_kio(ApiKey.INCREMENTAL_ALTER_CONFIGS, self.configs.incremental_alter_configs)
         self.register_kio(ApiKey.INIT_PRODUCER_ID, self.admin.init_producer_id)
@@ -430,6 +443,18 @@ class Broker:
         self.register_kio(
             ApiKey.ALTER_USER_SCRAM_CREDENTIALS, writes(api.alter_user_scram_credentials)
         )
+
+    async def _follow_dynamic_broker_configs(self, cluster: ClusterNode) -> None:
+        """Apply ``/config/brokers/<default>`` and ``/config/brokers/<id>`` now and on
+        every change (Kafka's dynamic broker configs, kept in ZooKeeper)."""
+        loop = asyncio.get_running_loop()
+        configs = self.configs
+        for entity in ("<default>", str(self.config.node_id)):
+
+            def changed(values: dict[str, str], entity: str = entity) -> None:
+                loop.call_soon_threadsafe(configs.on_broker_configs, entity, values)
+
+            await loop.run_in_executor(None, cluster.store.watch_broker_configs, entity, changed)
 
     async def _start_zk_security(self, stores: ZkSecurityStores) -> None:
         """Load credentials, ACLs and quotas from ZooKeeper and follow their changes.
@@ -897,6 +922,7 @@ class Broker:
                 for listener in self.listeners
             )
             await self.cluster.start(host, port, endpoints)
+            await self._follow_dynamic_broker_configs(self.cluster)
             if self.zk_security is not None:
                 await self._start_zk_security(self.zk_security)
             self._build_group_apis()

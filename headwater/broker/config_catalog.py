@@ -140,6 +140,9 @@ DYNAMIC_BROKER_CONFIGS: dict[str, ConfigType] = {
     "log.cleaner.io.max.bytes.per.second": ConfigType.DOUBLE,
     "log.cleaner.dedupe.buffer.size": ConfigType.LONG,
     "log.cleaner.backoff.ms": ConfigType.LONG,
+    # KIP-73 replication throttles (bytes/s), applied to the replica fetchers at once.
+    "leader.replication.throttled.rate": ConfigType.LONG,
+    "follower.replication.throttled.rate": ConfigType.LONG,
 }
 
 #: Read-only broker configs DescribeConfigs also reports, with their types.

@@ -180,6 +180,80 @@ def next_state(
     return None
 
 
+PREFERRED = 0
+UNCLEAN = 1
+ELECTION_NOT_NEEDED = 84
+PREFERRED_LEADER_NOT_AVAILABLE = 80
+ELIGIBLE_LEADERS_NOT_AVAILABLE = 83
+
+
+def requested_election(
+    election_type: int, replicas: Sequence[int], state: PartitionState, live: set[int]
+) -> PartitionState | int:
+    """ElectLeaders (KIP-460) for one partition: its new state, or the error code.
+
+    PREFERRED: the first assigned replica leads if it is live and in the ISR
+    (ELECTION_NOT_NEEDED when it already does, else PREFERRED_LEADER_NOT_AVAILABLE).
+    UNCLEAN: only for a partition without a live leader; a live ISR member if
+    there is one, else any live replica (whatever it lacks is lost), else
+    ELIGIBLE_LEADERS_NOT_AVAILABLE.
+    """
+    if election_type == PREFERRED:
+        preferred = replicas[0] if replicas else NO_LEADER
+        if state.leader == preferred:
+            return ELECTION_NOT_NEEDED
+        if preferred not in live or preferred not in state.isr:
+            return PREFERRED_LEADER_NOT_AVAILABLE
+        return PartitionState(preferred, state.leader_epoch + 1, state.isr, state.controller_epoch)
+    if state.leader != NO_LEADER and state.leader in live:
+        return ELECTION_NOT_NEEDED
+    elected = elect_leader(replicas, state.isr, live, unclean=True)
+    if elected is None:
+        return ELIGIBLE_LEADERS_NOT_AVAILABLE
+    leader, isr = elected
+    return PartitionState(leader, state.leader_epoch + 1, isr, state.controller_epoch)
+
+
+NO_REASSIGNMENT_IN_PROGRESS = 85
+INVALID_REPLICA_ASSIGNMENT = 39
+UNKNOWN_TOPIC_OR_PARTITION = 3
+REASSIGNMENT_CHECK_S = 0.2
+
+
+def reassignment_plan(
+    current: Sequence[int], adding: Sequence[int], target: Sequence[int]
+) -> tuple[list[int], list[int], list[int]]:
+    """KIP-455: (replicas, adding, removing) while moving to ``target``.
+
+    The original replicas are the current ones without those still being added
+    (a new target replaces a move in flight); the partition is replicated on the
+    target followed by the originals leaving, until the target is in sync.
+    """
+    original = [r for r in current if r not in adding]
+    replicas = list(target) + [r for r in original if r not in target]
+    return (
+        replicas,
+        [r for r in target if r not in original],
+        [r for r in original if r not in target],
+    )
+
+
+def reassignment_done(
+    target: Sequence[int], state: PartitionState, live: set[int]
+) -> PartitionState | None:
+    """Once every target replica is in the ISR: the state that completes the move
+    (leader from the target, ISR without the leaving replicas), else None (wait)."""
+    if not all(r in state.isr for r in target):
+        return None
+    isr = tuple(r for r in state.isr if r in target)
+    if state.leader in target and state.leader in live:
+        return PartitionState(state.leader, state.leader_epoch, isr, state.controller_epoch)
+    leader = next((r for r in target if r in live), None)
+    if leader is None:
+        return None
+    return PartitionState(leader, state.leader_epoch + 1, isr, state.controller_epoch)
+
+
 def preferred_leader_moves(
     assignments: Mapping[str, TopicAssignment],
     states: Mapping[TopicPartition, PartitionState],
@@ -486,8 +560,15 @@ class Controller:
             self.store.watch_controlled_shutdowns(
                 lambda ids: self._enqueue(lambda: self._controlled_shutdowns(ids))
             ),
+            self.store.watch_leader_elections(
+                lambda names: self._enqueue(lambda: self._leader_elections(names))
+            ),
+            self.store.watch_reassignment_requests(
+                lambda names: self._enqueue(lambda: self._reassignment_requests(names))
+            ),
         ]
         self._resync()
+        self._later(REASSIGNMENT_CHECK_S, self._check_reassignments)
         if self.auto_leader_rebalance_enable:
             self._later(self.leader_imbalance_check_interval_s, self._periodic_rebalance)
 
@@ -560,6 +641,155 @@ class Controller:
         keys = [k for k, st in self._states.items() if new & ({st.leader} | set(st.isr))]
         self._states.update(self.store.partition_states(keys))
         self._reconcile(keys)
+
+    def _leader_elections(self, names: frozenset[str]) -> None:
+        """ElectLeaders requests (through ZooKeeper): decide each, write the new states,
+        and answer in the request's znode (the requesting broker reads and deletes it)."""
+        if self._fence is None:
+            return
+        for name in sorted(names):
+            request = self.store.leader_election_request(name)
+            if request is None or request[2] is not None:
+                continue  # gone, or answered already
+            election_type, partitions, _ = request
+            wanted = list(self._states) if partitions is None else partitions
+            known = [k for k in wanted if k in self._states]
+            self._states.update(self.store.partition_states(known))
+            live = self._live - self._shutting_down
+            results: dict[TopicPartition, int] = {}
+            changes: dict[TopicPartition, PartitionState] = {}
+            for key in wanted:
+                topic = self._topics.get(key[0])
+                state = self._states.get(key)
+                if topic is None or state is None or key[1] not in topic.replicas:
+                    results[key] = 3  # UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                decided = requested_election(election_type, topic.replicas[key[1]], state, live)
+                if isinstance(decided, int):
+                    results[key] = decided
+                else:
+                    changes[key] = decided
+            if changes:
+                kind = "unclean" if election_type == UNCLEAN else "preferred"
+                log.info("controller %d: %s leader election for %d partition(s)",
+                         self.broker_id, kind, len(changes))  # fmt: skip
+                self._write(changes, attempts=1)
+                for key, state in changes.items():
+                    # A lost compare-and-set (a leader changed the ISR meanwhile) is retried
+                    # by the caller; the partition's state is re-read already.
+                    won = (
+                        self._states.get(key) is not None
+                        and self._states[key].leader == state.leader
+                    )
+                    results[key] = 0 if won else 7  # REQUEST_TIMED_OUT: try again
+            self.store.answer_leader_election(name, election_type, partitions, results)
+
+    # -- partition reassignment (KIP-455) -----------------------------------------------
+
+    def _reassignment_requests(self, names: frozenset[str]) -> None:
+        """AlterPartitionReassignments requests: start, replace or cancel each move, and
+        answer in the request's znode. Moves then progress in ``_check_reassignments``."""
+        if self._fence is None:
+            return
+        for name in sorted(names):
+            request = self.store.reassignment_request(name)
+            if request is None or request[1] is not None:
+                continue
+            targets = request[0]
+            results = {key: self._reassign(key, target) for key, target in targets.items()}
+            self.store.answer_reassignments(name, targets, results)
+
+    def _reassign(self, key: TopicPartition, target: list[int] | None) -> tuple[int, str | None]:
+        fence = self._fence
+        assert fence is not None
+        topic = self.store.topic(key[0])
+        if topic is None or key[1] not in topic.replicas:
+            return UNKNOWN_TOPIC_OR_PARTITION, f"{key[0]}-{key[1]} does not exist"
+        self._topics[key[0]] = topic
+        current = topic.replicas[key[1]]
+        adding = topic.adding.get(key[1], [])
+        in_flight = bool(adding or topic.removing.get(key[1]))
+        if target is None:
+            if not in_flight:
+                return NO_REASSIGNMENT_IN_PROGRESS, f"no reassignment of {key[0]}-{key[1]}"
+            original = [r for r in current if r not in adding]
+            self._finish_move(key, original, cancelled=True)
+            log.info("controller %d: reassignment of %s-%d cancelled; back on %s",
+                     self.broker_id, key[0], key[1], original)  # fmt: skip
+            return 0, None
+        if not target or len(set(target)) != len(target) or any(r < 0 for r in target):
+            return INVALID_REPLICA_ASSIGNMENT, f"bad replica list {target}"
+        replicas, new_adding, removing = reassignment_plan(current, adding, target)
+        if not new_adding and not removing and replicas == current:
+            return 0, None  # already there
+        if not self.store.write_reassignments(
+            fence, key[0], {key[1]: (replicas, new_adding, removing)}
+        ):
+            return 7, "the topic changed meanwhile; retry"  # REQUEST_TIMED_OUT
+        refreshed = self.store.topic(key[0])
+        if refreshed is not None:
+            self._topics[key[0]] = refreshed
+        log.info("controller %d: reassigning %s-%d from %s to %s (adding %s, removing %s)",
+                 self.broker_id, key[0], key[1], current, target, new_adding, removing)  # fmt: skip
+        return 0, None
+
+    def _check_reassignments(self) -> None:
+        """Complete every move whose target replicas are all in the ISR (periodic while
+        the controller is active; a new controller resumes moves it finds in ZooKeeper)."""
+        if self._fence is None:
+            return
+        try:
+            moving = [
+                (name, partition)
+                for name, topic in self._topics.items()
+                for partition in {*topic.adding, *topic.removing}
+                if topic.adding.get(partition) or topic.removing.get(partition)
+            ]
+            if moving:
+                self._states.update(self.store.partition_states(moving))
+                for key in moving:
+                    topic = self._topics[key[0]]
+                    self._finish_move(key, topic.target(key[1]), cancelled=False)
+        finally:
+            if self._fence is not None:
+                self._later(REASSIGNMENT_CHECK_S, self._check_reassignments)
+
+    def _finish_move(self, key: TopicPartition, target: list[int], *, cancelled: bool) -> None:
+        """Leadership and ISR onto ``target``, then the assignment itself (removed
+        replicas then stop and delete their copies). A cancel does not wait for the
+        target (the original replicas) to be in sync: they never left."""
+        fence = self._fence
+        assert fence is not None
+        state = self._states.get(key)
+        if state is None:
+            return
+        live = self._live - self._shutting_down
+        if cancelled:
+            isr = tuple(r for r in state.isr if r in target) or state.isr
+            if state.leader in target:
+                done: PartitionState | None = PartitionState(
+                    state.leader, state.leader_epoch, isr, state.controller_epoch
+                )
+            else:
+                leader = next((r for r in target if r in isr and r in live), NO_LEADER)
+                done = PartitionState(leader, state.leader_epoch + 1, isr, state.controller_epoch)
+        else:
+            done = reassignment_done(target, state, live)
+        if done is None:
+            return
+        if done != PartitionState(state.leader, state.leader_epoch, state.isr,
+                                  state.controller_epoch):  # fmt: skip
+            self._write({key: done}, attempts=1)
+            written = self._states.get(key)
+            if written is None or (written.leader, written.isr) != (done.leader, done.isr):
+                return  # lost a race with the leader's ISR change: next check
+        if self.store.write_reassignments(fence, key[0], {key[1]: (list(target), [], [])}):
+            refreshed = self.store.topic(key[0])
+            if refreshed is not None:
+                self._topics[key[0]] = refreshed
+            if not cancelled:
+                log.info("controller %d: reassignment of %s-%d to %s completed",
+                         self.broker_id, key[0], key[1], target)  # fmt: skip
 
     def _topics_changed(self, names: frozenset[str]) -> None:
         if self._fence is None:

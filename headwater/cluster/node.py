@@ -141,12 +141,15 @@ class ClusterNode:
 
     # -- controlled shutdown ---------------------------------------------------------
 
-    def leaderships_to_move(self) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    def leaderships_to_move(
+        self, stopping: frozenset[int] = frozenset()
+    ) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
         """What a controlled shutdown still waits for, from this broker's view:
         (partitions led here, or whose ISR still holds this broker, that the controller
-        could change; partitions led here that no other live ISR member can take)."""
+        could change; partitions led here that no other live ISR member can take).
+        Brokers in ``stopping`` (in controlled shutdown too) cannot take anything."""
         me = self.broker_id
-        live = set(self.view.brokers)
+        live = set(self.view.brokers) - set(stopping)
         topics = self.view.topics
         movable: list[tuple[str, int]] = []
         stuck: list[tuple[str, int]] = []
@@ -161,6 +164,30 @@ class ClusterNode:
             elif me in state.isr and state.leader != NO_LEADER and others:
                 movable.append(key)
         return sorted(movable), sorted(stuck)
+
+    async def _stopping_brokers(self) -> frozenset[int]:
+        """Other brokers in controlled shutdown now (brokers stopped all at once would
+        otherwise each wait out every retry for the others to take over)."""
+        loop = asyncio.get_running_loop()
+        try:
+            stopping = await asyncio.wait_for(
+                loop.run_in_executor(None, self.store.controlled_shutdowns), STOP_STEP_TIMEOUT_S
+            )
+        except (ClusterStoreError, TimeoutError):
+            return frozenset()
+        return frozenset(stopping) - {self.broker_id}
+
+    def _any_other_replica_staying(
+        self, keys: list[tuple[str, int]], stopping: frozenset[int]
+    ) -> bool:
+        """Whether some other replica of these partitions is alive and not stopping too."""
+        live = set(self.view.brokers) - {self.broker_id} - set(stopping)
+        topics = self.view.topics
+        for topic, partition in keys:
+            assignment = topics.get(topic)
+            if assignment is not None and live & set(assignment.replicas.get(partition, [])):
+                return True
+        return False
 
     async def controlled_shutdown(self, config: ControlledShutdownConfig) -> bool:
         """Kafka's controlled shutdown through ZooKeeper; True when nothing is left here.
@@ -179,6 +206,7 @@ class ClusterNode:
         attempts = max(1, config.max_retries)
         started = time.monotonic()
         movable, stuck = self.leaderships_to_move()
+        stopping: frozenset[int] = frozenset()
         for attempt in range(1, attempts + 1):
             log.info(
                 "controlled shutdown (attempt %d of %d): asking the controller to move "
@@ -195,9 +223,10 @@ class ClusterNode:
             except (ClusterStoreError, TimeoutError) as exc:
                 log.warning("controlled shutdown: cannot reach ZooKeeper (%s)", exc)
             else:
+                stopping = await self._stopping_brokers()
                 deadline = time.monotonic() + config.attempt_timeout_ms / 1000
                 while time.monotonic() < deadline:
-                    movable, stuck = self.leaderships_to_move()
+                    movable, stuck = self.leaderships_to_move(stopping)
                     if not movable and not stuck:
                         log.info(
                             "controlled shutdown succeeded in %.0f ms",
@@ -207,7 +236,7 @@ class ClusterNode:
                     if not movable and stuck:
                         break  # the controller did what it could
                     await asyncio.sleep(0.01)
-            movable, stuck = self.leaderships_to_move()
+            movable, stuck = self.leaderships_to_move(stopping)
             if not movable and not stuck:
                 return True
             if stuck:
@@ -215,6 +244,13 @@ class ClusterNode:
                     "controlled shutdown: %d partition(s) have no other in-sync replica to "
                     "lead them: %s", len(stuck), _names(stuck),
                 )  # fmt: skip
+                if not movable and not self._any_other_replica_staying(stuck, stopping):
+                    log.warning(
+                        "controlled shutdown: no other replica of them is alive and staying "
+                        "(the others are gone or stopping too), so retrying cannot help; "
+                        "stopping now"
+                    )
+                    return False
             if movable:
                 log.warning(
                     "controlled shutdown: the controller has not moved %d partition(s) yet: %s",

@@ -373,6 +373,9 @@ class ReplicaManager:
         if self.local_id not in replicas or state is None:
             if key in self.replicas and self.local_id not in replicas:
                 self._remove_replica(key)
+                if assignment is not None:  # reassigned away (KIP-455): delete the copy
+                    self.logs.delete_partition(topic, partition)
+                    log.info("deleted the local replica of %s-%d (reassigned away)", *key)
             return
         if self._awaiting_fresh_states and state.leader == self.local_id:
             return  # maybe a stale state: leadership waits for the refresh

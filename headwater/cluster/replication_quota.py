@@ -113,6 +113,11 @@ class ReplicationThrottles:
             return False
         return partitions is None or partition in partitions
 
+    def set_rates(self, leader: float | None, follower: float | None) -> None:
+        """Dynamic broker configs changed the rates (None: no throttle on that side)."""
+        self.leader.bound = leader
+        self.follower.bound = follower
+
     def leader_throttled(self, topic: str, partition: int) -> bool:
         return self.leader.enabled and self._listed(LEADER_REPLICAS, topic, partition)
 

@@ -140,6 +140,15 @@ class TopicAssignment:
     replicas: dict[int, list[int]]
     """partition -> replica broker ids, the first being the preferred leader."""
     configs: dict[str, str] = field(default_factory=dict)
+    #: A reassignment in flight (KIP-455): partition -> replicas being added / removed.
+    #: ``replicas`` then holds the target followed by the ones being removed.
+    adding: dict[int, list[int]] = field(default_factory=dict)
+    removing: dict[int, list[int]] = field(default_factory=dict)
+
+    def target(self, partition: int) -> list[int]:
+        """The replicas the partition ends with (its replicas without those leaving)."""
+        leaving = set(self.removing.get(partition, ()))
+        return [r for r in self.replicas.get(partition, []) if r not in leaving]
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +238,17 @@ class ClusterStore(Protocol):
     ) -> TopicAssignment: ...
     def add_partitions(self, name: str, replicas: dict[int, list[int]]) -> TopicAssignment: ...
     def delete_topic(self, name: str) -> None: ...
+    def write_reassignments(
+        self,
+        fence: ControllerFence,
+        name: str,
+        changes: dict[int, tuple[list[int], list[int], list[int]]],
+    ) -> bool: ...
     def set_topic_configs(self, name: str, configs: dict[str, str]) -> None: ...
+    def set_broker_configs(self, entity: str, configs: dict[str, str]) -> None: ...
+    def watch_broker_configs(
+        self, entity: str, callback: Callable[[dict[str, str]], None]
+    ) -> WatchHandle: ...
     def deletion_requests(self) -> list[str]: ...
     def delete_topic_znodes(self, fence: ControllerFence, name: str) -> None: ...
 
@@ -267,6 +286,44 @@ class ClusterStore(Protocol):
     # Controlled shutdown (Headwater's request through ZooKeeper, see zk_layout).
     def request_controlled_shutdown(self, broker_id: int) -> None: ...
     def withdraw_controlled_shutdown(self, broker_id: int) -> None: ...
+    def controlled_shutdowns(self) -> frozenset[int]: ...
+    # ElectLeaders (KIP-460) through ZooKeeper, see zk_layout.LEADER_ELECTIONS.
+    def request_leader_election(
+        self, election_type: int, partitions: list[tuple[str, int]] | None
+    ) -> str: ...
+    def leader_election_request(
+        self, name: str
+    ) -> tuple[int, list[tuple[str, int]] | None, dict[tuple[str, int], int] | None] | None: ...
+    def answer_leader_election(
+        self,
+        name: str,
+        election_type: int,
+        partitions: list[tuple[str, int]] | None,
+        results: dict[tuple[str, int], int],
+    ) -> None: ...
+    def forget_leader_election(self, name: str) -> None: ...
+    # AlterPartitionReassignments (KIP-455) through ZooKeeper, see zk_layout.REASSIGNMENTS.
+    def request_reassignments(self, targets: dict[tuple[str, int], list[int] | None]) -> str: ...
+    def reassignment_request(
+        self, name: str
+    ) -> (
+        tuple[
+            dict[tuple[str, int], list[int] | None],
+            dict[tuple[str, int], tuple[int, str | None]] | None,
+        ]
+        | None
+    ): ...
+    def answer_reassignments(
+        self,
+        name: str,
+        targets: dict[tuple[str, int], list[int] | None],
+        results: dict[tuple[str, int], tuple[int, str | None]],
+    ) -> None: ...
+    def forget_reassignment_request(self, name: str) -> None: ...
+    def watch_reassignment_requests(
+        self, callback: Callable[[frozenset[str]], None]
+    ) -> WatchHandle: ...
+    def watch_leader_elections(self, callback: Callable[[frozenset[str]], None]) -> WatchHandle: ...
     def watch_controlled_shutdowns(
         self, callback: Callable[[frozenset[int]], None]
     ) -> WatchHandle: ...
@@ -763,11 +820,13 @@ class ZkClusterStore:
     @staticmethod
     def _assignment(name: str, data: bytes, config_data: bytes | None) -> TopicAssignment:
         topic_id, replicas = zk.decode_topic(data)
+        adding, removing = zk.decode_topic_reassignments(data)
         configs = zk.decode_configs(config_data) if config_data else {}
         # Topics written by tools without ids get a stable one derived from the name.
         return TopicAssignment(
-            name, topic_id or uuid.uuid5(uuid.NAMESPACE_URL, name), replicas, configs
-        )
+            name, topic_id or uuid.uuid5(uuid.NAMESPACE_URL, name), replicas, configs,
+            adding, removing,
+        )  # fmt: skip
 
     def create_topic(
         self,
@@ -839,10 +898,13 @@ class ZkClusterStore:
                 )
         merged = {**current, **{p: list(r) for p, r in replicas.items()}}
         topic_id = topic_id or uuid.uuid5(uuid.NAMESPACE_URL, name)
+        adding, removing = zk.decode_topic_reassignments(got[0])
         try:
             self._wait(
                 self._require().set_async(
-                    zk.topic_path(name), zk.encode_topic(topic_id, merged), got[1]
+                    zk.topic_path(name),
+                    zk.encode_topic(topic_id, merged, adding, removing),
+                    got[1],
                 ),
                 "add partitions",
             )
@@ -852,6 +914,36 @@ class ZkClusterStore:
         if topic is None:
             raise UnknownTopicError(f"topic {name!r} does not exist")
         return topic
+
+    def write_reassignments(
+        self,
+        fence: ControllerFence,
+        name: str,
+        changes: dict[int, tuple[list[int], list[int], list[int]]],
+    ) -> bool:
+        """Controller: set (replicas, adding, removing) of some partitions of ``name``
+        (KIP-455 in ZooKeeper mode), fenced and compare-and-set on the topic znode.
+        False when the topic is gone or changed meanwhile (re-read and decide again)."""
+        got = self._get(zk.topic_path(name))
+        if got is None:
+            return False
+        topic_id, replicas = zk.decode_topic(got[0])
+        adding, removing = zk.decode_topic_reassignments(got[0])
+        for partition, (new_replicas, new_adding, new_removing) in changes.items():
+            if partition not in replicas:
+                return False
+            replicas[partition] = list(new_replicas)
+            adding[partition] = list(new_adding)
+            removing[partition] = list(new_removing)
+        data = zk.encode_topic(
+            topic_id or uuid.uuid5(uuid.NAMESPACE_URL, name), replicas, adding, removing
+        )
+        tx = self._require().transaction()
+        tx.check(zk.CONTROLLER_EPOCH, fence.epoch_zk_version)
+        tx.set_data(zk.topic_path(name), data, got[1])
+        results = self._commit(tx, f"reassign partitions of {name}")
+        self._raise_if_fenced(results, fence)
+        return not any(isinstance(r, BaseException) for r in results)
 
     def delete_topic(self, name: str) -> None:
         """Mark the topic for deletion (``/admin/delete_topics/<t>``); the controller deletes."""
@@ -1126,6 +1218,96 @@ class ZkClusterStore:
     def withdraw_controlled_shutdown(self, broker_id: int) -> None:
         self.delete_znode(zk.controlled_shutdown_path(broker_id))
 
+    def controlled_shutdowns(self) -> frozenset[int]:
+        """Ids of the brokers in controlled shutdown now."""
+        return frozenset(int(c) for c in self._children(zk.CONTROLLED_SHUTDOWN) if c.isdigit())
+
+    def request_leader_election(
+        self, election_type: int, partitions: list[tuple[str, int]] | None
+    ) -> str:
+        """Ask the controller for an election; the request's name (to read the answer)."""
+        path = self.create_sequential(
+            zk.LEADER_ELECTIONS + "/election_",
+            zk.encode_election_request(election_type, partitions),
+        )
+        return path.rsplit("/", 1)[1]
+
+    def leader_election_request(
+        self, name: str
+    ) -> tuple[int, list[tuple[str, int]] | None, dict[tuple[str, int], int] | None] | None:
+        """(type, partitions, results once answered); None when the request is gone."""
+        got = self._get(f"{zk.LEADER_ELECTIONS}/{name}")
+        if got is None:
+            return None
+        try:
+            election_type, partitions, results = zk.decode_election_request(got[0])
+            decided = None if results is None else zk.decode_election_results(results)
+        except (zk.ZkLayoutError, KeyError, TypeError, ValueError):
+            log.error("malformed leader election request %s; dropping it", name)
+            self.delete_znode(f"{zk.LEADER_ELECTIONS}/{name}")
+            return None
+        return election_type, partitions, decided
+
+    def answer_leader_election(
+        self,
+        name: str,
+        election_type: int,
+        partitions: list[tuple[str, int]] | None,
+        results: dict[tuple[str, int], int],
+    ) -> None:
+        data = zk.encode_election_results(election_type, partitions, results)
+        with contextlib.suppress(NoNodeError):
+            self._wait(self._require().set_async(f"{zk.LEADER_ELECTIONS}/{name}", data), name)
+
+    def forget_leader_election(self, name: str) -> None:
+        self.delete_znode(f"{zk.LEADER_ELECTIONS}/{name}")
+
+    def request_reassignments(self, targets: dict[tuple[str, int], list[int] | None]) -> str:
+        path = self.create_sequential(
+            zk.REASSIGNMENTS + "/request_", zk.encode_reassignment_request(targets)
+        )
+        return path.rsplit("/", 1)[1]
+
+    def reassignment_request(
+        self, name: str
+    ) -> (
+        tuple[
+            dict[tuple[str, int], list[int] | None],
+            dict[tuple[str, int], tuple[int, str | None]] | None,
+        ]
+        | None
+    ):
+        got = self._get(f"{zk.REASSIGNMENTS}/{name}")
+        if got is None:
+            return None
+        try:
+            return zk.decode_reassignment_request(got[0])
+        except zk.ZkLayoutError:
+            log.error("malformed reassignment request %s; dropping it", name)
+            self.delete_znode(f"{zk.REASSIGNMENTS}/{name}")
+            return None
+
+    def answer_reassignments(
+        self,
+        name: str,
+        targets: dict[tuple[str, int], list[int] | None],
+        results: dict[tuple[str, int], tuple[int, str | None]],
+    ) -> None:
+        data = zk.encode_reassignment_request(targets, results)
+        with contextlib.suppress(NoNodeError):
+            self._wait(self._require().set_async(f"{zk.REASSIGNMENTS}/{name}", data), name)
+
+    def forget_reassignment_request(self, name: str) -> None:
+        self.delete_znode(f"{zk.REASSIGNMENTS}/{name}")
+
+    def watch_reassignment_requests(
+        self, callback: Callable[[frozenset[str]], None]
+    ) -> WatchHandle:
+        return self._watch(zk.REASSIGNMENTS, True, lambda c: callback(frozenset(c or ())))
+
+    def watch_leader_elections(self, callback: Callable[[frozenset[str]], None]) -> WatchHandle:
+        return self._watch(zk.LEADER_ELECTIONS, True, lambda c: callback(frozenset(c or ())))
+
     def watch_controlled_shutdowns(self, callback: Callable[[frozenset[int]], None]) -> WatchHandle:
         """Ids of the brokers asking for a controlled shutdown, on every change."""
 
@@ -1153,6 +1335,33 @@ class ZkClusterStore:
 
         watch = self._watch(zk.topic_path(name), False, deliver)
         return watch
+
+    def set_broker_configs(self, entity: str, configs: dict[str, str]) -> None:
+        """Dynamic broker configs of a broker id or ``<default>``, then a change
+        notification in ``/config/changes`` (as Kafka's ``AdminZkClient`` writes)."""
+        client = self._require()
+        path = zk.broker_config_path(entity)
+        data = zk.encode_configs(configs)
+        try:
+            self._wait(client.set_async(path, data), "broker config")
+        except NoNodeError:
+            self._wait(client.create_async(path, data, makepath=True), "broker config")
+        self.create_sequential(
+            zk.CONFIG_CHANGES + "/config_change_", zk.encode_config_change(f"brokers/{entity}")
+        )
+
+    def watch_broker_configs(
+        self, entity: str, callback: Callable[[dict[str, str]], None]
+    ) -> WatchHandle:
+        """The dynamic configs of ``entity`` on every change ({} while none)."""
+
+        def deliver(value: tuple[bytes, int] | None) -> None:
+            try:
+                callback({} if value is None else zk.decode_configs(value[0]))
+            except zk.ZkLayoutError:
+                log.error("malformed dynamic configs of broker entity %s", entity)
+
+        return self._watch(zk.broker_config_path(entity), False, deliver)
 
     def watch_topic_configs(
         self, name: str, callback: Callable[[dict[str, str] | None], None]

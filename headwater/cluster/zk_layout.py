@@ -22,14 +22,27 @@ TOPICS = "/brokers/topics"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 CONFIG_TOPICS = "/config/topics"
+CONFIG_BROKERS = "/config/brokers"
+CONFIG_CHANGES = "/config/changes"
+DEFAULT_BROKER_ENTITY = "<default>"
+"""``/config/brokers/<default>``: Kafka's cluster-wide dynamic broker configs."""
 DELETE_TOPICS = "/admin/delete_topics"
 CLUSTER_ID = "/cluster/id"
 CONTROLLED_SHUTDOWN = "/admin/controlled_shutdown"
 """Headwater's controlled shutdown: a stopping broker's ephemeral ``<id>`` child asks
 the controller to move its leaderships (Kafka sent a ControlledShutdown request)."""
 
+REASSIGNMENTS = "/admin/reassign_requests"
+"""AlterPartitionReassignments (KIP-455) requests for the controller: sequential
+children with the targets (null: cancel); the controller writes the results in."""
+LEADER_ELECTIONS = "/admin/elect_leaders"
+"""ElectLeaders (KIP-460) requests for the controller: sequential children holding
+the election type and partitions; the controller writes the results into them."""
+
 PERSISTENT_PATHS = (
-    BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, CONTROLLED_SHUTDOWN, "/cluster",
+    BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, CONTROLLED_SHUTDOWN, LEADER_ELECTIONS,
+    REASSIGNMENTS,
+    "/cluster",
 )  # fmt: skip
 """Created at start (like Kafka's ``ZkData.PersistentZkPaths``)."""
 
@@ -60,6 +73,16 @@ def partition_path(topic: str, partition: int) -> str:
 
 def partition_state_path(topic: str, partition: int) -> str:
     return f"{TOPICS}/{topic}/partitions/{partition}/state"
+
+
+def broker_config_path(entity: str) -> str:
+    """``entity``: a broker id, or ``<default>`` for the cluster-wide default."""
+    return f"{CONFIG_BROKERS}/{entity}"
+
+
+def encode_config_change(entity_path: str) -> bytes:
+    """A ``/config/changes/config_change_<n>`` notification (Kafka's version 2)."""
+    return _dump({"version": 2, "entity_path": entity_path})
 
 
 def topic_config_path(topic: str) -> str:
@@ -228,17 +251,42 @@ def decode_topic_id(text: str) -> uuid.UUID:
         raise ZkLayoutError(f"topic_id {text!r} is not a Kafka Uuid") from None
 
 
-def encode_topic(topic_id: uuid.UUID, replicas: dict[int, list[int]]) -> bytes:
-    """``/brokers/topics/<t>``: Kafka's version 3 (topic id, no reassignment in flight)."""
+def encode_topic(
+    topic_id: uuid.UUID,
+    replicas: dict[int, list[int]],
+    adding: dict[int, list[int]] | None = None,
+    removing: dict[int, list[int]] | None = None,
+) -> bytes:
+    """``/brokers/topics/<t>``: Kafka's version 3 (topic id, and per partition the
+    replicas being added and removed by a reassignment in flight, KIP-455)."""
     return _dump(
         {
             "version": 3,
             "topic_id": encode_topic_id(topic_id),
             "partitions": {str(p): list(r) for p, r in sorted(replicas.items())},
-            "adding_replicas": {},
-            "removing_replicas": {},
+            "adding_replicas": {str(p): list(r) for p, r in sorted((adding or {}).items()) if r},
+            "removing_replicas": {
+                str(p): list(r) for p, r in sorted((removing or {}).items()) if r
+            },
         }
     )
+
+
+def decode_topic_reassignments(
+    data: bytes,
+) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+    """(adding, removing) replicas per partition of a reassignment in flight."""
+    value = _load(data, "topic assignment")
+    try:
+        adding = {
+            int(p): [int(b) for b in r] for p, r in (value.get("adding_replicas") or {}).items()
+        }
+        removing = {
+            int(p): [int(b) for b in r] for p, r in (value.get("removing_replicas") or {}).items()
+        }
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise ZkLayoutError(f"topic assignment: {exc!r}") from None
+    return adding, removing
 
 
 def decode_topic(data: bytes) -> tuple[uuid.UUID | None, dict[int, list[int]]]:
@@ -302,3 +350,90 @@ def decode_cluster_id(data: bytes) -> str:
         return str(value["id"])
     except (KeyError, TypeError) as exc:
         raise ZkLayoutError(f"cluster id: {exc!r}") from None
+
+
+def encode_election_request(election_type: int, partitions: list[tuple[str, int]] | None) -> bytes:
+    """{"version":1,"type":0|1,"partitions":[{"topic":..,"partition":..}]|null}"""
+    listed = None if partitions is None else [{"topic": t, "partition": p} for t, p in partitions]
+    return _dump({"version": 1, "type": election_type, "partitions": listed})
+
+
+def decode_election_request(
+    data: bytes,
+) -> tuple[int, list[tuple[str, int]] | None, dict[str, Any] | None]:
+    """(type, partitions or None for all, results or None while not decided)."""
+    value = _load(data, "leader election request")
+    try:
+        listed = value["partitions"]
+        partitions = (
+            None if listed is None else [(str(e["topic"]), int(e["partition"])) for e in listed]
+        )
+        return int(value["type"]), partitions, value.get("results")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ZkLayoutError(f"malformed leader election request: {exc}") from None
+
+
+def encode_election_results(
+    election_type: int,
+    partitions: list[tuple[str, int]] | None,
+    results: dict[tuple[str, int], int],
+) -> bytes:
+    """The request with the controller's error code per partition (0: elected)."""
+    listed = None if partitions is None else [{"topic": t, "partition": p} for t, p in partitions]
+    decided = [
+        {"topic": t, "partition": p, "error_code": code} for (t, p), code in sorted(results.items())
+    ]
+    return _dump({"version": 1, "type": election_type, "partitions": listed, "results": decided})
+
+
+def decode_election_results(results: Any) -> dict[tuple[str, int], int]:
+    return {(str(e["topic"]), int(e["partition"])): int(e["error_code"]) for e in results}
+
+
+def encode_reassignment_request(
+    targets: dict[tuple[str, int], list[int] | None],
+    results: dict[tuple[str, int], tuple[int, str | None]] | None = None,
+) -> bytes:
+    """{"version":1,"partitions":[{"topic","partition","replicas"|null}],"results":[..]}"""
+    body: dict[str, Any] = {
+        "version": 1,
+        "partitions": [
+            {"topic": t, "partition": p, "replicas": r} for (t, p), r in sorted(targets.items())
+        ],
+    }
+    if results is not None:
+        body["results"] = [
+            {"topic": t, "partition": p, "error_code": code, "error_message": message}
+            for (t, p), (code, message) in sorted(results.items())
+        ]
+    return _dump(body)
+
+
+def decode_reassignment_request(
+    data: bytes,
+) -> tuple[
+    dict[tuple[str, int], list[int] | None], dict[tuple[str, int], tuple[int, str | None]] | None
+]:
+    value = _load(data, "reassignment request")
+    try:
+        targets = {
+            (str(e["topic"]), int(e["partition"])): (
+                None if e["replicas"] is None else [int(b) for b in e["replicas"]]
+            )
+            for e in value["partitions"]
+        }
+        raw = value.get("results")
+        results = (
+            None
+            if raw is None
+            else {
+                (str(e["topic"]), int(e["partition"])): (
+                    int(e["error_code"]),
+                    e.get("error_message"),
+                )
+                for e in raw
+            }
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ZkLayoutError(f"malformed reassignment request: {exc}") from None
+    return targets, results

@@ -201,6 +201,16 @@ class LogDirectory:
                 self.handles.forget_under(path)
                 shutil.rmtree(path, ignore_errors=True)
 
+    def delete_partition(self, name: str, partition: int) -> None:
+        """Remove one partition's replica here (it was reassigned away); the topic stays."""
+        log = self._logs.pop((name, partition), None)
+        if log is not None:
+            log.delete()
+        else:
+            path = self._partition_path(name, partition)
+            self.handles.forget_under(path)
+            shutil.rmtree(path, ignore_errors=True)
+
     def create_partitions(self, name: str, new_total: int) -> TopicInfo:
         info = self._require_topic(name)
         if new_total <= info.num_partitions:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -374,3 +375,98 @@ def test_controlled_shutdown_of_the_controller_itself(cluster: Cluster) -> None:
     cluster.settle()
     assert cluster.state("t", 0).leader == 2
     assert cluster.state("t", 0).isr == (2,)
+
+
+def test_requested_elections_follow_kip_460() -> None:
+    from headwater.cluster.controller import (
+        ELECTION_NOT_NEEDED,
+        ELIGIBLE_LEADERS_NOT_AVAILABLE,
+        PREFERRED,
+        PREFERRED_LEADER_NOT_AVAILABLE,
+        UNCLEAN,
+        requested_election,
+    )
+
+    led_by_2 = PartitionState(2, 4, (2, 1), 1)
+    assert requested_election(PREFERRED, [1, 2], led_by_2, {1, 2}) == PartitionState(
+        1, 5, (2, 1), 1
+    )
+    assert requested_election(PREFERRED, [2, 1], led_by_2, {1, 2}) == ELECTION_NOT_NEEDED
+    assert requested_election(PREFERRED, [3, 2], led_by_2, {2, 3}) == PREFERRED_LEADER_NOT_AVAILABLE
+    assert requested_election(PREFERRED, [1, 2], led_by_2, {2}) == PREFERRED_LEADER_NOT_AVAILABLE
+    assert requested_election(UNCLEAN, [1, 2], led_by_2, {1, 2}) == ELECTION_NOT_NEEDED
+    offline = PartitionState(NO_LEADER, 4, (2,), 1)
+    assert requested_election(UNCLEAN, [1, 2], offline, {1}) == PartitionState(1, 5, (1,), 1)
+    assert requested_election(UNCLEAN, [1, 2], offline, {3}) == ELIGIBLE_LEADERS_NOT_AVAILABLE
+
+
+def test_leader_election_requests_are_answered_in_zookeeper(cluster: Cluster) -> None:
+    for b in (1, 2):
+        cluster.add_broker(b)
+    create_topic(cluster.stores[1], "t", 2, 2, replica_assignment={0: [1, 2], 1: [2, 1]})
+    cluster.settle()
+    state = cluster.state("t", 0)
+    cluster.stores[1].update_partition_state(
+        "t", 0, PartitionState(2, 1, (1, 2), 1), state.zk_version
+    )
+    name = cluster.stores[2].request_leader_election(0, [("t", 0), ("t", 1), ("t", 9)])
+    cluster.settle()
+    request = cluster.stores[2].leader_election_request(name)
+    assert request is not None
+    assert request[2] == {("t", 0): 0, ("t", 1): 84, ("t", 9): 3}
+    assert cluster.state("t", 0).leader == 1 and cluster.state("t", 0).leader_epoch == 2
+    cluster.stores[2].forget_leader_election(name)
+    assert cluster.stores[2].leader_election_request(name) is None
+
+
+def test_reassignment_plan_and_completion() -> None:
+    from headwater.cluster.controller import reassignment_done, reassignment_plan
+
+    assert reassignment_plan([1, 2], [], [3, 4]) == ([3, 4, 1, 2], [3, 4], [1, 2])
+    # A new target replaces a move in flight: the originals are those not being added.
+    assert reassignment_plan([3, 4, 1, 2], [3, 4], [2, 3]) == ([2, 3, 1], [3], [1])
+    moving = PartitionState(1, 5, (1, 2, 3), 1)
+    assert reassignment_done([3, 4], moving, {1, 2, 3, 4}) is None  # 4 not in sync yet
+    done = reassignment_done([3, 4], PartitionState(1, 5, (1, 2, 3, 4), 1), {1, 2, 3, 4})
+    assert done == PartitionState(3, 6, (3, 4), 1)  # leader leaves: new leader, new epoch
+    kept = reassignment_done([1, 3], PartitionState(1, 5, (1, 2, 3), 1), {1, 2, 3})
+    assert kept == PartitionState(1, 5, (1, 3), 1)
+
+
+def test_reassignment_moves_completes_and_can_be_cancelled(cluster: Cluster) -> None:
+    for b in (1, 2, 3, 4):
+        cluster.add_broker(b)
+    create_topic(cluster.stores[1], "t", 2, 2, replica_assignment={0: [1, 2], 1: [1, 2]})
+    cluster.settle()
+    store = cluster.stores[4]
+    name = store.request_reassignments({("t", 0): [3, 4], ("t", 1): [3, 4], ("t", 7): [1]})
+    cluster.settle()
+    request = store.reassignment_request(name)
+    assert request is not None and request[1] == {
+        ("t", 0): (0, None), ("t", 1): (0, None), ("t", 7): (3, "t-7 does not exist"),
+    }  # fmt: skip
+    topic = store.topic("t")
+    assert topic is not None
+    assert topic.replicas[0] == [3, 4, 1, 2] and topic.adding[0] == [3, 4]
+    # Cancel partition 1 before its new replicas catch up: back on {1, 2}.
+    store.request_reassignments({("t", 1): None})
+    cluster.settle()
+    # The new replicas of partition 0 caught up (their leader put them in the ISR).
+    state = cluster.state("t", 0)
+    store.update_partition_state("t", 0, PartitionState(1, 0, (1, 2, 3, 4), 1), state.zk_version)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and cluster.state("t", 0).leader != 3:
+        time.sleep(0.05)
+    assert cluster.state("t", 0) == PartitionState(3, 1, (3, 4), 1, 2)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (store.topic("t") or topic).adding:
+        time.sleep(0.05)
+    final = store.topic("t")
+    assert final is not None
+    assert final.replicas == {0: [3, 4], 1: [1, 2]}
+    assert final.adding == {} and final.removing == {}
+    again = store.request_reassignments({("t", 1): None})
+    cluster.settle()
+    answered = store.reassignment_request(again)
+    assert answered is not None and answered[1] is not None
+    assert answered[1][("t", 1)][0] == 85  # NO_REASSIGNMENT_IN_PROGRESS

@@ -49,6 +49,7 @@ TOPIC = 2
 BROKER = 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 DYNAMIC_CONFIG_FILE = "dynamic-broker-configs.json"
+DEFAULT_ENTITY = "<default>"  # /config/brokers/<default>, the cluster-wide default
 
 
 class ConfigError(Exception):
@@ -68,6 +69,13 @@ class ConfigsApi:
         self.on_cleaner_config: Callable[[CleanerConfig], None] | None = None
         #: Cluster mode: writes a topic's whole override map to ZooKeeper (blocking).
         self.topic_config_writer: Callable[[str, dict[str, str]], None] | None = None
+        #: Cluster mode: writes a broker entity's dynamic configs (its id or ``<default>``)
+        #: to ZooKeeper (blocking); every broker applies them from its watch.
+        self.broker_config_writer: Callable[[str, dict[str, str]], None] | None = None
+        #: The cluster-wide default (``/config/brokers/<default>``), below this broker's own.
+        self.dynamic_default: dict[str, str] = {}
+        #: Cluster mode: sets the replication throttles' (leader, follower) rates.
+        self.throttle_setter: Callable[[float | None, float | None], None] | None = None
         self._path = Path(config.data_dir) / DYNAMIC_CONFIG_FILE
         self.dynamic: dict[str, str] = self._load()
         if self.dynamic:
@@ -116,6 +124,14 @@ class ConfigsApi:
         if broker_name in self.dynamic:
             layers.append(
                 (broker_name, self.dynamic[broker_name], ConfigSource.DYNAMIC_BROKER_CONFIG)
+            )
+        if broker_name in self.dynamic_default:
+            layers.append(
+                (
+                    broker_name,
+                    self.dynamic_default[broker_name],
+                    ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG,
+                )
             )
         if static_value is not None and static_value != default:
             layers.append((broker_name, static_value, ConfigSource.STATIC_BROKER_CONFIG))
@@ -167,6 +183,14 @@ class ConfigsApi:
                     _int_or_max(limits.max_connection_creation_rate)
                 ),
                 "auto.create.topics.enable": str(c.auto_create_topics).lower(),
+                **{
+                    f"{side}.replication.throttled.rate": str(int(rate))
+                    for side, rate in (
+                        ("leader", c.leader_replication_throttled_rate),
+                        ("follower", c.follower_replication_throttled_rate),
+                    )
+                    if rate is not None
+                },
                 "connections.max.idle.ms": str(limits.idle_ms),
                 "fetch.max.bytes": str(c.fetch_max_bytes),
                 "log.dirs": str(c.data_dir),
@@ -197,7 +221,10 @@ class ConfigsApi:
         self, ctx: RequestContext, req: Any
     ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         topic_writes: dict[int, tuple[str, dict[str, str]]] = {}
-        response = self._alter(req, topic_writes)
+        broker_writes: dict[int, tuple[str, dict[str, str]]] = {}
+        response = self._alter(req, topic_writes, broker_writes)
+        if broker_writes:
+            return self._write_broker_configs(response, topic_writes, broker_writes)
         writer = self.topic_config_writer
         if not topic_writes:
             return response
@@ -225,8 +252,66 @@ class ConfigsApi:
 
         return write_to_cluster()
 
+    async def _write_broker_configs(
+        self,
+        response: dict[str, Any],
+        topic_writes: dict[int, tuple[str, dict[str, str]]],
+        broker_writes: dict[int, tuple[str, dict[str, str]]],
+    ) -> dict[str, Any]:
+        """Cluster mode: each broker entity's new map goes to ZooKeeper; this broker
+        applies it at once, the others from their watches within a moment."""
+        loop = asyncio.get_running_loop()
+        writer = self.broker_config_writer
+        assert writer is not None
+        for index, (entity, configs) in broker_writes.items():
+            entry = response["responses"][index]
+            try:
+                await loop.run_in_executor(None, writer, entity, configs)
+            except Exception as exc:  # ZooKeeper unreachable or timed out
+                log.warning("writing dynamic configs of %s to ZooKeeper failed: %s", entity, exc)
+                entry["error_code"] = int(E.request_timed_out)
+                entry["error_message"] = f"could not write broker configs: {exc}"
+                continue
+            self.on_broker_configs(entity, configs)
+        if topic_writes:
+            topic_writer = self.topic_config_writer
+            for index, (name, configs) in topic_writes.items():
+                entry = response["responses"][index]
+                try:
+                    if topic_writer is not None:
+                        await loop.run_in_executor(None, topic_writer, name, configs)
+                except Exception as exc:
+                    entry["error_code"] = int(E.request_timed_out)
+                    entry["error_message"] = f"could not write topic configs: {exc}"
+                    continue
+                self._apply_topic(name, configs)
+        return response
+
+    def on_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
+        """A broker entity's dynamic configs changed in ZooKeeper (or were written here)."""
+        known = {k: v for k, v in configs.items() if k in DYNAMIC_BROKER_CONFIGS}
+        if entity == DEFAULT_ENTITY:
+            if known == self.dynamic_default:
+                return
+            self.dynamic_default = known
+        elif entity == str(self.static.node_id):
+            if known == self.dynamic:
+                return
+            self.dynamic = known
+        else:
+            return
+        try:
+            self._apply_dynamic({**self.dynamic_default, **self.dynamic})
+        except (ValueError, KafkaApiError) as exc:
+            log.error("cannot apply the dynamic broker configs of %s: %s", entity, exc)
+            return
+        log.info("dynamic broker configs of %s are now %s", entity, known)
+
     def _alter(
-        self, req: Any, topic_writes: dict[int, tuple[str, dict[str, str]]]
+        self,
+        req: Any,
+        topic_writes: dict[int, tuple[str, dict[str, str]]],
+        broker_writes: dict[int, tuple[str, dict[str, str]]] | None = None,
     ) -> dict[str, Any]:
         """Validate every resource and apply broker configs; topic writes are returned."""
         responses: list[dict[str, Any]] = []
@@ -242,6 +327,10 @@ class ConfigsApi:
                     configs = self._alter_topic(res.resource_name, res.configs)
                     if not req.validate_only:
                         topic_writes[len(responses)] = (res.resource_name, configs)
+                elif res.resource_type == BROKER and self.broker_config_writer is not None:
+                    entity, configs = self._alter_cluster_broker(res.resource_name, res.configs)
+                    if not req.validate_only and broker_writes is not None:
+                        broker_writes[len(responses)] = (entity, configs)
                 elif res.resource_type == BROKER:
                     self._check_broker(res.resource_name)
                     self._alter_broker(res.configs, req.validate_only)
@@ -286,10 +375,52 @@ class ConfigsApi:
 
     def cleaner_config(self) -> CleanerConfig:
         """The log cleaner's settings: static, then the dynamic ``log.cleaner.*`` values."""
-        return CleanerConfig.from_properties(self.dynamic, base=self.static.cleaner)
+        return CleanerConfig.from_properties(
+            {**self.dynamic_default, **self.dynamic}, base=self.static.cleaner
+        )
+
+    def _alter_cluster_broker(self, name: str, ops: Any) -> tuple[str, dict[str, str]]:
+        """(entity, its new map), validated: "" is the cluster default (Kafka's rule)."""
+        if name == "":
+            entity, current = DEFAULT_ENTITY, self.dynamic_default
+            merged_with = self.dynamic
+        else:
+            self._check_broker(name)
+            entity, current = name, self.dynamic
+            merged_with = {}
+        configs = _apply_ops(dict(current), ops, _broker_type, default=None)
+        if entity == DEFAULT_ENTITY:
+            self._resolve({**configs, **merged_with})
+        else:
+            self._resolve({**self.dynamic_default, **configs})
+        return entity, configs
+
+    def _throttle_rates(self, dynamic: Mapping[str, str]) -> tuple[float | None, float | None]:
+        """(leader, follower) replication throttle rates: dynamic, else static (None: off)."""
+        rates = []
+        for key, static in (
+            ("leader.replication.throttled.rate", self.static.leader_replication_throttled_rate),
+            (
+                "follower.replication.throttled.rate",
+                self.static.follower_replication_throttled_rate,
+            ),
+        ):
+            if key in dynamic:
+                value = int(dynamic[key])  # ValueError: INVALID_CONFIG
+                if value < 0:
+                    raise ValueError(f"{key} must be at least 0, got {value}")
+                rates.append(None if value >= _LONG_MAX else float(value))
+            else:
+                rates.append(static)
+        return rates[0], rates[1]
 
     def _resolve(self, dynamic: Mapping[str, str]) -> tuple[LogConfig, Any]:
-        log_keys = {k: v for k, v in dynamic.items() if k not in _CONNECTION_KEYS}
+        self._throttle_rates(dynamic)
+        log_keys = {
+            k: v
+            for k, v in dynamic.items()
+            if k not in _CONNECTION_KEYS and k not in _THROTTLE_KEYS
+        }
         conn_keys = {k: v for k, v in dynamic.items() if k in _CONNECTION_KEYS}
         log_config = LogConfig.from_properties(log_keys, base=self.static.log)
         limits = self.static.connections.with_properties(
@@ -304,6 +435,8 @@ class ConfigsApi:
         self.connections.limits = limits
         if self.on_cleaner_config is not None:
             self.on_cleaner_config(CleanerConfig.from_properties(dynamic, base=self.static.cleaner))
+        if self.throttle_setter is not None:
+            self.throttle_setter(*self._throttle_rates(dynamic))
 
     def _check_broker(self, name: str) -> None:
         if name not in ("", str(self.static.node_id)):
@@ -325,11 +458,15 @@ class ConfigsApi:
 
 
 _CONNECTION_KEYS = {k for k in DYNAMIC_BROKER_CONFIGS if "connection" in k}
+_THROTTLE_KEYS = {k for k in DYNAMIC_BROKER_CONFIGS if k.endswith(".replication.throttled.rate")}
+_LONG_MAX = 2**63 - 1
 _DEFAULTS = {
     "max.connections": str(2**31 - 1),
     "max.connections.per.ip": str(2**31 - 1),
     "max.connections.per.ip.overrides": "",
     "max.connection.creation.rate": str(2**31 - 1),
+    "leader.replication.throttled.rate": str(2**63 - 1),
+    "follower.replication.throttled.rate": str(2**63 - 1),
     **{d.broker_name: d.default for d in TOPIC_CONFIGS},
     **CleanerConfig().as_properties(),
 }
