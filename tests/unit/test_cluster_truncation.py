@@ -109,3 +109,26 @@ def test_a_follower_in_agreement_is_not_told_to_truncate(tmp_path: Path) -> None
     answer = follower_fetch(leader, follower)
     assert answer.diverging_epoch == -1
     assert answer.records is not None and len(answer.records) > 0
+
+
+def test_a_new_leader_still_applying_its_state_is_asked_again_soon(tmp_path: Path) -> None:
+    """Failover (issue 20): the follower heard of the new leader before the leader did
+    and got NOT_LEADER_OR_FOLLOWER / UNKNOWN_LEADER_EPOCH. It retries after 50 ms a
+    few times, then falls back to replica.fetch.backoff.ms; other errors back off."""
+    follower = Log(tmp_path / "f", LogConfig(), FileHandleCache(16))
+    follower.enable_replication(0)
+    replica = PartitionReplica("t", 0, follower, local_id=1)
+    replica.apply_state(ReplicaAssignment((0, 1), 0, 2, (0, 1), 0), now_ms=0)
+    fetcher = ReplicaFetcher(1, 0, InterBrokerConnector(1, lambda _b: None), FetcherConfig())
+    fetcher.add(replica)
+
+    def delay_after(error: int) -> float:
+        fetcher._apply(replica, PartitionData(ZERO_UUID, "t", 0, error_code=error))
+        return fetcher._until_next_retry()
+
+    for error in [6, 75] * 5:  # NOT_LEADER_OR_FOLLOWER, UNKNOWN_LEADER_EPOCH
+        assert delay_after(error) <= 0.05
+    assert delay_after(6) > 0.5  # ten quick retries spent: the configured backoff
+    fetcher._apply(replica, PartitionData(ZERO_UUID, "t", 0, high_watermark=0))
+    assert delay_after(75) <= 0.05  # an answer without error renews them
+    assert delay_after(74) > 0.5  # FENCED_LEADER_EPOCH: the leader is ahead of us
