@@ -431,6 +431,7 @@ class Report:
     transactions: dict[str, int]
     copy_commits: int
     copy_aborts: int
+    partitions_compared: int
     problems: list[str]
 
     def lines(self) -> list[str]:
@@ -439,6 +440,7 @@ class Report:
             f"idempotent records acknowledged: {self.idempotent_acked}",
             f"transactions: {self.transactions}",
             f"copy loop: {self.copy_commits} commits, {self.copy_aborts} aborts",
+            f"partitions whose replicas were compared byte for byte: {self.partitions_compared}",
             f"problems: {self.problems or 'none'}",
         ]
 
@@ -511,7 +513,8 @@ class Campaign:
         problems += self._check_copy()
         cluster.stop()
         self.cluster = None
-        problems += self._check_replicas_identical(cluster)
+        compared, mismatches = self._check_replicas_identical(cluster)
+        problems += mismatches
         return Report(
             seed=self.seed,
             faults=faults.log.done,
@@ -524,6 +527,7 @@ class Campaign:
             },
             copy_commits=copy.commits,
             copy_aborts=copy.aborts,
+            partitions_compared=compared,
             problems=problems,
         )
 
@@ -652,8 +656,9 @@ class Campaign:
         return problems
 
     @staticmethod
-    def _check_replicas_identical(cluster: Cluster) -> list[str]:
-        """After a clean stop, the log bytes of each partition on every replica agree."""
+    def _check_replicas_identical(cluster: Cluster) -> tuple[int, list[str]]:
+        """After a clean stop, the log bytes of each partition on every replica agree:
+        (partitions compared, mismatches)."""
         problems = []
         by_partition: dict[str, dict[int, bytes]] = {}
         for broker_id, b in enumerate(cluster.brokers):
@@ -664,12 +669,14 @@ class Campaign:
                     continue
                 content = b"".join(s.read_bytes() for s in segments)
                 by_partition.setdefault(part_dir.name, {})[broker_id] = content
+        compared = 0
         for name, copies in sorted(by_partition.items()):
             if len(copies) < 2:
                 continue
+            compared += 1
             if len(set(copies.values())) > 1:
                 sizes = {b: len(c) for b, c in copies.items()}
                 problems.append(f"replicas of {name} differ: bytes {sizes}")
-        if not by_partition:
-            problems.append("no partition directories found to compare")
-        return problems
+        if not compared:
+            problems.append("no partition found on two replicas to compare")
+        return compared, problems

@@ -32,5 +32,5 @@ def test_fault_campaign(tmp_path: Path) -> None:
         print(f"[campaign] {line}")
     assert report.faults, "no fault was injected"
     assert report.idempotent_acked > 0 and report.transactions["committed"] > 0
-    assert report.copy_commits > 0
+    assert report.copy_commits > 0 and report.partitions_compared >= 9
     assert not report.problems, "\n".join(report.lines())
