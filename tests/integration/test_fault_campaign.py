@@ -22,9 +22,13 @@ from tests.integration.fault_campaign import Campaign
 
 pytestmark = pytest.mark.cluster
 
+SECONDS = float(os.environ.get("HEADWATER_FAULT_CAMPAIGN_S", "40"))
 
+
+#: Start-up, healing and the checks take minutes on a loaded 2-core machine.
+@pytest.mark.timeout(600 + 2 * SECONDS)
 def test_fault_campaign(tmp_path: Path) -> None:
-    seconds = float(os.environ.get("HEADWATER_FAULT_CAMPAIGN_S", "40"))
+    seconds = SECONDS
     seed = int(os.environ.get("HEADWATER_FAULT_CAMPAIGN_SEED", random.randrange(1 << 16)))
     with Campaign(tmp_path, seed) as campaign:
         report = campaign.run(seconds)
