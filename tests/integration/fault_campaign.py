@@ -251,6 +251,8 @@ class CopyLoop(Workload):
         self.fatal = 0
         self.aborts = 0
         self.commits = 0
+        #: Why transactions failed (librdkafka's error names), for the report.
+        self.errors: Counter[str] = Counter()
         self.consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -324,6 +326,7 @@ class CopyLoop(Workload):
                 self.commits += 1
             except KafkaException as exc:
                 self.aborts += 1
+                self.errors[exc.args[0].name()] += 1
                 if is_fatal(exc):
                     self.fatal += 1
                     self.notes.append(f"fatal: {exc}")
@@ -333,24 +336,26 @@ class CopyLoop(Workload):
                 self._rewind()
 
     def _commit(self) -> None:
-        for _ in range(20):
+        for _ in range(4):
             try:
                 self.producer.commit_transaction(30)
                 return
             except KafkaException as exc:
                 error = exc.args[0]
                 if error.retriable() and not error.txn_requires_abort() and not is_fatal(exc):
+                    self.errors[f"{error.name()} (commit retried)"] += 1
                     time.sleep(0.2)
                     continue
                 raise
         raise KafkaException("commit never finished")
 
     def _abort(self) -> None:
-        for _ in range(40):
+        for _ in range(10):
             try:
                 self.producer.abort_transaction(30)
                 return
             except KafkaException as exc:
+                self.errors[f"{exc.args[0].name()} (abort)"] += 1
                 if is_fatal(exc):
                     self.fatal += 1
                     self.producer = self._producer()
@@ -431,6 +436,7 @@ class Report:
     transactions: dict[str, int]
     copy_commits: int
     copy_aborts: int
+    copy_errors: dict[str, int]
     partitions_compared: int
     problems: list[str]
 
@@ -439,7 +445,8 @@ class Report:
             f"seed {self.seed}; {len(self.faults)} faults: {'; '.join(self.faults)}",
             f"idempotent records acknowledged: {self.idempotent_acked}",
             f"transactions: {self.transactions}",
-            f"copy loop: {self.copy_commits} commits, {self.copy_aborts} aborts",
+            f"copy loop: {self.copy_commits} commits, {self.copy_aborts} aborts "
+            f"({self.copy_errors or 'no errors'})",
             f"partitions whose replicas were compared byte for byte: {self.partitions_compared}",
             f"problems: {self.problems or 'none'}",
         ]
@@ -527,6 +534,7 @@ class Campaign:
             },
             copy_commits=copy.commits,
             copy_aborts=copy.aborts,
+            copy_errors=dict(copy.errors),
             partitions_compared=compared,
             problems=problems,
         )
