@@ -564,6 +564,8 @@ class Broker:
                 )
                 return None
             state = view.partition_states.get((OFFSETS_TOPIC, partition))
+            if state is not None and replicas.leads_per_stale_view(state.leader):
+                return None
             broker = view.brokers.get(state.leader) if state is not None else None
             return None if broker is None else (broker.broker_id, broker.host, broker.port)
 
@@ -711,6 +713,8 @@ class Broker:
                 )
                 return None
             state = view.partition_states.get((TRANSACTION_STATE_TOPIC, partition))
+            if state is not None and replicas.leads_per_stale_view(state.leader):
+                return None
             broker = view.brokers.get(state.leader) if state is not None else None
             return None if broker is None else (broker.broker_id, broker.host, broker.port)
 

@@ -346,6 +346,11 @@ class ReplicaFetcher:
             target,
         )
         plog.truncate_to(target)
+        # A truncation at our log end changes only the epoch history (an epoch
+        # we led without writing is dropped): no log listener fires, so the
+        # cached request would name that epoch again, get the same divergence
+        # answer and loop forever, never fetching (seen in the fault campaign).
+        self._requests.pop(replica.key, None)
 
     def _out_of_range(self, replica: PartitionReplica, data: PartitionData) -> None:
         """Our fetch offset is outside the leader's log.

@@ -548,6 +548,13 @@ class ReplicaManager:
 
     # -- what the request handlers ask ---------------------------------------------------
 
+    def leads_per_stale_view(self, leader: int) -> bool:
+        """A cached state names this broker leader and cannot be trusted yet: between
+        a ZooKeeper session loss and the re-read of the partition states, the
+        controller may have given the partition away (FindCoordinator then answers
+        COORDINATOR_NOT_AVAILABLE, and the client asks again)."""
+        return leader == self.local_id and self._awaiting_fresh_states
+
     def replica(self, topic: str, partition: int) -> PartitionReplica | None:
         return self.replicas.get((topic, partition))
 

@@ -110,3 +110,71 @@ def test_a_follower_in_agreement_is_not_told_to_truncate(tmp_path: Path) -> None
     answer = follower_fetch(leader, follower)
     assert answer.diverging_epoch == -1
     assert answer.records is not None and len(answer.records) > 0
+
+
+def test_a_new_leader_still_applying_its_state_is_asked_again_soon(tmp_path: Path) -> None:
+    """Failover (issue 20): the follower heard of the new leader before the leader did
+    and got NOT_LEADER_OR_FOLLOWER / UNKNOWN_LEADER_EPOCH. It retries after 50 ms a
+    few times, then falls back to replica.fetch.backoff.ms; other errors back off."""
+    follower = Log(tmp_path / "f", LogConfig(), FileHandleCache(16))
+    follower.enable_replication(0)
+    replica = PartitionReplica("t", 0, follower, local_id=1)
+    replica.apply_state(ReplicaAssignment((0, 1), 0, 2, (0, 1), 0), now_ms=0)
+    fetcher = ReplicaFetcher(1, 0, InterBrokerConnector(1, lambda _b: None), FetcherConfig())
+    fetcher.add(replica)
+
+    def delay_after(error: int) -> float:
+        fetcher._apply(replica, PartitionData(ZERO_UUID, "t", 0, error_code=error))
+        return fetcher._until_next_retry()
+
+    for error in [6, 75] * 5:  # NOT_LEADER_OR_FOLLOWER, UNKNOWN_LEADER_EPOCH
+        assert delay_after(error) <= 0.05
+    assert delay_after(6) > 0.5  # ten quick retries spent: the configured backoff
+    fetcher._apply(replica, PartitionData(ZERO_UUID, "t", 0, high_watermark=0))
+    assert delay_after(75) <= 0.05  # an answer without error renews them
+    assert delay_after(74) > 0.5  # FENCED_LEADER_EPOCH: the leader is ahead of us
+
+
+def test_a_follower_that_led_an_epoch_without_writing_fetches_on_after_truncating(
+    tmp_path: Path,
+) -> None:
+    """Fault campaign (issue 20): the follower led epoch 1 and wrote nothing in it;
+    the new leader's epoch 2 starts where both logs end. The divergence answer cuts
+    only the follower's epoch history (a truncation at its log end): its next request
+    must name its real last epoch, or it gets the same answer forever and never
+    fetches again (it stayed out of the ISR of __consumer_offsets-2 for good)."""
+    handles = FileHandleCache(32)
+    leader = Log(tmp_path / "leader", LogConfig(), handles)
+    follower = Log(tmp_path / "follower", LogConfig(), handles)
+    for plog in (leader, follower):
+        plog.enable_replication(0)
+        write_at_epoch(plog, 0, "shared", 5)
+    follower.assign_leader_epoch(1)  # elected at epoch 1, wrote nothing
+    write_at_epoch(leader, 2, "new", 3)
+    assert follower.latest_epoch == 1
+
+    replica = PartitionReplica("t", 0, follower, local_id=1)
+    replica.apply_state(ReplicaAssignment((0, 1), 0, 2, (0, 1), 0), now_ms=0)
+    fetcher = ReplicaFetcher(1, 0, InterBrokerConnector(1, lambda _b: None), FetcherConfig())
+    fetcher.add(replica)
+
+    def fetch_through_the_fetcher() -> PartitionData:
+        (request,) = fetcher._wanted(0.0)
+        result = read_partitions(
+            [request], lambda _t, _p: leader, max_bytes=1 << 20, isolation=Isolation.LOG_END
+        )
+        data = result.partitions[0]
+        if data.records is not None and not isinstance(data.records, bytes):
+            data.records = data.records.read()
+        return data
+
+    answer = fetch_through_the_fetcher()
+    assert (answer.diverging_epoch, answer.diverging_end_offset) == (0, 5)
+    fetcher._apply(replica, answer)
+    assert follower.log_end_offset == 5 and follower.latest_epoch == 0
+
+    answer = fetch_through_the_fetcher()
+    assert answer.diverging_epoch == -1
+    fetcher._apply(replica, answer)
+    assert follower.log_end_offset == leader.log_end_offset == 8
+    assert values(follower) == values(leader)

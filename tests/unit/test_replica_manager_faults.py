@@ -275,3 +275,25 @@ def test_a_restored_session_leads_again_when_zookeeper_says_so(tmp_path: Path) -
                 assert c.replicas.serving_error(TOPIC, 0) == 0
 
     asyncio.run(main())
+
+
+def test_no_leadership_until_the_states_could_be_read_again(tmp_path: Path) -> None:
+    """ZooKeeper is unreachable right after the new session: the broker keeps
+    answering NOT_LEADER_OR_FOLLOWER (and names no coordinator from its cache)
+    until it has read the states, then leads as ZooKeeper says."""
+
+    async def main() -> None:
+        async with leading(tmp_path) as c:
+            replica = c.replicas.replicas[KEY]
+            c.zk.available = False
+            await asyncio.to_thread(c.store.expire_session)
+            await asyncio.sleep(0.5)  # refresh attempts fail meanwhile
+            assert c.replicas.serving_error(TOPIC, 0) == NOT_LEADER_OR_FOLLOWER
+            assert c.replicas.leads_per_stale_view(1)
+            assert not replica.is_leader
+            c.zk.available = True
+            assert await eventually(lambda: replica.is_leader)
+            assert not c.replicas.leads_per_stale_view(1)
+            assert c.replicas.serving_error(TOPIC, 0) == 0
+
+    asyncio.run(main())

@@ -1,0 +1,690 @@
+"""A fault campaign against a real 3-broker cluster on its own real ZooKeeper (issue 20).
+
+While three confluent-kafka workloads run, a seeded random schedule injects
+one fault at a time:
+
+* ``kill -9`` of a broker (sometimes the controller), restarted a moment later;
+* SIGSTOP of a broker past its ZooKeeper session, then SIGCONT;
+* a stop of ZooKeeper itself for a few seconds.
+
+Workloads:
+
+* **idempotent**: an ``acks=all`` idempotent producer writes numbered records
+  to ``src`` (3 partitions), remembering what was acknowledged;
+* **transactional**: a producer writes each transaction to 2 of the 3
+  partitions of ``tx``, committing or aborting at random;
+* **copy loop**: a ``read_committed`` consumer of ``src`` and a transactional
+  producer copy every record to ``dst`` with ``send_offsets_to_transaction``
+  (consume -> transform -> produce, exactly once).
+
+After the faults the cluster heals (every broker up, ZooKeeper up) and the
+checks run: no acknowledged record lost, no duplicate, every committed
+transaction whole, no aborted record visible, the copy loop exact, every ISR
+full, and, after a clean stop, every replica of every partition byte-identical.
+
+The campaign is plain code (a ``Campaign`` object) so that the test's short
+version and a long run share it; the length and seed come from the caller.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import NewTopic
+
+from headwater.cluster.zookeeper_server import ZooKeeperServer
+from tests.integration.broker_process import free_port
+from tests.integration.cluster_process import Cluster, wait_for
+
+SESSION_MS = 3000
+CAMPAIGN_OVERRIDES = (
+    f"zookeeper.session.timeout.ms={SESSION_MS}",
+    "transaction.state.log.num.partitions=4",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms=1000",
+    "offsets.topic.replication.factor=3",
+    "transaction.state.log.replication.factor=3",
+    "transaction.state.log.min.isr=2",
+    "default.replication.factor=3",
+    "auto.leader.rebalance.enable=true",
+    "leader.imbalance.check.interval.seconds=10",
+)
+PARTITIONS = 3
+
+
+def log(message: str) -> None:
+    print(f"[campaign {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# -- workloads -------------------------------------------------------------------------
+
+
+class Workload:
+    """A thread running ``step`` until stopped; errors that are not the cluster's
+    transient answers are kept for the report."""
+
+    name = "workload"
+
+    def __init__(self) -> None:
+        self.stopping = threading.Event()
+        self.notes: list[str] = []
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 120) -> None:
+        self.stopping.set()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self.notes.append("did not stop in time")
+
+    def _run(self) -> None:
+        try:
+            self.run()
+        except Exception as exc:  # reported, never silently lost
+            self.notes.append(f"crashed: {exc!r}")
+            log(f"{self.name} crashed: {exc!r}")
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+
+class IdempotentWriter(Workload):
+    """``acks=all`` idempotent writes of ``<n>`` to ``src``; remembers the acknowledged."""
+
+    name = "idempotent"
+
+    def __init__(self, bootstrap: str, rate_per_s: float = 200) -> None:
+        super().__init__()
+        self.acked: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
+        self.failed = 0
+        self.interval = 1 / rate_per_s
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "message.timeout.ms": 300_000,
+                "log_level": 2,
+            }
+        )
+
+    def _done(self, err: Any, msg: Any) -> None:
+        if err is not None:
+            self.failed += 1
+            self.notes.append(f"delivery failed: {err}")
+            return
+        self.acked[msg.partition()].append(int(msg.value()))
+
+    def run(self) -> None:
+        n = 0
+        while not self.stopping.is_set():
+            with contextlib.suppress(BufferError):
+                self.producer.produce(
+                    "src", value=str(n).encode(), partition=n % PARTITIONS, on_delivery=self._done
+                )
+                n += 1
+            self.producer.poll(self.interval)
+        remaining = self.producer.flush(300)
+        if remaining:
+            self.notes.append(f"{remaining} records never delivered")
+
+
+@dataclass
+class TxnOutcome:
+    committed: set[int] = field(default_factory=set)
+    aborted: set[int] = field(default_factory=set)
+    unknown: set[int] = field(default_factory=set)
+    partitions: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+
+def is_fatal(exc: KafkaException) -> bool:
+    error = exc.args[0]
+    return bool(getattr(error, "fatal", lambda: False)())
+
+
+class TransactionalWriter(Workload):
+    """Transactions of 2 x 5 records over 2 of the 3 partitions of ``tx``, committed
+    or aborted at random; a failed commit is retried or aborted as librdkafka says."""
+
+    name = "transactional"
+
+    def __init__(self, bootstrap: str, seed: int) -> None:
+        super().__init__()
+        self.bootstrap = bootstrap
+        self.rng = random.Random(seed)
+        self.outcome = TxnOutcome()
+        self.fatal = 0
+        self.producer = self._producer()
+
+    def _producer(self) -> Producer:
+        producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "transactional.id": "campaign-txn",
+                "transaction.timeout.ms": 20_000,
+                "message.timeout.ms": 20_000,
+                "log_level": 2,
+            }
+        )
+        self._retry(lambda: producer.init_transactions(30))
+        return producer
+
+    def _retry(self, action: Callable[[], Any]) -> None:
+        while True:
+            try:
+                action()
+                return
+            except KafkaException as exc:
+                if is_fatal(exc) or (self.stopping.is_set() and not exc.args[0].retriable()):
+                    raise
+                time.sleep(0.5)
+
+    def run(self) -> None:
+        txn = 0
+        while not self.stopping.is_set():
+            txn += 1
+            pair = tuple(self.rng.sample(range(PARTITIONS), 2))
+            self.outcome.partitions[txn] = (pair[0], pair[1])
+            commit = self.rng.random() < 0.7
+            try:
+                self.producer.begin_transaction()
+                for i in range(10):
+                    self.producer.produce("tx", value=f"{txn}:{i}".encode(), partition=pair[i % 2])
+                self._end(txn, commit)
+            except KafkaException as exc:
+                self.outcome.unknown.add(txn)
+                if is_fatal(exc):
+                    self.fatal += 1
+                    self.notes.append(f"fatal: {exc}")
+                    self.producer = self._producer()
+                    continue
+                self._settle(txn)
+            time.sleep(0.05)
+
+    def _end(self, txn: int, commit: bool) -> None:
+        if commit:
+            self.producer.commit_transaction(30)
+            self.outcome.committed.add(txn)
+        else:
+            self.producer.abort_transaction(30)
+            self.outcome.aborted.add(txn)
+
+    def _settle(self, txn: int) -> None:
+        """After a failed begin/produce/commit: abort (or finish) until librdkafka is ready."""
+        for _ in range(40):
+            try:
+                self.producer.abort_transaction(30)
+                return
+            except KafkaException as exc:
+                if is_fatal(exc):
+                    self.fatal += 1
+                    self.notes.append(f"fatal while aborting: {exc}")
+                    self.producer = self._producer()
+                    return
+                error = exc.args[0]
+                if "No transaction" in str(error) or "not in" in str(error).lower():
+                    return  # nothing to abort
+                time.sleep(0.5)
+        self.notes.append(f"transaction {txn} never settled")
+
+
+class CopyLoop(Workload):
+    """read_committed ``src`` -> ``dst`` (value ``copy:<n>``), exactly once."""
+
+    name = "copy-loop"
+
+    def __init__(self, bootstrap: str) -> None:
+        super().__init__()
+        self.bootstrap = bootstrap
+        self.fatal = 0
+        self.aborts = 0
+        self.commits = 0
+        #: Why transactions failed (librdkafka's error names), for the report.
+        self.errors: Counter[str] = Counter()
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "campaign-copy",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": 30_000,
+                "log_level": 2,
+            }
+        )
+        self.consumer.subscribe(["src"])
+        self.producer = self._producer()
+        self.caught_up = threading.Event()
+
+    def _producer(self) -> Producer:
+        producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "transactional.id": "campaign-copy",
+                "transaction.timeout.ms": 20_000,
+                "message.timeout.ms": 20_000,
+                "log_level": 2,
+            }
+        )
+        while True:
+            try:
+                producer.init_transactions(30)
+                return producer
+            except KafkaException as exc:
+                if is_fatal(exc):
+                    raise
+                time.sleep(0.5)
+
+    def _rewind(self) -> None:
+        """Back to the committed offsets: the aborted batch is read again."""
+        assignment = self.consumer.assignment()
+        if not assignment:
+            return
+        for tp in self.consumer.committed(assignment, timeout=30):
+            offset = tp.offset if tp.offset >= 0 else 0
+            self.consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+
+    def run(self) -> None:
+        drain_deadline: float | None = None
+        while True:
+            if self.stopping.is_set() and drain_deadline is None:
+                drain_deadline = time.monotonic() + 120
+            msgs = self.consumer.consume(200, timeout=0.5)
+            msgs = [m for m in msgs if not m.error()]
+            if not msgs:
+                if drain_deadline is not None and self._at_end():
+                    self.caught_up.set()
+                    return
+                if drain_deadline is not None and time.monotonic() > drain_deadline:
+                    self.notes.append("never caught up with src")
+                    return
+                continue
+            try:
+                self.producer.begin_transaction()
+                for m in msgs:
+                    self.producer.produce(
+                        "dst", value=b"copy:" + m.value(), partition=m.partition()
+                    )
+                self.producer.send_offsets_to_transaction(
+                    self.consumer.position(self.consumer.assignment()),
+                    self.consumer.consumer_group_metadata(),
+                    30,
+                )
+                self._commit()
+                self.commits += 1
+            except KafkaException as exc:
+                self.aborts += 1
+                self.errors[exc.args[0].name()] += 1
+                if is_fatal(exc):
+                    self.fatal += 1
+                    self.notes.append(f"fatal: {exc}")
+                    self.producer = self._producer()
+                else:
+                    self._abort()
+                self._rewind()
+
+    def _commit(self) -> None:
+        for _ in range(4):
+            try:
+                self.producer.commit_transaction(30)
+                return
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.retriable() and not error.txn_requires_abort() and not is_fatal(exc):
+                    self.errors[f"{error.name()} (commit retried)"] += 1
+                    time.sleep(0.2)
+                    continue
+                raise
+        raise KafkaException("commit never finished")
+
+    def _abort(self) -> None:
+        for _ in range(10):
+            try:
+                self.producer.abort_transaction(30)
+                return
+            except KafkaException as exc:
+                self.errors[f"{exc.args[0].name()} (abort)"] += 1
+                if is_fatal(exc):
+                    self.fatal += 1
+                    self.producer = self._producer()
+                    return
+                time.sleep(0.5)
+
+    def _at_end(self) -> bool:
+        assignment = self.consumer.assignment()
+        if len(assignment) < PARTITIONS:
+            return False
+        for tp in self.consumer.position(assignment):
+            _low, high = self.consumer.get_watermark_offsets(tp, timeout=10)
+            if tp.offset < high:
+                return False
+        return True
+
+
+# -- faults -----------------------------------------------------------------------------
+
+
+@dataclass
+class FaultLog:
+    done: list[str] = field(default_factory=list)
+
+
+class Faults:
+    """Injects one fault at a time on a seeded schedule."""
+
+    def __init__(self, cluster: Cluster, zookeeper: ZooKeeperServer, seed: int) -> None:
+        self.cluster = cluster
+        self.zookeeper = zookeeper
+        self.rng = random.Random(seed)
+        self.log = FaultLog()
+
+    def one(self) -> None:
+        kind = self.rng.choice(["kill", "kill-controller", "pause", "zookeeper"])
+        started = time.monotonic()
+        if kind in ("kill", "kill-controller"):
+            victim = self._controller() if kind == "kill-controller" else None
+            if victim is None:
+                victim = self.rng.randrange(len(self.cluster.brokers))
+            self.cluster.kill(victim)
+            time.sleep(self.rng.uniform(0.5, 3.0))
+            self.cluster.restart(victim)
+            what = f"kill -9 broker {victim}{' (controller)' if kind == 'kill-controller' else ''}"
+        elif kind == "pause":
+            victim = self.rng.randrange(len(self.cluster.brokers))
+            proc = self.cluster.brokers[victim].proc
+            assert proc is not None
+            proc.send_signal(signal.SIGSTOP)
+            time.sleep(SESSION_MS / 1000 + self.rng.uniform(2.0, 4.0))
+            proc.send_signal(signal.SIGCONT)
+            what = f"SIGSTOP broker {victim} past its session"
+        else:
+            self.zookeeper.stop()
+            time.sleep(self.rng.uniform(3.0, 8.0))
+            self.zookeeper.start()
+            what = "ZooKeeper stopped"
+        entry = f"{what} ({time.monotonic() - started:.1f} s)"
+        self.log.done.append(entry)
+        log(entry)
+
+    def _controller(self) -> int | None:
+        try:
+            return self.cluster.controller_id()
+        except Exception:
+            return None
+
+
+# -- the campaign ------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    seed: int
+    faults: list[str]
+    idempotent_acked: int
+    transactions: dict[str, int]
+    copy_commits: int
+    copy_aborts: int
+    copy_errors: dict[str, int]
+    partitions_compared: int
+    problems: list[str]
+
+    def lines(self) -> list[str]:
+        return [
+            f"seed {self.seed}; {len(self.faults)} faults: {'; '.join(self.faults)}",
+            f"idempotent records acknowledged: {self.idempotent_acked}",
+            f"transactions: {self.transactions}",
+            f"copy loop: {self.copy_commits} commits, {self.copy_aborts} aborts "
+            f"({self.copy_errors or 'no errors'})",
+            f"partitions whose replicas were compared byte for byte: {self.partitions_compared}",
+            f"problems: {self.problems or 'none'}",
+        ]
+
+
+class Campaign:
+    def __init__(self, root: Path, seed: int) -> None:
+        self.root = root
+        self.seed = seed
+        self.zookeeper = ZooKeeperServer(root / "zookeeper", port=free_port(), tick_time_ms=500)
+        self.cluster: Cluster | None = None
+
+    def __enter__(self) -> Campaign:
+        self.zookeeper.start()
+        self.cluster = Cluster(
+            self.root, self.zookeeper.connect_string + "/campaign", overrides=CAMPAIGN_OVERRIDES
+        ).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self.cluster is not None:
+                self.cluster.stop()
+        finally:
+            self.zookeeper.stop()
+
+    def run(self, fault_seconds: float, gap_s: tuple[float, float] = (3.0, 8.0)) -> Report:
+        cluster = self.cluster
+        assert cluster is not None
+        admin = cluster.admin()
+        topics = [
+            NewTopic(t, PARTITIONS, 3, config={"min.insync.replicas": "2"})
+            for t in ("src", "tx", "dst")
+        ]
+        for future in admin.create_topics(topics, request_timeout=60).values():
+            future.result(60)
+        for t in ("src", "tx", "dst"):
+            wait_for(lambda t=t: cluster.all_have_leaders(t, PARTITIONS), what=f"leaders of {t}")
+        idem = IdempotentWriter(cluster.bootstrap)
+        txn = TransactionalWriter(cluster.bootstrap, self.seed)
+        copy = CopyLoop(cluster.bootstrap)
+        workloads: list[Workload] = [idem, txn, copy]
+        for w in workloads:
+            w.start()
+        faults = Faults(cluster, self.zookeeper, self.seed)
+        try:
+            wait_for(
+                lambda: sum(map(len, idem.acked.values())) > 200,
+                timeout=60,
+                what="the workloads to run",
+            )
+            end = time.monotonic() + fault_seconds
+            while time.monotonic() < end:
+                time.sleep(faults.rng.uniform(*gap_s))
+                faults.one()
+            log("faults over; healing")
+            self._heal()
+            time.sleep(3)  # the workloads run on a healthy cluster for a moment
+        finally:
+            if not self.zookeeper.running:
+                self.zookeeper.start()
+            for w in (idem, txn):
+                w.stop(300)
+            copy.stop(300)
+        problems: list[str] = []
+        for w in workloads:
+            problems += [f"{w.name}: {n}" for n in w.notes if not n.startswith("delivery failed")]
+        problems += self._full_isrs()
+        problems += self._check_idempotent(idem)
+        problems += self._check_transactions(txn.outcome)
+        problems += self._check_copy()
+        cluster.stop()
+        self.cluster = None
+        compared, mismatches = self._check_replicas_identical(cluster)
+        problems += mismatches
+        return Report(
+            seed=self.seed,
+            faults=faults.log.done,
+            idempotent_acked=sum(map(len, idem.acked.values())),
+            transactions={
+                "committed": len(txn.outcome.committed),
+                "aborted": len(txn.outcome.aborted),
+                "unknown": len(txn.outcome.unknown),
+                "fatal": txn.fatal,
+            },
+            copy_commits=copy.commits,
+            copy_aborts=copy.aborts,
+            copy_errors=dict(copy.errors),
+            partitions_compared=compared,
+            problems=problems,
+        )
+
+    # -- healing and checks --------------------------------------------------------------
+
+    def _heal(self) -> None:
+        cluster = self.cluster
+        assert cluster is not None
+        if not self.zookeeper.running:
+            self.zookeeper.start()
+        for b in cluster.brokers:
+            if b.proc is None or b.proc.poll() is not None:
+                b.proc = None
+                b.start(timeout=120)
+            else:
+                b.proc.send_signal(signal.SIGCONT)
+        wait_for(
+            lambda: len(cluster.live_broker_ids()) == len(cluster.brokers),
+            timeout=120,
+            what="every broker registered",
+        )
+
+    def _all_partitions(self) -> dict[tuple[str, int], Any]:
+        cluster = self.cluster
+        assert cluster is not None
+        md = cluster.admin().list_topics(timeout=10)
+        return {(t, p): meta for t, tm in md.topics.items() for p, meta in tm.partitions.items()}
+
+    def _full_isrs(self) -> list[str]:
+        """Every partition (internal ones too) back at 3 in-sync replicas, without writes."""
+        short: dict[tuple[str, int], Any] = {}
+
+        def full() -> bool:
+            short.clear()
+            for key, meta in self._all_partitions().items():
+                if len(meta.isrs) != len(meta.replicas) or meta.leader < 0:
+                    short[key] = (meta.leader, list(meta.isrs))
+            return not short
+
+        try:
+            wait_for(full, timeout=90, what="full ISRs")
+        except AssertionError:
+            return [f"ISR not full after healing: {dict(sorted(short.items()))}"]
+        return []
+
+    def _read(self, topic: str, partition: int, committed: bool) -> list[bytes]:
+        cluster = self.cluster
+        assert cluster is not None
+        consumer = Consumer(
+            {
+                "bootstrap.servers": cluster.bootstrap,
+                "group.id": f"campaign-check-{time.monotonic_ns()}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed" if committed else "read_uncommitted",
+                "log_level": 2,
+            }
+        )
+        try:
+            tp = TopicPartition(topic, partition)
+            low, high = consumer.get_watermark_offsets(tp, timeout=30)
+            consumer.assign([TopicPartition(topic, partition, low)])
+            values: list[bytes] = []
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                msg = consumer.poll(0.5)
+                if msg is not None and not msg.error():
+                    values.append(msg.value())
+                    if msg.offset() + 1 >= high:
+                        break
+                elif msg is None and consumer.position([tp])[0].offset >= high:
+                    break
+            return values
+        finally:
+            consumer.close()
+
+    def _check_idempotent(self, idem: IdempotentWriter) -> list[str]:
+        problems = []
+        for p in range(PARTITIONS):
+            values = [int(v) for v in self._read("src", p, committed=False)]
+            counts = Counter(values)
+            dups = sorted(v for v, c in counts.items() if c > 1)
+            lost = sorted(set(idem.acked[p]) - set(values))
+            if dups:
+                problems.append(f"src-{p}: {len(dups)} duplicates, e.g. {dups[:10]}")
+            if lost:
+                problems.append(f"src-{p}: {len(lost)} acknowledged records lost, e.g. {lost[:10]}")
+            if values != sorted(values):
+                problems.append(f"src-{p}: records out of order")
+        return problems
+
+    def _check_transactions(self, outcome: TxnOutcome) -> list[str]:
+        problems = []
+        seen: dict[int, list[tuple[int, int]]] = {}
+        for p in range(PARTITIONS):
+            for v in self._read("tx", p, committed=True):
+                txn, i = (int(x) for x in v.decode().split(":"))
+                seen.setdefault(txn, []).append((p, i))
+        for txn, records in seen.items():
+            if len(records) != len(set(records)):
+                problems.append(f"transaction {txn}: duplicates {records}")
+            if txn in outcome.aborted:
+                problems.append(f"transaction {txn} was aborted but is visible")
+            elif len(set(records)) != 10:
+                problems.append(f"transaction {txn}: {len(set(records))} of 10 records visible")
+        missing = sorted(outcome.committed - set(seen))
+        if missing:
+            problems.append(f"committed transactions missing: {missing[:10]}")
+        return problems
+
+    def _check_copy(self) -> list[str]:
+        problems = []
+        for p in range(PARTITIONS):
+            src = [int(v) for v in self._read("src", p, committed=True)]
+            dst = [int(v.split(b":", 1)[1]) for v in self._read("dst", p, committed=True)]
+            counts = Counter(dst)
+            dups = sorted(v for v, c in counts.items() if c > 1)
+            if dups:
+                problems.append(f"dst-{p}: {len(dups)} records copied twice, e.g. {dups[:10]}")
+            if sorted(set(dst)) != sorted(src):
+                missing = sorted(set(src) - set(dst))
+                extra = sorted(set(dst) - set(src))
+                problems.append(
+                    f"dst-{p} is not src-{p}: {len(missing)} missing (e.g. {missing[:5]}), "
+                    f"{len(extra)} extra"
+                )
+        return problems
+
+    @staticmethod
+    def _check_replicas_identical(cluster: Cluster) -> tuple[int, list[str]]:
+        """After a clean stop, the log bytes of each partition on every replica agree:
+        (partitions compared, mismatches)."""
+        problems = []
+        by_partition: dict[str, dict[int, bytes]] = {}
+        for broker_id, b in enumerate(cluster.brokers):
+            data = b.data_dir
+            for part_dir in sorted(p for p in data.iterdir() if p.is_dir() and "-" in p.name):
+                segments = sorted(part_dir.glob("*.log"))
+                if not segments:
+                    continue
+                content = b"".join(s.read_bytes() for s in segments)
+                by_partition.setdefault(part_dir.name, {})[broker_id] = content
+        compared = 0
+        for name, copies in sorted(by_partition.items()):
+            if len(copies) < 2:
+                continue
+            compared += 1
+            if len(set(copies.values())) > 1:
+                sizes = {b: len(c) for b, c in copies.items()}
+                problems.append(f"replicas of {name} differ: bytes {sizes}")
+        if not compared:
+            problems.append("no partition found on two replicas to compare")
+        return compared, problems
