@@ -312,3 +312,23 @@ def test_records_without_a_key_are_refused_in_a_compacted_log(tmp_path: Path) ->
     with pytest.raises(InvalidRecordError):
         log.append(keyed((b"a", b"1"), (None, b"2")), NOW)
     assert log.log_end_offset == 0
+
+
+def test_coordinator_replay_steps_over_batches_that_lost_their_last_records(
+    tmp_path: Path,
+) -> None:
+    from headwater.broker.offsets_log import PartitionOffsetsLog
+
+    log = make_log(tmp_path)
+    log.append(keyed((b"a", b"1"), (b"b", b"1")), NOW)  # offsets 0-1: b=1 goes, the batch stays
+    log.append(keyed((b"b", b"2")), NOW)
+    log.append(keyed((b"c", b"1")), NOW)
+    roll(log)
+    log.append(keyed((b"z", b"z")), NOW)
+    compact(log)
+    assert list(PartitionOffsetsLog(log).replay()) == [
+        (b"a", b"1"),
+        (b"b", b"2"),
+        (b"c", b"1"),
+        (b"z", b"z"),
+    ]
