@@ -32,8 +32,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-import numpy as np
-
 from headwater.gc_policy import COLLECTOR
 from headwater.log.cleaner import CLEANED_SUFFIX, SWAP_SUFFIX, CleanResult, CleanTask, SourceSegment
 from headwater.log.cleaner_swap import (
@@ -813,7 +811,7 @@ class Log:
             body = view[header.position + HEADER_SIZE : header.position + header.size]
             if header.compression:
                 body = memoryview(decompress(header.compression, body))
-            index = first_null_key(np.frombuffer(body, dtype=np.uint8), header.record_count)
+            index = first_null_key(body, header.record_count)
             if index >= 0:
                 raise InvalidRecordError(
                     "Compacted topic cannot accept message without key in topic partition "
