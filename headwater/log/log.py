@@ -898,10 +898,10 @@ class Log:
         headers = validate_batches(view[:whole], whole, allow_control=True, compacted=True)
         self._load()
         expected = self._log_end_offset
-        for i, header in enumerate(headers):
-            # The first batch must continue the log exactly; later ones may leave
-            # gaps (a compacted leader log), never go back.
-            if header.base_offset < expected or (i == 0 and header.base_offset != expected):
+        for header in headers:
+            # Batches may leave gaps (a compacted leader log: even the first, when
+            # the records at this log's end were cleaned away), never go back (Kafka).
+            if header.base_offset < expected:
                 raise UnexpectedAppendOffsetError(
                     f"{self._path}: batch at offset {header.base_offset} does not follow "
                     f"offset {expected - 1}"

@@ -335,3 +335,18 @@ def test_coordinator_replay_steps_over_batches_that_lost_their_last_records(
         (b"c", b"1"),
         (b"z", b"z"),
     ]
+
+
+def test_the_pure_and_compiled_null_key_walks_agree() -> None:
+    import numpy as np
+
+    from headwater.log.offset_map import _first_null_key_pure, kernels
+
+    _, _, compiled = kernels()
+    for pairs in ([(b"a", b"1"), (b"b", None)], [(b"a", b"1"), (None, b"x")], [(None, None)]):
+        batch = keyed(*pairs)
+        body = batch[61:]
+        expected = next((i for i, (k, _) in enumerate(pairs) if k is None), -1)
+        assert _first_null_key_pure(body, len(pairs)) == expected
+        assert int(compiled(np.frombuffer(body, dtype=np.uint8), len(pairs))) == expected
+    assert _first_null_key_pure(b"\x7f", 1) == -2
