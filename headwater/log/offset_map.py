@@ -17,20 +17,16 @@ parse failure instead of raising, so a corrupt batch costs a return code.
 
 from __future__ import annotations
 
-import logging
 import threading
 from typing import Any
 
 import numpy as np
-
-log = logging.getLogger(__name__)
 
 SLOT_BYTES = 24  # two 64-bit key hashes + one 64-bit offset
 LOAD_FACTOR = 0.9  # Kafka's log.cleaner.io.buffer.load.factor
 
 _kernels: Any = None
 _lock = threading.Lock()
-_loader: threading.Thread | None = None
 
 
 def _build() -> Any:
@@ -207,28 +203,6 @@ def _build() -> Any:
     return map_records, filter_records, first_null_key
 
 
-def _load_quietly() -> None:
-    try:
-        kernels()
-    except Exception as exc:  # numba failing on this platform: the pure walk stays
-        log.warning("the log cleaner's compiled walks did not load: %s", exc)
-
-
-def kernels_ready() -> bool:
-    """True once the kernels are compiled; else starts loading them on a thread (once).
-
-    For callers on the event loop (the produce path), which must never wait
-    seconds for numba: they use the pure-Python walk meanwhile.
-    """
-    global _loader
-    if _kernels is not None:
-        return True
-    if _loader is None:
-        _loader = threading.Thread(target=_load_quietly, name="numba-cleaner-walks", daemon=True)
-        _loader.start()
-    return False
-
-
 def kernels() -> Any:
     """The three kernels, compiled on first use (or read from numba's cache)."""
     global _kernels
@@ -307,10 +281,14 @@ def first_null_key(records: bytes | bytearray | memoryview, count: int) -> int:
     """Index of the first record without a key in a batch's (uncompressed) records.
 
     -1: every record has a key; -2: the records do not parse (validation
-    already refused those). Compiled when loaded, pure Python until then.
+    already refused those). The produce path of compacted topics calls this
+    on the event loop, so it is the pure walk (about a microsecond a
+    record): loading the compiled one in the broker would hold the GIL for
+    seconds (numba's compiler is Python), which the broker's cleaner avoids
+    by compiling in its worker process only.
     """
-    if kernels_ready():
-        _, _, kernel = kernels()
+    if _kernels is not None:  # already here (a tool, or a test): use it
+        _, _, kernel = _kernels
         return int(kernel(np.frombuffer(records, dtype=np.uint8), count))
     return _first_null_key_pure(records, count)
 
