@@ -30,6 +30,7 @@ SCRIPTS = [
     "bench_client_transactions.py",
     "bench_read_committed.py",
     "bench_session_memory.py",
+    "bench_cleaner.py",
 ]
 
 

@@ -91,7 +91,8 @@ class PartitionStateLog:
     def replay(self) -> Iterator[ReplayItem]:
         """To the log end as it moves: while a partition loads (in steps), the
         only writes to it are transaction markers, and a marker appended during
-        the load must still settle the TxnOffsetCommits it ends."""
+        the load must still settle the TxnOffsetCommits it ends. A compacted log
+        has gaps: reads step from batch to batch."""
         offset = self._log.log_start_offset
         while offset < self._log.log_end_offset:
             result = self._log.read(offset, _READ_CHUNK, Isolation.LOG_END, True)
@@ -115,6 +116,11 @@ class PartitionStateLog:
                         yield TxnLogEntry(header.producer_id, record.key, record.value)
                     else:
                         yield record.key, record.value
+                # A compacted batch may end past its last record (or hold none):
+                # the next read starts after the batch, not after its last record.
+                if header.last_offset >= offset:
+                    offset = header.last_offset + 1
+                    progressed = True
             if not progressed:
                 return
 

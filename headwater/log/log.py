@@ -32,8 +32,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-import numpy as np
-
 from headwater.gc_policy import COLLECTOR
 from headwater.log.cleaner import CLEANED_SUFFIX, SWAP_SUFFIX, CleanResult, CleanTask, SourceSegment
 from headwater.log.cleaner_swap import (
@@ -819,7 +817,7 @@ class Log:
             body = view[header.position + HEADER_SIZE : header.position + header.size]
             if header.compression:
                 body = memoryview(decompress(header.compression, body))
-            index = first_null_key(np.frombuffer(body, dtype=np.uint8), header.record_count)
+            index = first_null_key(body, header.record_count)
             if index >= 0:
                 raise InvalidRecordError(
                     "Compacted topic cannot accept message without key in topic partition "
@@ -906,10 +904,10 @@ class Log:
         headers = validate_batches(view[:whole], whole, allow_control=True, compacted=True)
         self._load()
         expected = self._log_end_offset
-        for i, header in enumerate(headers):
-            # The first batch must continue the log exactly; later ones may leave
-            # gaps (a compacted leader log), never go back.
-            if header.base_offset < expected or (i == 0 and header.base_offset != expected):
+        for header in headers:
+            # Batches may leave gaps (a compacted leader log: even the first, when
+            # the records at this log's end were cleaned away), never go back (Kafka).
+            if header.base_offset < expected:
                 raise UnexpectedAppendOffsetError(
                     f"{self._path}: batch at offset {header.base_offset} does not follow "
                     f"offset {expected - 1}"

@@ -22,72 +22,66 @@ from typing import Any
 
 import numpy as np
 
-from headwater.records.errors import CorruptRecordError
-from headwater.records.record import decode_varint
-
 SLOT_BYTES = 24  # two 64-bit key hashes + one 64-bit offset
 LOAD_FACTOR = 0.9  # Kafka's log.cleaner.io.buffer.load.factor
 
 _kernels: Any = None
 _lock = threading.Lock()
-_loader: threading.Thread | None = None
 
 
 def _build() -> Any:
     import numba
 
-    u64 = np.uint64
-
     @numba.njit(cache=True, nogil=True)  # type: ignore[untyped-decorator]
     def varint(data: Any, pos: int, end: int) -> Any:
-        z = u64(0)
-        shift = u64(0)
+        z = np.uint64(0)
+        shift = np.uint64(0)
         while pos < end:
-            b = u64(data[pos])
+            b = np.uint64(data[pos])
             pos += 1
-            z |= (b & u64(0x7F)) << shift
+            z |= (b & np.uint64(0x7F)) << shift
             if b < 0x80:
-                return np.int64(z >> u64(1)) ^ -np.int64(z & u64(1)), pos
-            shift += u64(7)
+                return np.int64(z >> np.uint64(1)) ^ -np.int64(z & np.uint64(1)), pos
+            shift += np.uint64(7)
             if shift > 63:
                 return 0, -1
         return 0, -1
 
     @numba.njit(cache=True, nogil=True)  # type: ignore[untyped-decorator]
     def fmix(h: Any) -> Any:
-        h ^= h >> u64(33)
-        h *= u64(0xFF51AFD7ED558CCD)
-        h ^= h >> u64(33)
-        h *= u64(0xC4CEB9FE1A85EC53)
-        h ^= h >> u64(33)
+        h ^= h >> np.uint64(33)
+        h *= np.uint64(0xFF51AFD7ED558CCD)
+        h ^= h >> np.uint64(33)
+        h *= np.uint64(0xC4CEB9FE1A85EC53)
+        h ^= h >> np.uint64(33)
         return h
 
     @numba.njit(cache=True, nogil=True)  # type: ignore[untyped-decorator]
     def key_hash(data: Any, start: int, length: int) -> Any:
-        a = u64(0xCBF29CE484222325) ^ u64(length)
-        b = u64(0x9E3779B97F4A7C15) + u64(length)
+        a = np.uint64(0xCBF29CE484222325) ^ np.uint64(length)
+        b = np.uint64(0x9E3779B97F4A7C15) + np.uint64(length)
         for i in range(start, start + length):
-            c = u64(data[i])
-            a = (a ^ c) * u64(0x100000001B3)
-            b = ((b ^ c) * u64(0xBF58476D1CE4E5B9)) ^ (b >> u64(29))
+            c = np.uint64(data[i])
+            a = (a ^ c) * np.uint64(0x100000001B3)
+            b = ((b ^ c) * np.uint64(0xBF58476D1CE4E5B9)) ^ (b >> np.uint64(29))
         a = fmix(a)
         b = fmix(b ^ a)
         # 0 marks an empty slot: keep real hashes away from it
         if a == 0:
-            a = u64(1)
+            a = np.uint64(1)
         return a, b
 
     @numba.njit(cache=True, nogil=True)  # type: ignore[untyped-decorator]
     def slot_of(h1: Any, h2: Any, k1: Any, k2: Any) -> Any:
-        mask = u64(k1.shape[0] - 1)
+        mask = np.uint64(k1.shape[0] - 1)
         i = h1 & mask
-        step = u64(1)
+        step = np.uint64(1)
         while True:
             j = np.int64(i)
             if k1[j] == 0 or (k1[j] == h1 and k2[j] == h2):
                 return j
             i = (i + step) & mask
-            step += u64(1)
+            step += np.uint64(1)
 
     @numba.njit(cache=True, nogil=True)  # type: ignore[untyped-decorator]
     def walk_record(data: Any, pos: int, n: int) -> Any:
@@ -283,50 +277,46 @@ class OffsetMap:
         return int(kept), int(written), int(tombstones), bool(ok)
 
 
-def load_in_background() -> None:
-    """Compile (or read from numba's cache) the kernels on a thread, once.
+def first_null_key(records: bytes | bytearray | memoryview, count: int) -> int:
+    """Index of the first record without a key in a batch's (uncompressed) records.
 
-    The produce path checks compacted topics' keys with :func:`first_null_key`
-    and must never wait for the JIT (seconds on a fresh machine, holding the
-    event loop): until the kernels are ready it walks the records in Python.
+    -1: every record has a key; -2: the records do not parse (validation
+    already refused those). The produce path of compacted topics calls this
+    on the event loop, so it is the pure walk (about a microsecond a
+    record): loading the compiled one in the broker would hold the GIL for
+    seconds (numba's compiler is Python), which the broker's cleaner avoids
+    by compiling in its worker process only.
     """
-    global _loader
-    if _kernels is not None or _loader is not None:
-        return
-    _loader = threading.Thread(target=kernels, name="numba-offset-map", daemon=True)
-    _loader.start()
+    if _kernels is not None:  # already here (a tool, or a test): use it
+        _, _, kernel = _kernels
+        return int(kernel(np.frombuffer(records, dtype=np.uint8), count))
+    return _first_null_key_pure(records, count)
 
 
-def first_null_key(records: Any, count: int) -> int:
-    """Index of the first record without a key in a batch's (uncompressed) records; -1: none.
+def _varint(data: bytes | bytearray | memoryview, pos: int) -> tuple[int, int]:
+    z = shift = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        z |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (z >> 1) ^ -(z & 1), pos
+        shift += 7
+        if shift > 63:
+            raise ValueError("varint too long")
 
-    Compiled once the kernels are loaded; a pure-Python walk meanwhile (the
-    first call starts loading them in the background).
-    """
-    loaded = _kernels
-    if loaded is None:
-        load_in_background()
-        return _first_null_key_python(records, count)
-    return int(loaded[2](records, count))
 
-
-def _first_null_key_python(records: Any, count: int) -> int:
-    """:func:`first_null_key` without numba: -1 none, -2 unparsable (validation reports it)."""
-    data = bytes(records)
+def _first_null_key_pure(records: bytes | bytearray | memoryview, count: int) -> int:
     pos = 0
     try:
         for i in range(count):
-            length, pos = decode_varint(data, pos)
-            end = pos + length
-            if length < 0 or end > len(data):
-                return -2
-            pos += 1  # attributes
-            _, pos = decode_varint(data, pos)  # timestamp delta
-            _, pos = decode_varint(data, pos)  # offset delta
-            key_length, pos = decode_varint(data, pos)
+            length, body = _varint(records, pos)
+            _, p = _varint(records, body + 1)  # timestamp delta, after the attributes
+            _, p = _varint(records, p)  # offset delta
+            key_length, _ = _varint(records, p)
             if key_length < 0:
                 return i
-            pos = end
-    except (IndexError, CorruptRecordError):
+            pos = body + length
+    except (IndexError, ValueError):
         return -2
     return -1

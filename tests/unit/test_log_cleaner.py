@@ -312,3 +312,41 @@ def test_records_without_a_key_are_refused_in_a_compacted_log(tmp_path: Path) ->
     with pytest.raises(InvalidRecordError):
         log.append(keyed((b"a", b"1"), (None, b"2")), NOW)
     assert log.log_end_offset == 0
+
+
+def test_coordinator_replay_steps_over_batches_that_lost_their_last_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from headwater.broker import offsets_log
+    from headwater.coordinator.partition_state_log import PartitionStateLog
+
+    monkeypatch.setattr(offsets_log, "_READ_CHUNK", 1)  # one batch per read
+
+    log = make_log(tmp_path)
+    log.append(keyed((b"a", b"1"), (b"b", b"1")), NOW)  # offsets 0-1: b=1 goes, the batch stays
+    log.append(keyed((b"b", b"2")), NOW)
+    log.append(keyed((b"c", b"1")), NOW)
+    roll(log)
+    log.append(keyed((b"z", b"z")), NOW)
+    compact(log)
+    assert list(PartitionStateLog(log).replay()) == [
+        (b"a", b"1"),
+        (b"b", b"2"),
+        (b"c", b"1"),
+        (b"z", b"z"),
+    ]
+
+
+def test_the_pure_and_compiled_null_key_walks_agree() -> None:
+    import numpy as np
+
+    from headwater.log.offset_map import _first_null_key_pure, kernels
+
+    _, _, compiled = kernels()
+    for pairs in ([(b"a", b"1"), (b"b", None)], [(b"a", b"1"), (None, b"x")], [(None, None)]):
+        batch = keyed(*pairs)
+        body = batch[61:]
+        expected = next((i for i, (k, _) in enumerate(pairs) if k is None), -1)
+        assert _first_null_key_pure(body, len(pairs)) == expected
+        assert int(compiled(np.frombuffer(body, dtype=np.uint8), len(pairs))) == expected
+    assert _first_null_key_pure(b"\x7f", 1) == -2

@@ -288,7 +288,7 @@ def test_no_leadership_until_the_states_could_be_read_again(tmp_path: Path) -> N
             c.zk.available = False
             await asyncio.to_thread(c.store.expire_session)
             await asyncio.sleep(0.5)  # refresh attempts fail meanwhile
-            assert c.replicas.serving_error(TOPIC, 0) == NOT_LEADER_OR_FOLLOWER
+            assert c.replicas.serving_error(TOPIC, 0) == ErrorCode.not_leader_or_follower
             assert c.replicas.leads_per_stale_view(1)
             assert not replica.is_leader
             c.zk.available = True
