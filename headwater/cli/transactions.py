@@ -264,8 +264,10 @@ def add_transaction_commands(sub: Any) -> None:
         "abort",
         help="abort a hanging transaction on one partition (kafka-transactions abort)",
     )
-    abort.add_argument("--topic", required=True, metavar="NAME")
-    abort.add_argument("--partition", required=True, type=int, metavar="P")
+    abort.add_argument("--topic", required=True, metavar="NAME", help="the partition's topic")
+    abort.add_argument(
+        "--partition", required=True, type=int, metavar="P", help="the partition to abort on"
+    )
     abort.add_argument(
         "--start-offset",
         type=int,
@@ -273,7 +275,14 @@ def add_transaction_commands(sub: Any) -> None:
         help="the transaction's first offset (as find-hanging shows it)",
     )
     abort.add_argument("--producer-id", type=int, metavar="ID", help="instead of --start-offset")
-    abort.add_argument("--producer-epoch", type=int, metavar="EPOCH")
-    abort.add_argument("--coordinator-epoch", type=int, metavar="EPOCH")
+    abort.add_argument(
+        "--producer-epoch", type=int, metavar="EPOCH", help="with --producer-id: its epoch"
+    )
+    abort.add_argument(
+        "--coordinator-epoch",
+        type=int,
+        metavar="EPOCH",
+        help="with --producer-id: the coordinator epoch the partition last saw",
+    )
     add_client_args(abort)
     abort.set_defaults(func=guarded(cmd_transactions_abort))

@@ -317,10 +317,10 @@ def test_records_without_a_key_are_refused_in_a_compacted_log(tmp_path: Path) ->
 def test_coordinator_replay_steps_over_batches_that_lost_their_last_records(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from headwater.broker import offsets_log
+    from headwater.coordinator import partition_state_log
     from headwater.coordinator.partition_state_log import PartitionStateLog
 
-    monkeypatch.setattr(offsets_log, "_READ_CHUNK", 1)  # one batch per read
+    monkeypatch.setattr(partition_state_log, "_READ_CHUNK", 1)  # one batch per read
 
     log = make_log(tmp_path)
     log.append(keyed((b"a", b"1"), (b"b", b"1")), NOW)  # offsets 0-1: b=1 goes, the batch stays
