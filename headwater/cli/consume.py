@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from typing import Any, Final
@@ -19,6 +20,7 @@ from headwater.client.errors import KafkaError
 from headwater.client.types import ConsumerRecord, TopicPartition
 
 DEFAULT_FORMAT: Final = "{value}"
+_CHUNK: Final = 256  # records formatted and written at a time
 
 
 def _text(data: bytes | None) -> str:
@@ -79,16 +81,21 @@ def cmd_consume(args: argparse.Namespace) -> int:
                 last_data = time.monotonic()
                 if limit is not None:
                     records = records[: limit - count]
-                out.write("".join(_format_record(fmt, r) + "\n" for r in records))
-                count += len(records)
-                for r in records:  # the group's next offsets: after what was printed
-                    printed[TopicPartition(r.topic, r.partition)] = r.offset + 1
-                progress.update(len(records))
+                # In chunks, counted as written: Ctrl-C in the middle of a large poll
+                # still reports (and commits, with --group) what reached stdout.
+                for start in range(0, len(records), _CHUNK):
+                    chunk = records[start : start + _CHUNK]
+                    out.write("".join(_format_record(fmt, r) + "\n" for r in chunk))
+                    count += len(chunk)
+                    for r in chunk:  # the group's next offsets: after what was printed
+                        printed[TopicPartition(r.topic, r.partition)] = r.offset + 1
+                    progress.update(len(chunk))
             out.flush()
         except BrokenPipeError:  # `| head`: the reader is gone, which is fine
             sys.stderr.close()
         except KeyboardInterrupt:
-            pass
+            with contextlib.suppress(OSError, ValueError):
+                out.flush()  # what was counted reaches the reader
         finally:
             progress.close()
         if args.group and printed:

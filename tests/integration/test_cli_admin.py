@@ -232,3 +232,31 @@ def test_health_log_dirs_and_quotas(broker: BrokerProcess) -> None:
     assert "client-id=<default>\tconsumer_byte_rate=2048" in described
     hw(broker, "quotas", "alter", "--user", "alice", "--delete-config", "producer_byte_rate")
     assert "user=alice" not in hw(broker, "quotas", "describe").stdout
+
+
+def test_ctrl_c_on_consume_counts_what_was_printed(broker: BrokerProcess) -> None:
+    import signal
+    import time
+
+    hw(broker, "topics", "create", "long-read")
+    subprocess.run(
+        [sys.executable, "-m", "headwater.cli", "produce", "long-read", "--count", "20000",
+         "--size", "40", "--bootstrap", broker.bootstrap],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "headwater.cli", "consume", "long-read", "--from-beginning",
+         "--bootstrap", broker.bootstrap],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    first = proc.stdout.readline()  # printing has begun
+    assert first
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    out = proc.stdout.read()  # through the same buffered reader as readline
+    assert proc.stderr is not None and proc.wait(60) == 0
+    err = proc.stderr.read()
+    printed = 1 + len(out.splitlines())
+    counted = int(err.strip().splitlines()[-1].split()[1])
+    assert 0 < counted <= printed <= counted + 256, (counted, printed)
