@@ -13,7 +13,7 @@ import datetime
 import sys
 from typing import Any
 
-from headwater.cli.common import add_client_args, command_security, guarded, table
+from headwater.cli.common import add_client_args, command_security, guarded, print_json, table
 from headwater.client.cluster import ClusterClient
 from headwater.client.connection import BrokerConnection
 from headwater.client.coordinator import CoordinatorClient, CoordinatorType
@@ -93,6 +93,9 @@ def _raise(code: int, what: str) -> None:
 
 def cmd_groups_list(args: argparse.Namespace) -> int:
     rows = asyncio.run(_list(args.bootstrap, command_security(args)))
+    if args.json:
+        print_json([{"group": g, "protocol_type": t, "state": s} for g, t, s in rows])
+        return 0
     for group_id, protocol_type, state in rows:
         print(f"{group_id}\t{protocol_type or '-'}\t{state or '-'}")
     return 0
@@ -135,8 +138,49 @@ def cmd_groups_describe(args: argparse.Namespace) -> int:
     if report.state == "Dead" and not report.members and not report.offsets:
         print(f"error: consumer group {args.group!r} does not exist", file=sys.stderr)
         return 1
+    if args.json:
+        print_json(report_json(report, ends))
+        return 0
     print("\n".join(format_report(report, ends)))
     return 0
+
+
+def report_json(report: GroupReport, ends: dict[tuple[str, int], int]) -> dict[str, Any]:
+    """The same facts as ``format_report``: members, then every partition with its lag."""
+    committed = {(o.topic, o.partition): o for o in report.offsets}
+    owners = {(t, p): m for t, p, m in _assigned(report)}
+    partitions = []
+    for topic, partition in sorted(committed.keys() | owners.keys()):
+        o = committed.get((topic, partition))
+        end = ends.get((topic, partition))
+        partitions.append(
+            {
+                "topic": topic,
+                "partition": partition,
+                "committed_offset": None if o is None else o.offset,
+                "log_end_offset": end,
+                "lag": None if o is None or end is None else o.lag(end),
+                "owner": owners.get((topic, partition)),
+                "metadata": None if o is None else o.metadata,
+            }
+        )
+    return {
+        "group": report.group_id,
+        "state": report.state,
+        "protocol_type": report.protocol_type,
+        "protocol": report.protocol,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "client_id": m.client_id,
+                "host": m.client_host,
+                "assignment": {t: list(ps) for t, ps in (m.assignment or ())},
+            }
+            for m in report.members
+        ],
+        "partitions": partitions,
+    }
 
 
 _EARLIEST = -2
@@ -357,6 +401,8 @@ def add_group_commands(sub: Any) -> None:
     mode.add_argument("--execute", action="store_true", help="commit the new offsets")
     delete = gsub.add_parser("delete", help="delete empty groups and their committed offsets")
     delete.add_argument("group", nargs="+")
+    for p in (lst, desc):
+        p.add_argument("--json", action="store_true", help="print JSON instead of text")
     for p in (lst, desc, reset, delete):
         add_client_args(p)
     reset.set_defaults(func=guarded(cmd_groups_reset_offsets))

@@ -206,6 +206,14 @@ def test_consume_from_an_offset_and_as_a_group(broker: BrokerProcess) -> None:
     assert rest.split() == [f"v{i}" for i in range(4, 10)]
     described = hw(broker, "groups", "describe", "reader").stdout
     assert "  replayed\t0\t10\t10\t0\t" in described
+    as_json = json.loads(hw(broker, "groups", "describe", "reader", "--json").stdout)
+    assert as_json["partitions"] == [
+        {"topic": "replayed", "partition": 0, "committed_offset": 10, "log_end_offset": 10,
+         "lag": 0, "owner": None, "metadata": ""}
+    ]  # fmt: skip
+    assert {"group": "reader", "protocol_type": "", "state": "Empty"} in json.loads(
+        hw(broker, "groups", "list", "--json").stdout
+    )
 
 
 def test_health_log_dirs_and_quotas(broker: BrokerProcess) -> None:
