@@ -40,6 +40,7 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -506,6 +507,31 @@ class StopRequest:
         print("\nstopping after the current batches (Ctrl-C again to abort)...", flush=True)
 
 
+@contextlib.contextmanager
+def phase(text: str) -> Iterator[None]:
+    """Slow work (Spark takes ~30 s to start or stop) with a ticking status line on a
+    terminal, and one line with its duration either way."""
+    from tqdm import tqdm
+
+    started = time.monotonic()
+    bar = tqdm(desc=text, bar_format="{desc}... {elapsed}", disable=None, file=sys.stderr)
+    done = threading.Event()
+
+    def tick() -> None:
+        while not done.wait(0.5):
+            bar.refresh()
+
+    ticker = threading.Thread(target=tick, name="demo-phase", daemon=True)
+    ticker.start()
+    try:
+        yield
+    finally:
+        done.set()
+        ticker.join()
+        bar.close()
+        print(f"{text}: {time.monotonic() - started:.0f} s", flush=True)
+
+
 def run_demo(
     s: DemoSettings, events_per_second: int, duration: float, status_every: float = 5.0
 ) -> int:
@@ -513,7 +539,8 @@ def run_demo(
     s.output.mkdir(parents=True, exist_ok=True)
     ensure_topics(s.bootstrap, s.partitions)
     with tempfile.TemporaryDirectory(prefix="headwater-demo-") as workdir:
-        spark = build_spark(s.master, Path(workdir))
+        with phase(f"starting Spark ({s.master})"):
+            spark = build_spark(s.master, Path(workdir))
         live = LiveCounts()
         queries: list[Any] = []
         producer: EventProducer | None = None
@@ -545,11 +572,12 @@ def run_demo(
             finally:
                 if producer is not None:
                     producer.stop()
-                for q in queries:
-                    stop_between_batches(q)
-                with contextlib.suppress(Exception):
-                    final_rows = parquet_rows(spark, s.output)
-                spark.stop()
+                with phase("stopping the queries and Spark"):
+                    for q in queries:
+                        stop_between_batches(q)
+                    with contextlib.suppress(Exception):
+                        final_rows = parquet_rows(spark, s.output)
+                    spark.stop()
     sent = producer.sent if producer is not None else 0
     topic_rows = "?"
     with contextlib.suppress(Exception):
