@@ -310,12 +310,14 @@ def test_a_producer_whose_commit_failed_under_a_paused_coordinator_recovers(
     # With lost records: at once, while clients still send to the paused broker.
     pause_past_the_session(cluster, coordinator, others, commit_while_paused, at_once=lost_records)
     resumed = time.monotonic()
-    assert outcome, "the commit succeeded under a paused coordinator"
     # What an application does after a failed commit: retry a retriable one, abort
-    # one that requires it, until the transaction is settled either way.
-    errors = [outcome[0].args[0]]
+    # one that requires it, until the transaction is settled either way. (On a
+    # loaded machine the commit may also go through under the pause: the
+    # coordinator and the partitions moved before librdkafka gave up.)
+    errors = [o.args[0] for o in outcome]
+    committed = not outcome
     deadline = resumed + txn_timeout_ms / 1000 + 30
-    while time.monotonic() < deadline:
+    while not committed and time.monotonic() < deadline:
         error = errors[-1]
         assert not error.fatal(), errors
         try:
@@ -323,11 +325,13 @@ def test_a_producer_whose_commit_failed_under_a_paused_coordinator_recovers(
                 producer.abort_transaction(30)
             else:
                 producer.commit_transaction(30)
+                committed = True
             break
         except KafkaException as exc:
             errors.append(exc.args[0])
     else:
-        raise AssertionError(f"never settled: {errors}")
+        if not committed:
+            raise AssertionError(f"never settled: {errors}")
     producer.begin_transaction()
     for i in range(10):
         producer.produce(out, value=b"after-%d" % i, partition=i % 2)
@@ -340,10 +344,10 @@ def test_a_producer_whose_commit_failed_under_a_paused_coordinator_recovers(
     doomed = [v for v in values if v.startswith(b"doomed-")]
     after = [v for v in values if v.startswith(b"after-")]
     assert len(first) == 10 and len(after) == 10
-    assert len(doomed) in (0, 10), doomed  # atomic either way
+    assert len(doomed) == (10 if committed else 0), (committed, doomed)  # all or nothing
     if lost_records:
-        assert doomed == []
-        assert read_committed_values(cluster, "txn-doomed", 1) == []
+        lost = read_committed_values(cluster, "txn-doomed", 1)
+        assert len(lost) == (5 if committed else 0), (committed, lost)
 
 
 def read_committed_values(cluster: Cluster, topic: str, partitions: int) -> list[bytes]:
