@@ -408,6 +408,10 @@ class LogCleanerManager:
         if best is None:
             return None
         _, name, chosen = best
+        if chosen.config.delete:
+            # compact,delete: expired segments go first (Kafka's cleaner deletes
+            # before it cleans), or merging would keep them alive with newer data
+            chosen.apply_retention(now_ms)
         state = chosen.cleanable_state(now_ms)
         if state is None:
             return None
