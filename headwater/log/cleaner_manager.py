@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import math
 import multiprocessing
 import multiprocessing.process
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -179,8 +181,14 @@ def _constant(value: float) -> Callable[[], float]:
 
 
 def _worker_main(pipe: Connection, buffer_bytes: int) -> None:
-    """The cleaner process: clean what the broker sends until the pipe closes."""
+    """The cleaner process: clean what the broker sends until the pipe closes.
+
+    At a lower CPU priority: on a busy machine the broker's requests come first.
+    """
     from headwater.log.offset_map import kernels
+
+    with contextlib.suppress(OSError):
+        os.nice(10)
 
     kernels()
     cleaner: Cleaner | None = None
@@ -408,6 +416,10 @@ class LogCleanerManager:
         if best is None:
             return None
         _, name, chosen = best
+        if chosen.config.delete:
+            # compact,delete: expired segments go first (Kafka's cleaner deletes
+            # before it cleans), or merging would keep them alive with newer data
+            chosen.apply_retention(now_ms)
         state = chosen.cleanable_state(now_ms)
         if state is None:
             return None
