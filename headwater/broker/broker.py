@@ -93,6 +93,8 @@ log = logging.getLogger(__name__)
 STOP_DRAIN_S = 30.0
 #: The ``request`` label of Kafka's RequestMetrics, per API key.
 _REQUEST_NAMES = {int(k): kafka_request_name(k.name) for k in ApiKey}
+#: Longest wait for the request handlers' tasks, and for each coordinator, to stop.
+STOP_TASKS_S = 5.0
 
 RawHandler = Callable[[RequestContext, memoryview, int], "Response | Awaitable[Response]"]
 KioHandler = Callable[[RequestContext, Any], "dict[str, Any] | Awaitable[dict[str, Any]]"]
@@ -1156,16 +1158,29 @@ class Broker:
         if getattr(self, "cleaner", None) is not None:
             # Off the loop: a cleaner thread may be waiting for the loop to swap.
             await asyncio.get_running_loop().run_in_executor(None, self.cleaner.stop)
-        for task in list(self._tasks):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if tasks:
+            # Bounded: a task that swallows its cancellation must not keep the broker
+            # (and its ZooKeeper session, hence its leaderships) alive.
+            _, pending = await asyncio.wait(tasks, timeout=STOP_TASKS_S)
+            if pending:
+                names = sorted(t.get_name() for t in pending)
+                log.warning("stopping: %d task(s) did not end within %.0f s: %s; going on",
+                            len(pending), STOP_TASKS_S, ", ".join(names[:10]))  # fmt: skip
         self.stop_phase = "the transaction and group coordinators"
-        if hasattr(self, "transactions"):
-            await self.transactions.stop()
-        if hasattr(self, "groups"):
-            await self.groups.stop()
+        for name in ("transactions", "groups"):
+            service = getattr(self, name, None)
+            if service is None:
+                continue
+            try:
+                await asyncio.wait_for(service.stop(), STOP_TASKS_S)
+            except TimeoutError:
+                log.warning("stopping: the %s coordinator did not stop within %.0f s; going on",
+                            name, STOP_TASKS_S)  # fmt: skip
+            except Exception:
+                log.exception("stopping the %s coordinator failed", name)
         if getattr(self, "zk_security", None) is not None:
             assert self.zk_security is not None
             self.zk_security.stop()

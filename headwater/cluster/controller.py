@@ -36,6 +36,7 @@ import logging
 import queue
 import random
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import ClassVar
@@ -218,6 +219,7 @@ NO_REASSIGNMENT_IN_PROGRESS = 85
 INVALID_REPLICA_ASSIGNMENT = 39
 UNKNOWN_TOPIC_OR_PARTITION = 3
 REASSIGNMENT_CHECK_S = 0.2
+SETTLE_S = 30.0
 
 
 def reassignment_plan(
@@ -414,6 +416,9 @@ class Controller:
         #: Live brokers in controlled shutdown: they lead nothing and leave every ISR.
         self._shutting_down: set[int] = set()
         self._shutdown_requests: frozenset[int] = frozenset()
+        #: Moves completed lately -> until when their ISR is kept within the new replicas
+        #: (a leaving replica may be put back in the ISR by its leader meanwhile).
+        self._settling: dict[TopicPartition, float] = {}
         self.activations = 0
         """How many times this broker became controller (for tests and metrics)."""
 
@@ -750,6 +755,7 @@ class Controller:
                 for key in moving:
                     topic = self._topics[key[0]]
                     self._finish_move(key, topic.target(key[1]), cancelled=False)
+            self._settle_moved()
         finally:
             if self._fence is not None:
                 self._later(REASSIGNMENT_CHECK_S, self._check_reassignments)
@@ -784,12 +790,34 @@ class Controller:
             if written is None or (written.leader, written.isr) != (done.leader, done.isr):
                 return  # lost a race with the leader's ISR change: next check
         if self.store.write_reassignments(fence, key[0], {key[1]: (list(target), [], [])}):
+            self._settling[key] = time.monotonic() + SETTLE_S
             refreshed = self.store.topic(key[0])
             if refreshed is not None:
                 self._topics[key[0]] = refreshed
             if not cancelled:
                 log.info("controller %d: reassignment of %s-%d to %s completed",
                          self.broker_id, key[0], key[1], target)  # fmt: skip
+
+    def _settle_moved(self) -> None:
+        """Take replicas that left a partition out of its ISR again if its leader put
+        them back between the state and the assignment writes of the move."""
+        now = time.monotonic()
+        for key, until in list(self._settling.items()):
+            topic = self._topics.get(key[0])
+            if topic is None or until < now:
+                del self._settling[key]
+                continue
+            state = self.store.partition_state(*key)
+            if state is None:
+                continue
+            self._states[key] = state
+            replicas = topic.replicas.get(key[1], [])
+            isr = tuple(r for r in state.isr if r in replicas)
+            if isr and isr != state.isr:
+                self._write(
+                    {key: PartitionState(state.leader, state.leader_epoch, isr,
+                                         state.controller_epoch)}, attempts=1,
+                )  # fmt: skip
 
     def _topics_changed(self, names: frozenset[str]) -> None:
         if self._fence is None:

@@ -696,6 +696,14 @@ class ReplicaManager:
             replica.zk_version = version
             self._high_watermark_may_move(replica)
             self._nudge_out_of_sync(replica)
+            # A follower that caught up while this write was in flight was not taken
+            # in (one write at a time); an idle partition's follower may not fetch it
+            # again, so look now (a reassignment's new replicas waited forever).
+            for follower in replica.followers:
+                expanded = replica.isr_to_expand(follower)
+                if expanded is not None:
+                    self._propose_isr(replica, expanded, "expand")
+                    break
 
         future.add_done_callback(done)
 
