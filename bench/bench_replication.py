@@ -404,6 +404,22 @@ def produce_cost(cluster: LocalCluster, topic: str, count: int, size: int) -> di
     }
 
 
+def role_cost(cluster: LocalCluster, topic: str, count: int, size: int) -> dict[str, float]:
+    """CPU per GB of the leader and of each follower (mean) of a one-partition topic."""
+    leader = cluster.admin().list_topics(topic, timeout=30).topics[topic].partitions[0].leader
+    pids = [b.pid for b in cluster.brokers]
+    before = [cpu_seconds(pid) for pid in pids]
+    rate = produce_throughput(cluster.bootstrap, topic, count, size, partitions=1)
+    spent = [cpu_seconds(pid) - b for pid, b in zip(pids, before, strict=True)]
+    gb = count * size / 1e9
+    followers = [s for i, s in enumerate(spent) if i != leader]
+    return {
+        "mb_per_s": rate * size / MB,
+        "leader_cpu_s_per_gb": spent[leader] / gb,
+        "follower_cpu_s_per_gb": statistics.mean(followers) / gb,
+    }
+
+
 def parse_trees(values: list[str] | None) -> dict[str, str]:
     """``NAME=PATH`` pairs: the checkouts whose brokers run side by side (default: this one)."""
     if not values:
@@ -429,7 +445,7 @@ def bench_compare(args: argparse.Namespace) -> dict[str, Any]:
     trees = parse_trees(args.tree)
     rate = args.compare_mb_per_s * MB / args.size
     rounds: dict[str, dict[str, list[dict[str, float]]]] = {
-        name: {k: [] for k in ("lat1", "lat3", "thr1", "thr3")} for name in trees
+        name: {k: [] for k in ("lat1", "lat3", "thr1", "thr3", "roles")} for name in trees
     }
     with contextlib.ExitStack() as stack:
         clusters: dict[str, LocalCluster] = {}
@@ -441,8 +457,10 @@ def bench_compare(args: argparse.Namespace) -> dict[str, Any]:
             cluster.create_topic("lat3", 1, 3, **{"min.insync.replicas": "2"})
             cluster.create_topic("thr1", 6, 1)
             cluster.create_topic("thr3", 6, 3, **{"min.insync.replicas": "2"})
+            cluster.create_topic("role3", 1, 3, **{"min.insync.replicas": "2"})
             for topic in ("thr1", "thr3"):
                 produce_throughput(cluster.bootstrap, topic, args.records // 10, args.size)
+            produce_throughput(cluster.bootstrap, "role3", args.records // 10, args.size, 1)
         for n in range(args.rounds):
             order = list(clusters.items())
             if n % 2:
@@ -469,6 +487,14 @@ def bench_compare(args: argparse.Namespace) -> dict[str, Any]:
                         f"client {cost['client_cpu_s_per_gb']:.2f} CPU-s/GB",
                         flush=True,
                     )
+                roles = role_cost(cluster, "role3", args.records, args.size)
+                rounds[name]["roles"].append(roles)
+                print(
+                    f"  round {n + 1} {name} RF 3, 1 partition: leader "
+                    f"{roles['leader_cpu_s_per_gb']:.2f}, each follower "
+                    f"{roles['follower_cpu_s_per_gb']:.2f} CPU-s/GB",
+                    flush=True,
+                )
     out: dict[str, Any] = {
         "record_size": args.size,
         "latency_rate_mb_per_s": args.compare_mb_per_s,
@@ -508,6 +534,11 @@ def print_compare(result: dict[str, Any]) -> None:
         print(
             f"  {name}: acks=all RF 1 p50 {lat1['p50_ms']:.2f} / p99 {lat1['p99_ms']:.2f} ms, "
             f"RF 3 p50 {lat3['p50_ms']:.2f} / p99 {lat3['p99_ms']:.2f} ms"
+        )
+        roles = r["roles"]
+        print(
+            f"  {name}: RF 3 on one partition: leader {roles['leader_cpu_s_per_gb']:.2f}, "
+            f"each follower {roles['follower_cpu_s_per_gb']:.2f} CPU-s/GB"
         )
         print(
             f"  {name}: produce RF 1 {thr1['mb_per_s']:.1f} MB/s at "

@@ -51,7 +51,7 @@ class FrameDecoder:
         self.min_frame_bytes = min_frame_bytes
         self.preallocate = preallocate
         self._length_bytes = bytearray()  # a length prefix split across chunks
-        self._body: bytearray | None = None  # the frame being assembled, full size
+        self._body: bytearray | None = None  # the frame being assembled (full size if preallocated)
         self._expected = 0  # its declared length
         self._filled = 0  # how much of it has arrived
 
