@@ -135,6 +135,10 @@ def test_metrics_under_load(broker: MetricsBroker) -> None:
             assert value(s, name, request="FetchConsumer") > 100
 
         _wait_for(long_polled, 60)
+        # The first JoinGroup waits group.initial.rebalance.delay.ms (3 s): remote time too.
+        joins = broker.scrape()
+        name = "kafka_network_requestmetrics_remotetimems_sum"
+        assert value(joins, name, request="JoinGroup") >= 2000
     finally:
         stop_producing.set()
         stop.set()
