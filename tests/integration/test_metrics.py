@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -61,11 +61,11 @@ def broker(tmp_path: Path) -> Iterator[MetricsBroker]:
     b.kill()
 
 
-def _wait_for(check: object, timeout: float = 30.0) -> None:
+def _wait_for(check: Callable[[], None], timeout: float = 30.0) -> None:
+    """Until ``check`` stops failing its asserts, within ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            assert callable(check)
             check()
             return
         except AssertionError:
