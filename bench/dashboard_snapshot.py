@@ -25,7 +25,6 @@ import math
 import os
 import random
 import signal
-import sys
 import tempfile
 import threading
 import time
@@ -365,7 +364,7 @@ def load(path: Path) -> Run:
         data = json.load(f)
     run = Run(started=0.0)
     run.events = [Event(e["t"], e["text"]) for e in data["events"]]
-    run.scrapes = [tuple(s) for s in data["scrapes"]]  # type: ignore[misc]
+    run.scrapes = [(float(t), str(name), str(text)) for t, name, text in data["scrapes"]]
     return run
 
 
@@ -389,4 +388,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -520,6 +520,7 @@ class Broker:
                     decision.request,
                     client_id=ctx.header.client_id or "",
                     client_host="/" + ctx.client_host.rsplit(":", 1)[0],
+                    waited=ctx.add_remote_time,
                 )
             )
             if ctx.header.api_key == ApiKey.FIND_COORDINATOR and ctx.listener.port:

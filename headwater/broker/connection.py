@@ -94,6 +94,10 @@ class RequestContext:
     #: Kafka's RemoteTimeMs, taken out of the handler's LocalTimeMs.
     remote_seconds: float = 0.0
 
+    def add_remote_time(self, seconds: float) -> None:
+        """A wait on others (purgatory, a rebalance): RemoteTimeMs, not LocalTimeMs."""
+        self.remote_seconds += seconds
+
     @property
     def principal(self) -> KafkaPrincipal:
         return self.security.principal

@@ -259,9 +259,18 @@ class GroupService:
             log.exception("answering after a replication wait failed")
 
     async def handle(
-        self, request: object, *, client_id: str = "", client_host: str = ""
+        self,
+        request: object,
+        *,
+        client_id: str = "",
+        client_host: str = "",
+        waited: Callable[[float], None] | None = None,
     ) -> Response:
-        """Answer a group API request, waiting as long as the protocol makes it wait."""
+        """Answer a group API request, waiting as long as the protocol makes it wait.
+
+        ``waited`` is told how many seconds the answer waited (a JoinGroup for
+        the rebalance, a commit for its replication): Kafka's RemoteTimeMs.
+        """
         pending = self.apis.handle(
             request,
             now_ms=self._clock_ms(),
@@ -271,7 +280,13 @@ class GroupService:
         )
         if pending.done:
             return pending.result()
-        return await _awaitable(pending)
+        if waited is None:
+            return await _awaitable(pending)
+        started = time.perf_counter()
+        try:
+            return await _awaitable(pending)
+        finally:
+            waited(time.perf_counter() - started)
 
     async def _tick_forever(self) -> None:
         while True:

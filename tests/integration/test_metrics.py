@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -61,11 +61,11 @@ def broker(tmp_path: Path) -> Iterator[MetricsBroker]:
     b.kill()
 
 
-def _wait_for(check: object, timeout: float = 30.0) -> None:
+def _wait_for(check: Callable[[], None], timeout: float = 30.0) -> None:
+    """Until ``check`` stops failing its asserts, within ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            assert callable(check)
             check()
             return
         except AssertionError:
@@ -135,6 +135,10 @@ def test_metrics_under_load(broker: MetricsBroker) -> None:
             assert value(s, name, request="FetchConsumer") > 100
 
         _wait_for(long_polled, 60)
+        # The first JoinGroup waits group.initial.rebalance.delay.ms (3 s): remote time too.
+        joins = broker.scrape()
+        name = "kafka_network_requestmetrics_remotetimems_sum"
+        assert value(joins, name, request="JoinGroup") >= 2000
     finally:
         stop_producing.set()
         stop.set()
