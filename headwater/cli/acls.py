@@ -20,6 +20,7 @@ from headwater.cli.common import (
     admin_request,
     command_security,
     guarded,
+    print_json,
 )
 from headwater.client.errors import KafkaError
 from headwater.protocol.apis import ApiKey
@@ -178,6 +179,7 @@ def _describe_line(rt: int, name: str, pattern: int, a: Any) -> str:
 
 def cmd_list(args: argparse.Namespace) -> int:
     lines: set[str] = set()
+    bindings: dict[tuple[Any, ...], dict[str, Any]] = {}
     for f in _filters(args):
         resp = asyncio.run(
             admin_request(args.bootstrap, ApiKey.DESCRIBE_ACLS, f, command_security(args))
@@ -187,6 +189,19 @@ def cmd_list(args: argparse.Namespace) -> int:
         for res in resp.resources:
             for a in res.acls:
                 lines.add(_describe_line(res.resource_type, res.resource_name, res.pattern_type, a))
+                binding = {
+                    "resource_type": ResourceType(res.resource_type).name,
+                    "resource_name": res.resource_name,
+                    "pattern_type": PatternType(res.pattern_type).name,
+                    "principal": a.principal,
+                    "host": a.host,
+                    "operation": AclOperation(a.operation).name,
+                    "permission_type": AclPermissionType(a.permission_type).name,
+                }
+                bindings[tuple(binding.values())] = binding
+    if args.json:
+        print_json([bindings[key] for key in sorted(bindings)])
+        return 0
     for line in sorted(lines):
         print(line)
     return 0
@@ -216,6 +231,7 @@ def add_acl_commands(sub: Any) -> None:
     asub = acls.add_subparsers(dest="acls_command", required=True)
     add = asub.add_parser("add", help="add ACLs (every principal x host x operation x resource)")
     lst = asub.add_parser("list", help="list ACLs matching the filters")
+    lst.add_argument("--json", action="store_true", help="print JSON instead of lines")
     remove = asub.add_parser("remove", help="remove ACLs matching the filters")
     for p in (add, lst, remove):
         add_bootstrap_arg(p)

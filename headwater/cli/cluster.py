@@ -29,6 +29,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from tqdm import tqdm
+
 from headwater.cli.common import table
 from headwater.cluster.local_cluster import ClusterStartError, LocalCluster
 
@@ -232,16 +234,28 @@ def request_action(data_dir: Path, action: str, broker_id: int, timeout: float =
     response = data_dir / CONTROL_DIR / f"{name}.response.json"
     _write_json(request, {"action": action, "broker": broker_id})
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if response.exists():
-            answer = json.loads(response.read_text())
-            response.unlink(missing_ok=True)
-            if not answer["ok"]:
-                raise ClusterStartError(answer["message"])
-            return str(answer["message"])
-        if _running_state(data_dir) is None:
-            raise ClusterStartError(f"the cluster in {data_dir} stopped")
-        time.sleep(0.1)
+    # A restart waits seconds for the broker: a ticking status line on a terminal
+    # (stderr; nothing when piped, so the answer line stays the only output).
+    status = tqdm(
+        desc=f"{action} {broker_id}",
+        bar_format="{desc}... {elapsed}",
+        disable=None,
+        file=sys.stderr,
+    )
+    try:
+        while time.monotonic() < deadline:
+            if response.exists():
+                answer = json.loads(response.read_text())
+                response.unlink(missing_ok=True)
+                if not answer["ok"]:
+                    raise ClusterStartError(answer["message"])
+                return str(answer["message"])
+            if _running_state(data_dir) is None:
+                raise ClusterStartError(f"the cluster in {data_dir} stopped")
+            time.sleep(0.1)
+            status.refresh()
+    finally:
+        status.close()
     request.unlink(missing_ok=True)
     raise ClusterStartError(f"no answer from the cluster in {data_dir} in {timeout:.0f} s")
 

@@ -29,6 +29,7 @@ from headwater.cli.common import (
     admin_request,
     command_security,
     guarded,
+    print_json,
 )
 from headwater.client.errors import KafkaError
 from headwater.protocol.apis import ApiKey
@@ -177,6 +178,19 @@ def cmd_list(args: argparse.Namespace) -> int:
         users = store.describe() if store is not None else None
     if users is None:
         users = asyncio.run(_describe(args.bootstrap, command_security(args)))
+    if args.json:
+        print_json(
+            [
+                {
+                    "user": name,
+                    "credentials": [
+                        {"mechanism": m, "iterations": n} for m, n in sorted(creds.items())
+                    ],
+                }
+                for name, creds in sorted(users.items())
+            ]
+        )
+        return 0
     for name, creds in sorted(users.items()):
         listed = ", ".join(f"{m} (iterations={n})" for m, n in sorted(creds.items()))
         print(f"{name}\t{listed}")
@@ -189,6 +203,7 @@ def add_user_commands(sub: Any) -> None:
     add = usub.add_parser("add", help="create a user or change its password")
     delete = usub.add_parser("delete", help="delete a user's credentials")
     lst = usub.add_parser("list", help="users with their mechanisms and iterations")
+    lst.add_argument("--json", action="store_true", help="print JSON instead of lines")
     for p in (add, delete):
         p.add_argument("user")
         p.add_argument(

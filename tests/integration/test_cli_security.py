@@ -9,6 +9,7 @@ DESCRIBE on a topic, fail with one line saying so.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -142,6 +143,14 @@ def test_every_client_command_through_command_config(broker: Broker, tmp_path: P
         "--operation", "DESCRIBE", "--topic", "orders", *admin)  # fmt: skip
     acls = cli("acls", "list", "--principal", "User:alice", *admin).stdout
     assert "ALLOW\tUser:alice\tREAD\thost=*\tTOPIC:LITERAL:orders" in acls
+    as_json = json.loads(cli("acls", "list", "--principal", "User:alice", "--json", *admin).stdout)
+    assert {
+        "resource_type": "TOPIC", "resource_name": "orders", "pattern_type": "LITERAL",
+        "principal": "User:alice", "host": "*", "operation": "READ", "permission_type": "ALLOW",
+    } in as_json  # fmt: skip
+    users = json.loads(cli("users", "list", "--json", *admin).stdout)
+    assert "admin" in {u["user"] for u in users}
+    assert all(c["iterations"] > 0 for u in users for c in u["credentials"])
 
 
 def test_environment_variables_log_in_too(broker: Broker) -> None:
