@@ -376,6 +376,7 @@ class Broker:
             self.configs.throttle_setter = cluster.replicas.throttles.set_rates
         self.register_kio(ApiKey.DESCRIBE_CONFIGS, self.configs.describe_configs)
         self.register_kio(ApiKey.INCREMENTAL_ALTER_CONFIGS, self.configs.incremental_alter_configs)
+        self.register_kio(ApiKey.ALTER_CONFIGS, self.configs.alter_configs)
         self.register_kio(ApiKey.INIT_PRODUCER_ID, self.admin.init_producer_id)
         self.register_kio(ApiKey.LIST_OFFSETS, self.offsets.list_offsets)
         self.register_kio(ApiKey.OFFSET_FOR_LEADER_EPOCH, self.offsets.offset_for_leader_epoch)

@@ -125,3 +125,44 @@ def test_dynamic_broker_configs_apply_live_and_survive_a_restart(
     b.restart()
     configs = _describe(_admin(b), ConfigResource(ConfigResource.Type.BROKER, "0"))
     assert configs["log.retention.ms"].value == "7200000"
+
+
+def test_alter_configs_replaces_a_topics_whole_override_set(broker: BrokerProcess) -> None:
+    """AlterConfigs (API 33, confluent-kafka's alter_configs): listed keys are set and
+    every override not listed goes back to its default, as in Kafka."""
+    admin = _admin(broker)
+    for future in admin.create_topics(
+        [NewTopic("legacy", 1, 1, config={"retention.ms": "60000", "segment.bytes": "1048576"})]
+    ).values():
+        future.result(15)
+    resource = ConfigResource("topic", "legacy", set_config={"cleanup.policy": "compact"})
+    admin.alter_configs([resource], request_timeout=15)[resource].result(15)
+    configs = _describe(admin, ConfigResource("topic", "legacy"))
+    assert configs["cleanup.policy"].value == "compact"
+    assert configs["cleanup.policy"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    # Not listed: back to the broker's defaults.
+    assert configs["retention.ms"].source != ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    assert configs["segment.bytes"].source != ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+
+    bad = ConfigResource("topic", "legacy", set_config={"retention.ms": "abc"})
+    try:
+        admin.alter_configs([bad], request_timeout=15)[bad].result(15)
+    except KafkaException as exc:
+        assert exc.args[0].code() == 40  # INVALID_CONFIG
+    else:
+        raise AssertionError("a bad value was accepted")
+    assert _describe(admin, ConfigResource("topic", "legacy"))["cleanup.policy"].value == "compact"
+
+
+def test_alter_configs_sets_the_brokers_dynamic_configs(broker: BrokerProcess) -> None:
+    admin = _admin(broker)
+    resource = ConfigResource("broker", "0", set_config={"log.retention.ms": "7200000"})
+    admin.alter_configs([resource], request_timeout=15)[resource].result(15)
+    configs = _describe(admin, ConfigResource("broker", "0"))
+    assert configs["log.retention.ms"].value == "7200000"
+    assert configs["log.retention.ms"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    # An empty set resets every dynamic config.
+    empty = ConfigResource("broker", "0", set_config={})
+    admin.alter_configs([empty], request_timeout=15)[empty].result(15)
+    configs = _describe(admin, ConfigResource("broker", "0"))
+    assert configs["log.retention.ms"].source != ConfigSource.DYNAMIC_BROKER_CONFIG.value

@@ -684,3 +684,56 @@ def test_create_is_checked_only_for_topics_that_do_not_exist(secure: SecureBroke
         if "Denied Operation = CREATE" in line and "alice" in line
     ]  # fmt: skip
     assert denied_create == []
+
+
+def test_configs_need_describe_configs_and_alter_configs(secure: SecureBroker) -> None:
+    """DescribeConfigs / IncrementalAlterConfigs / AlterConfigs are checked as Kafka checks
+    them: on the topic for topic configs, on the cluster for broker configs."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        ResourceType,
+    )
+    from confluent_kafka.error import KafkaException
+
+    cli("topics", "create", "cfg-guarded", "--bootstrap", secure.admin)
+    alice = AdminClient(secure.librdkafka("alice"))
+    topic = ConfigResource(ResourceType.TOPIC, "cfg-guarded")
+    broker = ConfigResource(ResourceType.BROKER, "0")
+    retention = ConfigEntry("retention.ms", "1", incremental_operation=AlterConfigOpType.SET)
+
+    def error_code(future: Any) -> int:
+        try:
+            future.result(30)
+        except KafkaException as exc:
+            return int(exc.args[0].code())
+        return 0
+
+    assert error_code(alice.describe_configs([topic])[topic]) == 29  # TOPIC_AUTHORIZATION_FAILED
+    assert (
+        error_code(alice.describe_configs([broker])[broker]) == 31
+    )  # CLUSTER_AUTHORIZATION_FAILED
+    topic_alter = ConfigResource(ResourceType.TOPIC, "cfg-guarded", incremental_configs=[retention])
+    assert error_code(alice.incremental_alter_configs([topic_alter])[topic_alter]) == 29
+    broker_alter = ConfigResource(
+        ResourceType.BROKER,
+        "0",
+        incremental_configs=[
+            ConfigEntry("log.retention.ms", "1", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    assert error_code(alice.incremental_alter_configs([broker_alter])[broker_alter]) == 31
+    legacy = ConfigResource(ResourceType.TOPIC, "cfg-guarded", set_config={"retention.ms": "1"})
+    assert error_code(alice.alter_configs([legacy])[legacy]) == 29
+
+    # Nothing changed; with the ACLs the same user may.
+    admin = AdminClient({"bootstrap.servers": secure.admin})
+    described = admin.describe_configs([topic])[topic].result(30)
+    assert described["retention.ms"].value != "1"
+    secure.acl("--allow-principal", "User:alice", "--operation", "ALTER_CONFIGS",
+               "--topic", "cfg-guarded")  # fmt: skip
+    assert error_code(alice.describe_configs([topic])[topic]) == 0  # ALTER_CONFIGS implies it
+    assert error_code(alice.incremental_alter_configs([topic_alter])[topic_alter]) == 0
+    assert admin.describe_configs([topic])[topic].result(30)["retention.ms"].value == "1"

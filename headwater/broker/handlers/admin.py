@@ -324,68 +324,6 @@ class AdminApis:
         merged.update(info.configs)
         return merged
 
-    def describe_configs(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
-        results = []
-        may_describe = ctx.topic_check(AclOperation.DESCRIBE_CONFIGS)
-        for res in req.resources:
-            keys = set(res.configuration_keys) if res.configuration_keys is not None else None
-            entry: dict[str, Any] = {
-                "resource_type": res.resource_type,
-                "resource_name": res.resource_name,
-                "error_code": 0,
-                "error_message": None,
-                "configs": [],
-            }
-            if res.resource_type == 2 and not may_describe(res.resource_name):
-                entry["error_code"] = int(E.topic_authorization_failed)
-                results.append(entry)
-                continue
-            if res.resource_type == 4 and not self.may_on_cluster(
-                ctx, AclOperation.DESCRIBE_CONFIGS
-            ):
-                entry["error_code"] = int(E.cluster_authorization_failed)
-                results.append(entry)
-                continue
-            if res.resource_type == 2:  # TOPIC
-                info = self.logs.topics().get(res.resource_name)
-                if info is None:
-                    entry["error_code"] = int(E.unknown_topic_or_partition)
-                    results.append(entry)
-                    continue
-                values = self.topic_configs(info)
-                overridden = set(info.configs)
-            elif res.resource_type == 4:  # BROKER
-                values = {
-                    "num.partitions": str(self.config.num_partitions),
-                    "auto.create.topics.enable": str(self.config.auto_create_topics).lower(),
-                    "fetch.max.bytes": str(self.config.fetch_max_bytes),
-                    "socket.request.max.bytes": str(self.config.socket_request_max_bytes),
-                    "log.dirs": str(self.config.data_dir),
-                }
-                overridden = set()
-            else:
-                entry["error_code"] = int(E.invalid_request)
-                entry["error_message"] = f"unsupported resource type {res.resource_type}"
-                results.append(entry)
-                continue
-            entry["configs"] = [
-                {
-                    "name": k,
-                    "value": v,
-                    "read_only": False,
-                    "is_default": k not in overridden,
-                    "config_source": 1 if k in overridden else 5,
-                    "is_sensitive": False,
-                    "synonyms": [],
-                    "config_type": 0,
-                    "documentation": None,
-                }
-                for k, v in sorted(values.items())
-                if keys is None or k in keys
-            ]
-            results.append(entry)
-        return {"results": results}
-
     # -- Idempotent producers ------------------------------------------------------
 
     def init_producer_id(self, ctx: RequestContext, req: Any) -> dict[str, Any]:

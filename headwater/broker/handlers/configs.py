@@ -22,7 +22,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode as E
 
@@ -42,6 +42,7 @@ from headwater.log.cleaner_manager import CleanerConfig
 from headwater.log.config import LogConfig
 from headwater.log.errors import KafkaApiError
 from headwater.log.log_directory import LogDirectory, TopicInfo
+from headwater.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,13 @@ class ConfigsApi:
                 "error_message": None,
                 "configs": [],
             }
+            denied = _denied(
+                ctx, AclOperation.DESCRIBE_CONFIGS, res.resource_type, res.resource_name
+            )
+            if denied:
+                entry["error_code"] = denied
+                results.append(entry)
+                continue
             try:
                 configs = self._describe(res.resource_type, res.resource_name, synonyms)
             except ConfigError as exc:
@@ -222,7 +230,7 @@ class ConfigsApi:
     ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         topic_writes: dict[int, tuple[str, dict[str, str]]] = {}
         broker_writes: dict[int, tuple[str, dict[str, str]]] = {}
-        response = self._alter(req, topic_writes, broker_writes)
+        response = self._alter(ctx, req, topic_writes, broker_writes)
         if broker_writes:
             return self._write_broker_configs(response, topic_writes, broker_writes)
         writer = self.topic_config_writer
@@ -307,8 +315,42 @@ class ConfigsApi:
             return
         log.info("dynamic broker configs of %s are now %s", entity, known)
 
+    def alter_configs(
+        self, ctx: RequestContext, req: Any
+    ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+        """AlterConfigs (API 33): each resource's whole config set is replaced.
+
+        Kafka's older API sets every listed key and resets every key not
+        listed; it is answered as the equivalent IncrementalAlterConfigs (a SET
+        per listed key, a DELETE per current override not listed), so both
+        APIs share one validation, one ZooKeeper write and one apply.
+        """
+        resources = [
+            _Resource(
+                res.resource_type,
+                res.resource_name,
+                self._replacing_ops(res.resource_type, res.resource_name, res.configs),
+            )
+            for res in req.resources
+        ]
+        return self.incremental_alter_configs(ctx, _AlterRequest(resources, req.validate_only))
+
+    def _replacing_ops(self, kind: int, name: str, configs: Any) -> list[_Op]:
+        wanted = {c.name: c.value for c in configs}
+        if kind == TOPIC:
+            info = self.logs.topics().get(name)
+            current = set(info.configs) if info is not None else set()
+        elif kind == BROKER:
+            current = set(self.dynamic_default if name == "" else self.dynamic)
+        else:
+            current = set()
+        ops = [_Op(key, SET, value) for key, value in wanted.items()]
+        ops += [_Op(key, DELETE, None) for key in sorted(current - set(wanted))]
+        return ops
+
     def _alter(
         self,
+        ctx: RequestContext,
         req: Any,
         topic_writes: dict[int, tuple[str, dict[str, str]]],
         broker_writes: dict[int, tuple[str, dict[str, str]]] | None = None,
@@ -322,6 +364,11 @@ class ConfigsApi:
                 "error_code": 0,
                 "error_message": None,
             }
+            denied = _denied(ctx, AclOperation.ALTER_CONFIGS, res.resource_type, res.resource_name)
+            if denied:
+                entry["error_code"] = denied
+                responses.append(entry)
+                continue
             try:
                 if res.resource_type == TOPIC:
                     configs = self._alter_topic(res.resource_name, res.configs)
@@ -494,6 +541,38 @@ def _broker_type(key: str) -> ConfigType:
             int(E.invalid_config), f"{key!r} cannot be updated dynamically on this broker"
         )
     return kind
+
+
+class _Op(NamedTuple):
+    """One IncrementalAlterConfigs operation (what kio decodes), built for AlterConfigs."""
+
+    name: str
+    config_operation: int
+    value: str | None
+
+
+class _Resource(NamedTuple):
+    resource_type: int
+    resource_name: str
+    configs: list[_Op]
+
+
+class _AlterRequest(NamedTuple):
+    resources: list[_Resource]
+    validate_only: bool
+
+
+def _denied(ctx: RequestContext, operation: AclOperation, kind: int, name: str) -> int:
+    """0, or Kafka's authorization error for ``operation`` on a config resource.
+
+    Topic configs need the operation on the topic, broker configs on the
+    cluster, as Kafka's ``KafkaApis`` checks them.
+    """
+    if kind == TOPIC and not ctx.authorize(operation, ResourceType.TOPIC, name):
+        return int(E.topic_authorization_failed)
+    if kind == BROKER and not ctx.authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME):
+        return int(E.cluster_authorization_failed)
+    return 0
 
 
 def _apply_ops(
