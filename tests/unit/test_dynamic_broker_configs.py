@@ -54,5 +54,6 @@ def test_replication_throttles_are_dynamic(api: ConfigsApi) -> None:
         resources=[SimpleNamespace(resource_type=BROKER, resource_name="", configs=[bad])],
         validate_only=False,
     )
-    (entry,) = api._alter(req, {}, {})["responses"]
+    allow_all = SimpleNamespace(authorize=lambda *args: True)
+    (entry,) = api._alter(allow_all, req, {}, {})["responses"]  # type: ignore[arg-type]
     assert entry["error_code"] == 40  # INVALID_CONFIG
