@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import os
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from headwater.log.isolation import Isolation
 from headwater.log.log import Log
 from headwater.log.segment import Segment
 from headwater.records import RecordBatchBuilder, decode_batches, iter_batch_headers
+from tests.unit.open_files import open_files_under
 
 NOW = 1_700_000_000_000
 HW = Isolation.HIGH_WATERMARK
@@ -515,27 +515,23 @@ def test_flush_interval_messages_and_flush_ms(tmp_path: Path) -> None:
 
 def test_ten_thousand_lazy_logs_open_no_files(tmp_path: Path) -> None:
     handles = FileHandleCache(1024)
-    gc.collect()  # files of earlier tests' logs still waiting for the collector
-    fds_before = len(os.listdir("/proc/self/fd"))
     logs = [Log(tmp_path / f"t-{i}", LogConfig(), handles) for i in range(10_000)]
     assert all(not log.is_loaded for log in logs)
-    assert len(os.listdir("/proc/self/fd")) == fds_before
+    assert open_files_under(tmp_path) == 0
     assert len(handles) == 0
     assert not any(tmp_path.iterdir())
 
 
 def test_many_written_logs_keep_open_files_within_the_cache_bound(tmp_path: Path) -> None:
     handles = FileHandleCache(10)
-    gc.collect()
-    fds_before = len(os.listdir("/proc/self/fd"))
     logs = [Log(tmp_path / f"t-{i}", LogConfig(index_interval_bytes=0), handles) for i in range(40)]
     for round_ in range(3):
         for log in logs:
             log.append(batch(1), NOW + round_)
-            assert len(os.listdir("/proc/self/fd")) - fds_before <= 10
+            assert open_files_under(tmp_path) <= 10
     for log in logs:
         assert offsets_in(log, 1, 1) == [1]
-    assert len(os.listdir("/proc/self/fd")) - fds_before <= 10
+    assert open_files_under(tmp_path) <= 10
 
 
 def test_a_slice_outlives_its_handle_being_evicted_and_its_segment_deleted(tmp_path: Path) -> None:
