@@ -175,6 +175,13 @@ def run_soak(minutes: float, data_dir: Path) -> dict[str, Any]:
     broker = Headwater(data_dir, OVERRIDES).start(timeout=60)
     try:
         return _run(broker, minutes)
+    except BaseException:
+        # The broker's side of a failure (did it exit, and with what last words?):
+        # pytest shows this only for a failed test.
+        code = broker.proc.poll() if broker.proc is not None else None
+        print(f"soak failed; broker exit code {code}; its last lines:", file=sys.stderr)
+        print("\n".join(broker.lines[-80:]), file=sys.stderr)
+        raise
     finally:
         broker.stop()
 
