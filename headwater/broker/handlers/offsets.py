@@ -27,19 +27,29 @@ MAX_TIMESTAMP = -3  # v7, KIP-734: the record with the largest timestamp
 EARLIEST_LOCAL = -4  # v8, KIP-405: no tiered storage here, so the log start
 
 
+def leader_log(
+    logs: LogDirectory, replication: ReplicaManager | None, topic: str, partition: int
+) -> Log | int:
+    """The partition's log when this broker leads it, else the error code to answer.
+
+    Shared by the APIs that only a partition's leader serves (ListOffsets,
+    OffsetsForLeaderEpoch, DeleteRecords, DescribeProducers).
+    """
+    if replication is not None:
+        error = replication.serving_error(topic, partition)
+        if error:
+            return error
+    log = logs.existing_log(topic, partition)
+    return log if log is not None else int(E.unknown_topic_or_partition)
+
+
 class OffsetApis:
     def __init__(self, logs: LogDirectory, replication: ReplicaManager | None = None) -> None:
         self.logs = logs
         self.replication = replication
 
     def _leader_log(self, topic: str, partition: int) -> Log | int:
-        """The partition's log when this broker leads it, else the error code to answer."""
-        if self.replication is not None:
-            error = self.replication.serving_error(topic, partition)
-            if error:
-                return error
-        log = self.logs.existing_log(topic, partition)
-        return log if log is not None else int(E.unknown_topic_or_partition)
+        return leader_log(self.logs, self.replication, topic, partition)
 
     def list_offsets(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
         read_committed = getattr(req, "isolation_level", 0) == 1

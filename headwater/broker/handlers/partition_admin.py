@@ -16,6 +16,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode as E
 
 from headwater.broker.connection import RequestContext
+from headwater.broker.handlers.offsets import leader_log
 from headwater.cluster.replica_manager import ReplicaManager
 from headwater.log.errors import KafkaApiError
 from headwater.log.log import Log
@@ -31,13 +32,7 @@ class PartitionAdminApis:
         self.replication = replication
 
     def _leader_log(self, topic: str, partition: int) -> Log | int:
-        """The partition's log when this broker leads it, else the error code to answer."""
-        if self.replication is not None:
-            error = self.replication.serving_error(topic, partition)
-            if error:
-                return error
-        log = self.logs.existing_log(topic, partition)
-        return log if log is not None else int(E.unknown_topic_or_partition)
+        return leader_log(self.logs, self.replication, topic, partition)
 
     def delete_records(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
         may_delete = ctx.topic_check(AclOperation.DELETE)
