@@ -42,7 +42,7 @@ from headwater.broker.handlers.reassignments import ReassignmentApis
 from headwater.broker.handlers.security import SASL_APIS, SecurityApis
 from headwater.broker.handlers.transactions import TransactionApis
 from headwater.broker.handlers.txn_markers import WriteTxnMarkersApi
-from headwater.broker.internal_topics import INTERNAL_TOPIC_CONFIGS, ensure_compacted
+from headwater.broker.internal_topics import INTERNAL_TOPIC_CONFIGS, compacted_configs
 from headwater.broker.memory_pool import MemoryPool
 from headwater.broker.metrics import BrokerMetrics, PartitionHealth, kafka_request_name
 from headwater.broker.producer_ids import ProducerIdAllocator
@@ -266,25 +266,24 @@ class Broker:
         self.handlers: dict[int, ApiEntry] = {}
         #: (API key, version) pairs served through kio schemas, preloaded at start.
         self._kio_schemas: set[tuple[int, int]] = set()
-        #: Cluster mode (``zookeeper.connect``); None: a single broker, as always.
-        self.cluster: ClusterNode | None = None
-        if config.zookeeper_connect:
-            self.cluster = ClusterNode(
-                config.node_id,
-                config.zookeeper_connect,
-                self.logs,
-                config.data_dir,
-                session_timeout_ms=config.zookeeper_session_timeout_ms,
-                connect_timeout_ms=(
-                    config.zookeeper_connection_timeout_ms or config.zookeeper_session_timeout_ms
-                ),
-                replication=replication_config(config),
-                controller=controller_config(config),
-            )
-        if self.cluster is not None:
-            self.metrics.bind_replica_manager(self.cluster.replicas)
-            inter_broker = inter_broker_settings(config.security, config.all_listeners)
-            self.cluster.replicas.connector.use(inter_broker.listener.name, inter_broker.security)
+        #: Membership of the cluster: on ZooKeeper (``zookeeper.connect``), or a
+        #: cluster of one whose metadata lives in the data directory. Either way
+        #: the same controller, view and replica manager serve every partition.
+        self.cluster = ClusterNode(
+            config.node_id,
+            config.zookeeper_connect or "",
+            self.logs,
+            config.data_dir,
+            session_timeout_ms=config.zookeeper_session_timeout_ms,
+            connect_timeout_ms=(
+                config.zookeeper_connection_timeout_ms or config.zookeeper_session_timeout_ms
+            ),
+            replication=replication_config(config),
+            controller=controller_config(config),
+        )
+        self.metrics.bind_replica_manager(self.cluster.replicas)
+        inter_broker = inter_broker_settings(config.security, config.all_listeners)
+        self.cluster.replicas.connector.use(inter_broker.listener.name, inter_broker.security)
         self._server_socks: list[socket.socket] = []
         self.listeners: list[Listener] = []
         self._tasks: set[asyncio.Task[None]] = set()
@@ -326,10 +325,11 @@ class Broker:
 
     def _build_handlers(self) -> None:
         cluster = self.cluster
-        replication = cluster.replicas if cluster is not None else None
+        replication = cluster.replicas
         self.producer_ids = ProducerIdAllocator(
             self.config.data_dir / "producer_id_block",
-            self.config.node_id if cluster is not None else None,
+            # A cluster of one hands out ids without a broker stride (no peer to collide with).
+            None if cluster.is_local else self.config.node_id,
         )
         self.admin = AdminApis(self.config, self.logs, self.producer_ids)
         self.offsets = OffsetApis(self.logs, replication)
@@ -337,43 +337,27 @@ class Broker:
         self.fetch = FetchApi(
             self.config, self.logs, self.sessions, self.purgatory, self.metrics, replication
         )
-        if replication is not None:
-            replication.out_of_sync_listeners.append(self.fetch.watcher.nudge_followers)
+        replication.out_of_sync_listeners.append(self.fetch.watcher.nudge_followers)
         self.register(ApiKey.API_VERSIONS, self._api_versions)
         self.register(ApiKey.PRODUCE, self.produce.handle)
         self.register(ApiKey.FETCH, self.fetch.handle)
-        if cluster is not None:
-            self.cluster_admin = ClusterAdminApis(self.config, cluster.view, cluster.store)
-            self.admin.cluster_auto_create = self.cluster_admin.auto_create
-            self.admin.cluster_topic_exists = lambda name: name in cluster.view.topics
-            self.register(
-                ApiKey.METADATA, _kio_request(ApiKey.METADATA, self.cluster_admin.metadata)
-            )
-            self.register_kio(ApiKey.CREATE_TOPICS, self.cluster_admin.create_topics)
-            self.register_kio(ApiKey.DELETE_TOPICS, self.cluster_admin.delete_topics)
-            self.register_kio(ApiKey.DESCRIBE_CLUSTER, self.cluster_admin.describe_cluster)
-            self.register_kio(ApiKey.CREATE_PARTITIONS, self.cluster_admin.create_partitions)
-            elections = ElectLeadersApi(cluster.store, cluster.view)
-            self.register_kio(ApiKey.ELECT_LEADERS, elections.elect_leaders)
-            moves = ReassignmentApis(cluster.store, cluster.view)
-            self.register_kio(
-                ApiKey.ALTER_PARTITION_REASSIGNMENTS, moves.alter_partition_reassignments
-            )
-            self.register_kio(
-                ApiKey.LIST_PARTITION_REASSIGNMENTS, moves.list_partition_reassignments
-            )
-        else:
-            self.register(ApiKey.METADATA, _kio_request(ApiKey.METADATA, self.admin.metadata))
-            self.register_kio(ApiKey.CREATE_TOPICS, self.admin.create_topics)
-            self.register_kio(ApiKey.DELETE_TOPICS, self.admin.delete_topics)
-            self.register_kio(ApiKey.DESCRIBE_CLUSTER, self.admin.describe_cluster)
-        if cluster is None:
-            self.register_kio(ApiKey.CREATE_PARTITIONS, self.admin.create_partitions)
+        self.cluster_admin = ClusterAdminApis(self.config, cluster.view, cluster.store)
+        self.admin.cluster_auto_create = self.cluster_admin.auto_create
+        self.admin.cluster_topic_exists = lambda name: name in cluster.view.topics
+        self.register(ApiKey.METADATA, _kio_request(ApiKey.METADATA, self.cluster_admin.metadata))
+        self.register_kio(ApiKey.CREATE_TOPICS, self.cluster_admin.create_topics)
+        self.register_kio(ApiKey.DELETE_TOPICS, self.cluster_admin.delete_topics)
+        self.register_kio(ApiKey.DESCRIBE_CLUSTER, self.cluster_admin.describe_cluster)
+        self.register_kio(ApiKey.CREATE_PARTITIONS, self.cluster_admin.create_partitions)
+        elections = ElectLeadersApi(cluster.store, cluster.view)
+        self.register_kio(ApiKey.ELECT_LEADERS, elections.elect_leaders)
+        moves = ReassignmentApis(cluster.store, cluster.view)
+        self.register_kio(ApiKey.ALTER_PARTITION_REASSIGNMENTS, moves.alter_partition_reassignments)
+        self.register_kio(ApiKey.LIST_PARTITION_REASSIGNMENTS, moves.list_partition_reassignments)
         self.configs = ConfigsApi(self.config, self.logs, self.connections)
-        if cluster is not None:
-            self.configs.topic_config_writer = cluster.store.set_topic_configs
-            self.configs.broker_config_writer = cluster.store.set_broker_configs
-            self.configs.throttle_setter = cluster.replicas.throttles.set_rates
+        self.configs.topic_config_writer = cluster.store.set_topic_configs
+        self.configs.broker_config_writer = cluster.store.set_broker_configs
+        self.configs.throttle_setter = cluster.replicas.throttles.set_rates
         self.register_kio(ApiKey.DESCRIBE_CONFIGS, self.configs.describe_configs)
         self.register_kio(ApiKey.INCREMENTAL_ALTER_CONFIGS, self.configs.incremental_alter_configs)
         self.register_kio(ApiKey.ALTER_CONFIGS, self.configs.alter_configs)
@@ -390,12 +374,8 @@ class Broker:
         self.register_kio(
             ApiKey.WRITE_TXN_MARKERS, WriteTxnMarkersApi(self.txn_markers).write_txn_markers
         )
-        if cluster is None:
-            self._build_group_apis()
-            self._build_transaction_apis()
-        # In a cluster the group and transaction APIs are built once the cluster
-        # view is loaded (the internal topics' partition counts live in ZooKeeper):
-        # see start().
+        # The group and transaction APIs are built once the cluster view is loaded
+        # (the internal topics' partition counts live in the metadata): see start().
         self._build_security_apis()
 
     def _build_security_apis(self) -> None:
@@ -410,7 +390,7 @@ class Broker:
         acl_store: AclStore
         quota_store: QuotaStore
         self.zk_security: ZkSecurityStores | None = None
-        if self.cluster is not None:
+        if not self.cluster.is_local:
             self.zk_security = ZkSecurityStores(self.cluster.store)
             self.credentials: CredentialStore = self.zk_security.credentials
             acl_store, quota_store = self.zk_security.acls, self.zk_security.quotas
@@ -480,36 +460,11 @@ class Broker:
         self.quotas.reload()
 
     def _build_group_apis(self) -> None:
-        """The group coordinator over the partitions of ``__consumer_offsets``.
-
-        A single broker leads every partition, so all are loaded now, before
-        any request is served; a data directory from before the topic had
-        ``offsets.topic.num.partitions`` keeps its (single) partition, since
-        moving groups between partitions would lose them.
-        """
+        """The group coordinator over the partitions of ``__consumer_offsets`` this
+        broker leads (every one, in a cluster of one); see ``_group_service``."""
         c = self.config
         host, port = c.advertised
-        if self.cluster is None:
-            if OFFSETS_TOPIC not in self.logs.topics():
-                self.logs.create_topic(
-                    OFFSETS_TOPIC, c.offsets_topic_num_partitions, INTERNAL_TOPIC_CONFIGS
-                )
-            ensure_compacted(self.logs, OFFSETS_TOPIC)
-            num_partitions = self.logs.topics()[OFFSETS_TOPIC].num_partitions
-            self.groups = GroupService.create(
-                lambda topic, partition: self.logs.existing_log(topic, partition) is not None,
-                num_partitions=num_partitions,
-                node_id=c.node_id,
-                host=host,
-                port=port,
-                config=self._group_config(),
-            )
-            for partition in range(num_partitions):
-                self.groups.load_partition_now(
-                    partition, PartitionStateLog(self.logs.log(OFFSETS_TOPIC, partition))
-                )
-        else:
-            self.groups = self._cluster_group_service(self.cluster, host, port)
+        self.groups = self._group_service(self.cluster, host, port)
         groups = self.groups
 
         async def handle(ctx: RequestContext, req: Any) -> dict[str, Any]:
@@ -526,8 +481,7 @@ class Broker:
             )
             if ctx.header.api_key == ApiKey.FIND_COORDINATOR and ctx.listener.port:
                 _advertise_coordinator(response, self.config.node_id, *ctx.listener.advertised)
-                if self.cluster is not None:
-                    _advertise_peer_coordinators(response, self.cluster, ctx.listener.name)
+                _advertise_peer_coordinators(response, self.cluster, ctx.listener.name)
             return response
 
         for api_key, versions in GROUP_API_VERSIONS.items():
@@ -545,8 +499,8 @@ class Broker:
             offsets_retention_check_interval_ms=c.offsets_retention_check_interval_ms,
         )
 
-    def _cluster_group_service(self, cluster: ClusterNode, host: str, port: int) -> GroupService:
-        """Groups in a cluster: a group's coordinator leads its ``__consumer_offsets`` partition.
+    def _group_service(self, cluster: ClusterNode, host: str, port: int) -> GroupService:
+        """A group's coordinator leads its ``__consumer_offsets`` partition.
 
         The offsets topic is created on first need (FindCoordinator), like
         Kafka, with ``offsets.topic.replication.factor`` replicas, or as many
@@ -616,35 +570,13 @@ class Broker:
 
         Built like the group coordinator: a single broker leads (and loads at
         start) every partition; in a cluster, leadership of each partition
-        loads and unloads its transactional ids (see `_cluster_txn_service`).
+        loads and unloads its transactional ids (see `_transaction_service`).
         Markers go through the broker's ``txn_markers`` writer for partitions
         led here and WriteTxnMarkers to other leaders.
         """
         c = self.config
         host, port = c.advertised
-        if self.cluster is None:
-            if TRANSACTION_STATE_TOPIC not in self.logs.topics():
-                self.logs.create_topic(
-                    TRANSACTION_STATE_TOPIC,
-                    c.transaction_state_log_num_partitions,
-                    INTERNAL_TOPIC_CONFIGS,
-                )
-            ensure_compacted(self.logs, TRANSACTION_STATE_TOPIC)
-            num_partitions = self.logs.topics()[TRANSACTION_STATE_TOPIC].num_partitions
-            self.transactions = TransactionCoordinatorService(
-                node_id=c.node_id,
-                host=host,
-                port=port,
-                config=self._txn_config(num_partitions),
-                new_producer_id=self.producer_ids.allocate,
-                markers=MarkerSender(
-                    c.node_id,
-                    lambda: self.txn_markers,
-                    partition_exists=self._local_partition_exists,
-                ),
-            )
-        else:
-            self.transactions = self._cluster_txn_service(self.cluster, host, port)
+        self.transactions = self._transaction_service(self.cluster, host, port)
         service = self.transactions
         self.groups.apis.transaction_coordinator_of = service.coordinator_for
         group_apis = self.groups.apis
@@ -670,27 +602,14 @@ class Broker:
         self.register_kio(ApiKey.DESCRIBE_TRANSACTIONS, api.describe_transactions)
         self.register_kio(ApiKey.LIST_TRANSACTIONS, api.list_transactions)
 
-    def _local_partition_exists(self, topic: str, partition: int) -> bool:
-        return self.logs.existing_log(topic, partition) is not None
-
     def _topic_partition_exists(self, topic: str, partition: int) -> bool:
-        """In the cluster's metadata (a cluster), or on this broker (a single one)."""
-        if self.cluster is None:
-            return self._local_partition_exists(topic, partition)
+        """In the cluster's metadata (this broker may hold no replica of it)."""
         return (topic, partition) in self.cluster.view.partition_states
 
-    async def _load_local_transactions(self) -> None:
-        """A single broker leads every ``__transaction_state`` partition: load them all
-        (and finish what they left half-done) before serving requests."""
-        service = self.transactions
-        for partition in range(service.config.num_partitions):
-            state_log = PartitionStateLog(self.logs.log(TRANSACTION_STATE_TOPIC, partition))
-            await service.load_partition(partition, state_log, 0)
-
-    def _cluster_txn_service(
+    def _transaction_service(
         self, cluster: ClusterNode, host: str, port: int
     ) -> TransactionCoordinatorService:
-        """Transactions in a cluster: an id's coordinator leads its ``__transaction_state``
+        """An id's coordinator leads its ``__transaction_state``
         partition; the coordinator epoch is that partition's leader epoch.
 
         The topic is created on first need (FindCoordinator) with
@@ -763,6 +682,43 @@ class Broker:
 
         replicas.leadership_listeners.append(on_leadership)
         return service
+
+    async def _compact_internal_topics(self) -> None:
+        """Internal topics from before Headwater compacted them switch to
+        ``cleanup.policy=compact`` (through the metadata, so every replica follows)."""
+        loop = asyncio.get_running_loop()
+        for topic in (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC):
+            assignment = self.cluster.view.topics.get(topic)
+            if assignment is None:
+                continue
+            configs = compacted_configs(assignment.configs)
+            if configs is None:
+                continue
+            await loop.run_in_executor(None, self.cluster.store.set_topic_configs, topic, configs)
+            log.info(
+                "%s switched to cleanup.policy=compact (was %s)",
+                topic,
+                assignment.configs.get("cleanup.policy", "the broker default"),
+            )
+
+    async def _create_internal_topics(self) -> None:
+        """A cluster of one creates ``__consumer_offsets`` and ``__transaction_state`` at
+        start, so the first group or transactional producer finds its coordinator ready
+        (a cluster creates them on first need, as Kafka does)."""
+        c = self.config
+        wanted = (
+            (OFFSETS_TOPIC, c.offsets_topic_num_partitions, INTERNAL_TOPIC_CONFIGS),
+            (
+                TRANSACTION_STATE_TOPIC,
+                c.transaction_state_log_num_partitions,
+                {**INTERNAL_TOPIC_CONFIGS, "min.insync.replicas": "1"},
+            ),
+        )
+        admin = self.cluster_admin
+        for topic, partitions, configs in wanted:
+            if topic not in self.cluster.view.topics:
+                admin.auto_create(topic, partitions, 1, configs=dict(configs))
+        await admin.wait_for_leaders([topic for topic, _, _ in wanted], c.request_timeout_ms)
 
     def advertised_versions(self) -> dict[int, tuple[int, int]]:
         """Only what is implemented: clients switch features on what they see here."""
@@ -837,49 +793,28 @@ class Broker:
         m = self.metrics
         m.topics.existing = lambda: tuple(self.logs.topics())
         cluster = self.cluster
-        if cluster is None:
-            m.bind_partition_states(self._local_partition_health)
-            m.bind_single_broker_replicas(
-                lambda: sum(info.num_partitions for info in tuple(self.logs.topics().values()))
-            )
-            m.bind_controller(lambda: True, lambda: 0)
-            end_offset = self._local_end_offset
-        else:
-            replicas, view = cluster.replicas, cluster.view
+        replicas, view = cluster.replicas, cluster.view
 
-            def health() -> Iterator[PartitionHealth]:
-                for p in tuple(replicas.replicas.values()):
-                    if p.is_leader:
-                        min_isr = replicas.min_insync_replicas(p.topic)
-                        yield PartitionHealth(len(p.isr), len(p.replicas), min_isr)
+        def health() -> Iterator[PartitionHealth]:
+            for p in tuple(replicas.replicas.values()):
+                if p.is_leader:
+                    min_isr = replicas.min_insync_replicas(p.topic)
+                    yield PartitionHealth(len(p.isr), len(p.replicas), min_isr)
 
-            def offline() -> int:
-                live = view.brokers
-                states = tuple(view.partition_states.values())
-                return sum(1 for s in states if s.leader < 0 or s.leader not in live)
+        def offline() -> int:
+            live = view.brokers
+            states = tuple(view.partition_states.values())
+            return sum(1 for s in states if s.leader < 0 or s.leader not in live)
 
-            def replica_end_offset(topic: str, partition: int) -> int | None:
-                replica = replicas.replicas.get((topic, partition))
-                return None if replica is None else replica.log.high_watermark
+        def replica_end_offset(topic: str, partition: int) -> int | None:
+            replica = replicas.replicas.get((topic, partition))
+            return None if replica is None else replica.log.high_watermark
 
-            m.bind_partition_states(health)
-            m.bind_controller(lambda: cluster.controller.is_active, offline)
-            end_offset = replica_end_offset
+        m.bind_partition_states(health)
+        m.bind_controller(lambda: cluster.controller.is_active, offline)
+        end_offset = replica_end_offset
         m.bind_consumer_lag(asyncio.get_running_loop(), self._committed_offsets, end_offset)
         self._spawn(m.event_loop.monitor(), "event-loop-lag")
-
-    def _local_partition_health(self) -> Iterator[PartitionHealth]:
-        default = self.config.min_insync_replicas
-        for info in tuple(self.logs.topics().values()):
-            try:
-                min_isr = int(info.configs.get("min.insync.replicas", default))
-            except ValueError:
-                min_isr = default
-            yield PartitionHealth(1, 1, min_isr, info.num_partitions)
-
-    def _local_end_offset(self, topic: str, partition: int) -> int | None:
-        log = self.logs.existing_log(topic, partition)
-        return None if log is None else log.high_watermark
 
     def _committed_offsets(self) -> Iterator[tuple[str, str, int, int]]:
         """(group, topic, partition, offset) of every group coordinated here."""
@@ -903,10 +838,6 @@ class Broker:
         # later ones are frozen as they come (headwater.gc_policy).
         COLLECTOR.enable()
         COLLECTOR.freeze(collect=True)
-        if self.cluster is None:
-            await self.groups.start()
-            await self._load_local_transactions()
-            await self.transactions.start()
         # One TLS context per TLS listener: its ``listener.name.<l>.ssl.*`` keys win.
         tls = {
             listener.name: server_context(self.config.security.for_listener(listener.name).tls)
@@ -920,24 +851,27 @@ class Broker:
             bound.append((sock, listener.with_port(sock.getsockname()[1])))
         self.listeners = [listener for _, listener in bound]
         self.address = bound[0][0].getsockname()[:2]
-        if self.cluster is not None:
-            # Registered in ZooKeeper under the first listener's advertised address.
-            host, port = self.config.advertised
-            if port == 0:
-                port = self.address[1]
-            endpoints = tuple(
-                (listener.name, listener.protocol.value, *listener.advertised)
-                for listener in self.listeners
-            )
-            await self.cluster.start(host, port, endpoints)
-            await self._follow_dynamic_broker_configs(self.cluster)
-            if self.zk_security is not None:
-                await self._start_zk_security(self.zk_security)
-            self._build_group_apis()
-            self._build_transaction_apis()
-            await self.groups.start()
-            await self.transactions.start()
-            await self.cluster.replicas.start()
+        # Registered in the metadata under the first listener's advertised address.
+        host, port = self.config.advertised
+        if port == 0:
+            port = self.address[1]
+        endpoints = tuple(
+            (listener.name, listener.protocol.value, *listener.advertised)
+            for listener in self.listeners
+        )
+        await self.cluster.start(host, port, endpoints)
+        await self._follow_dynamic_broker_configs(self.cluster)
+        if self.zk_security is not None:
+            await self._start_zk_security(self.zk_security)
+        await self._compact_internal_topics()
+        self._build_group_apis()
+        self._build_transaction_apis()
+        await self.groups.start()
+        await self.transactions.start()
+        await self.cluster.replicas.start()
+        if self.cluster.is_local:
+            await self._create_internal_topics()
+            await self.cluster.leading_everything(self.config.request_timeout_ms / 1000)
         self._bind_metrics()
         if self.config.metrics_port is not None:
             port = self.metrics.serve(
@@ -1129,7 +1063,7 @@ class Broker:
         then a bounded drain (what the shutdown watchdog allows before it exits)."""
         c = self.config
         budget = STOP_DRAIN_S
-        if self.cluster is not None and c.controlled_shutdown_enable:
+        if c.controlled_shutdown_enable:
             attempts = max(1, c.controlled_shutdown_max_retries)
             attempt = ControlledShutdownConfig().attempt_timeout_ms / 1000 + STOP_STEP_TIMEOUT_S
             budget += (
@@ -1142,7 +1076,7 @@ class Broker:
         still serving), then stop serving and close everything."""
         c = self.config
         self.stop_phase = "controlled shutdown"
-        if self.cluster is not None and c.controlled_shutdown_enable:
+        if c.controlled_shutdown_enable:
             try:
                 await self.cluster.controlled_shutdown(
                     ControlledShutdownConfig(
@@ -1186,9 +1120,8 @@ class Broker:
         if getattr(self, "zk_security", None) is not None:
             assert self.zk_security is not None
             self.zk_security.stop()
-        if self.cluster is not None:
-            self.stop_phase = "leaving the cluster (replicas, controller, ZooKeeper)"
-            await self.cluster.stop()
+        self.stop_phase = "leaving the cluster (replicas, controller, ZooKeeper)"
+        await self.cluster.stop()
         self.stop_phase = "closing the logs"
         self.metrics.close()
         self.logs.close()

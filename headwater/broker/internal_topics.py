@@ -8,11 +8,7 @@ from before Headwater compacted them gets the policy on the next start.
 
 from __future__ import annotations
 
-import logging
-
-from headwater.log.log_directory import LogDirectory
-
-log = logging.getLogger(__name__)
+from collections.abc import Mapping
 
 #: Kafka's: offsets.topic.segment.bytes / transaction.state.log.segment.bytes default 100 MiB
 INTERNAL_TOPIC_CONFIGS: dict[str, str] = {
@@ -22,16 +18,9 @@ INTERNAL_TOPIC_CONFIGS: dict[str, str] = {
 }
 
 
-def ensure_compacted(logs: LogDirectory, topic: str) -> None:
-    """Switch an existing internal topic to ``cleanup.policy=compact`` (an upgrade)."""
-    info = logs.topics().get(topic)
-    if info is None or info.configs.get("cleanup.policy") == "compact":
-        return
-    configs = dict(info.configs)
-    configs["cleanup.policy"] = "compact"
-    logs.alter_topic_configs(topic, configs)
-    log.info(
-        "%s switched to cleanup.policy=compact (was %s)",
-        topic,
-        info.configs.get("cleanup.policy", "the broker default"),
-    )
+def compacted_configs(configs: Mapping[str, str]) -> dict[str, str] | None:
+    """An existing internal topic's overrides with ``cleanup.policy=compact`` (an
+    upgrade from before Headwater compacted them); None when already compacted."""
+    if configs.get("cleanup.policy") == "compact":
+        return None
+    return {**configs, "cleanup.policy": "compact"}

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from headwater.cluster.cluster_view import ClusterView
 from headwater.cluster.controller import Controller
+from headwater.cluster.local_zookeeper import LocalClusterStore
 from headwater.cluster.replica_manager import ReplicaManager, ReplicationConfig
 from headwater.cluster.store import (
     NO_LEADER,
@@ -81,7 +82,15 @@ class ClusterNode:
         self.broker_id = broker_id
         self.zookeeper_connect = zookeeper_connect
         self.connect_timeout_ms = connect_timeout_ms
-        self.store = ZkClusterStore(zookeeper_connect, session_timeout_ms=session_timeout_ms)
+        self.logs = logs
+        #: Without ``zookeeper.connect`` the broker is a cluster of one: the same
+        #: controller, view and replica manager, on metadata kept in its data dir.
+        self.is_local = not zookeeper_connect
+        self.store: ZkClusterStore = (
+            LocalClusterStore.in_dir(data_dir)
+            if self.is_local
+            else ZkClusterStore(zookeeper_connect, session_timeout_ms=session_timeout_ms)
+        )
         self.view = ClusterView(self.store)
         self.controller = Controller(
             self.store,
@@ -132,12 +141,63 @@ class ClusterNode:
                 f"broker.id {self.broker_id} is already registered by another live broker "
                 f"in ZooKeeper ({self.zookeeper_connect}); refusing to start"
             ) from exc
+        if self.is_local:
+            await loop.run_in_executor(None, self._adopt_local_topics)
         await self.view.start()
         await loop.run_in_executor(None, self.controller.start)  # it blocks: its own thread
         # The broker starts ``self.replicas`` itself, once its group service is
         # ready to hear about leadership of the offsets topic.
         self.joined = True
-        log.info("joined the cluster at %s as broker %d", self.zookeeper_connect, self.broker_id)
+        where = (
+            "a cluster of one (metadata in the data directory)"
+            if self.is_local
+            else (f"the cluster at {self.zookeeper_connect}")
+        )
+        log.info("joined %s as broker %d", where, self.broker_id)
+
+    async def leading_everything(self, timeout_s: float) -> bool:
+        """A cluster of one: wait until this broker leads every partition of its
+        metadata (the controller elects on its own thread), so that a restarted
+        single broker answers its first requests as leader. False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            pending = [
+                (name, p)
+                for name, assignment in tuple(self.view.topics.items())
+                for p in assignment.replicas
+                if self.replicas.serving_error(name, p)
+            ]
+            if not pending:
+                return True
+            if time.monotonic() >= deadline:
+                log.warning("%d partition(s) still without a leader: %s", len(pending),
+                            _names(pending))  # fmt: skip
+                return False
+            await asyncio.sleep(0.01)
+
+    def _adopt_local_topics(self) -> None:
+        """A cluster of one: topics found in the data directory but not in its metadata
+        (a data directory from before the metadata was kept there, or a snapshot that
+        missed a last change before a crash) join it with their id, partitions and
+        configs, led here. The data directory is the truth for what exists."""
+        for name, info in sorted(self.logs.topics().items()):
+            assignment = self.store.topic(name)
+            if assignment is None:
+                self.store.create_topic(
+                    name,
+                    info.topic_id,
+                    {p: [self.broker_id] for p in range(info.num_partitions)},
+                    dict(info.configs),
+                )
+                log.info("topic %s (%d partitions) joined the metadata", name, info.num_partitions)
+            elif len(assignment.replicas) < info.num_partitions:
+                self.store.add_partitions(
+                    name,
+                    {
+                        p: [self.broker_id]
+                        for p in range(len(assignment.replicas), info.num_partitions)
+                    },
+                )
 
     # -- controlled shutdown ---------------------------------------------------------
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from headwater.cluster.store import ZkClusterStore
-from headwater.testing.fake_zookeeper import FakeKazooClient, FakeZooKeeper
+from headwater.cluster.local_zookeeper import LocalClusterStore
+from headwater.testing.fake_zookeeper import FakeZooKeeper
 
 
-class InMemoryClusterStore(ZkClusterStore):
+class InMemoryClusterStore(LocalClusterStore):
     """``ZkClusterStore`` on an in-memory ZooKeeper: same code, same semantics.
 
     Several stores on one ``FakeZooKeeper`` are several brokers' sessions.
@@ -21,12 +21,7 @@ class InMemoryClusterStore(ZkClusterStore):
     def __init__(
         self, zookeeper: FakeZooKeeper | None = None, chroot: str = "", **kwargs: Any
     ) -> None:
-        self.zookeeper = zookeeper or FakeZooKeeper()
-        super().__init__(
-            f"in-memory:1{chroot}",
-            client_factory=lambda _hosts, root: FakeKazooClient(self.zookeeper, root),
-            **kwargs,
-        )
+        super().__init__(zookeeper or FakeZooKeeper(), chroot, **kwargs)
         # Deterministic for unit tests: session events handled in the caller's thread.
         self._inline_session_events = True
 

@@ -55,7 +55,7 @@ class TxnMarkerWriter:
     def __init__(
         self,
         logs: LogDirectory,
-        replication: ReplicaManager | None = None,
+        replication: ReplicaManager,
         *,
         replication_timeout_s: float = DEFAULT_REPLICATION_TIMEOUT_S,
     ) -> None:
@@ -67,22 +67,17 @@ class TxnMarkerWriter:
     def _leader_log(self, topic: str, partition: int) -> tuple[int, Log | None]:
         """(error, log): the log to append to when this broker leads the partition."""
         replication = self.replication
-        if replication is not None:
-            error = replication.serving_error(topic, partition)
-            if error:
-                return error, None
-            replica = replication.replica(topic, partition)
-            if replica is None or not replica.is_leader:
-                return ErrorCode.not_leader_or_follower, None
-            if not replication.enough_isr(replica):
-                # Kafka appends markers with acks=all and refuses before writing
-                # when the ISR is below min.insync.replicas; the coordinator retries.
-                return ErrorCode.not_enough_replicas, None
-            return ErrorCode.none, replica.log
-        info = self.logs.topics().get(topic)
-        if info is None or not 0 <= partition < info.num_partitions:
-            return ErrorCode.unknown_topic_or_partition, None
-        return ErrorCode.none, self.logs.log(topic, partition)
+        error = replication.serving_error(topic, partition)
+        if error:
+            return error, None
+        replica = replication.replica(topic, partition)
+        if replica is None or not replica.is_leader:
+            return ErrorCode.not_leader_or_follower, None
+        if not replication.enough_isr(replica):
+            # Kafka appends markers with acks=all and refuses before writing
+            # when the ISR is below min.insync.replicas; the coordinator retries.
+            return ErrorCode.not_enough_replicas, None
+        return ErrorCode.none, replica.log
 
     async def write(self, marker: TxnMarker) -> dict[tuple[str, int], int]:
         """Error code per partition (0 ok; NOT_LEADER_OR_FOLLOWER 6,
@@ -117,7 +112,7 @@ class TxnMarkerWriter:
                 continue
             appended[key] = result.last_offset + 1
             codes[key] = ErrorCode.none
-        if appended and self.replication is not None:
+        if appended:
             keys = list(appended)
             waits = [
                 self.replication.wait_replicated(t, p, appended[(t, p)], self.replication_timeout_s)

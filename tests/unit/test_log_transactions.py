@@ -7,6 +7,7 @@ import os
 import struct
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,6 +48,7 @@ from headwater.records import RecordBatchBuilder, decode_batches
 from headwater.records.batch import parse_batch_header
 from headwater.records.control import build_control_batch, parse_control_batch
 from headwater.security.acl import AclOperation
+from headwater.testing.cluster_of_one import cluster_of_one
 from headwater.txn.markers import TxnMarker, TxnMarkerWriter
 
 NOW = 1_700_000_000_000
@@ -491,12 +493,16 @@ def test_marker_writer_answers_per_partition_and_tells_listeners_of_success(
     p = Producer(5, epoch=1)
     logs.log("t", 0).append(p.batch(), NOW)
     logs.log("t", 1).append(Producer(5, epoch=2).batch(), NOW)
-    writer = TxnMarkerWriter(logs)
     seen: list[tuple[int, str, int, bool]] = []
-    writer.listeners.append(lambda *args: seen.append(args))
-    codes = asyncio.run(
-        writer.write(TxnMarker(5, 1, False, 0, (("t", 0), ("t", 1), ("t", 2), ("nope", 0))))
-    )
+
+    async def write() -> dict[tuple[str, int], int]:
+        async with cluster_of_one(logs, tmp_path) as node:
+            writer = TxnMarkerWriter(logs, node.replicas)
+            writer.listeners.append(lambda *args: seen.append(args))
+            marker = TxnMarker(5, 1, False, 0, (("t", 0), ("t", 1), ("t", 2), ("nope", 0)))
+            return await writer.write(marker)
+
+    codes = asyncio.run(write())
     assert codes == {("t", 0): 0, ("t", 1): 47, ("t", 2): 3, ("nope", 0): 3}
     assert seen == [(5, "t", 0, False)]
     assert logs.log("t", 0).aborted_transactions(0, 2) == [AbortedTransaction(5, 0)]
@@ -533,13 +539,17 @@ def test_a_failing_listener_turns_the_partition_into_an_unknown_server_error(
     logs = LogDirectory(tmp_path, LogConfig())
     logs.open()
     logs.create_topic("t", 1)
-    writer = TxnMarkerWriter(logs)
 
     def broken(producer_id: int, topic: str, partition: int, committed: bool) -> None:
         raise RuntimeError("offsets cache")
 
-    writer.listeners.append(broken)
-    codes = asyncio.run(writer.write(TxnMarker(5, 0, True, 0, (("t", 0),))))
+    async def write() -> dict[tuple[str, int], int]:
+        async with cluster_of_one(logs, tmp_path) as node:
+            writer = TxnMarkerWriter(logs, node.replicas)
+            writer.listeners.append(broken)
+            return await writer.write(TxnMarker(5, 0, True, 0, (("t", 0),)))
+
+    codes = asyncio.run(write())
     assert codes == {("t", 0): -1}
     assert logs.log("t", 0).log_end_offset == 1  # the marker itself is written
 
@@ -566,7 +576,6 @@ def test_write_txn_markers_needs_cluster_action_or_alter(
     logs = LogDirectory(tmp_path, LogConfig())
     logs.open()
     logs.create_topic("t", 1)
-    api = WriteTxnMarkersApi(TxnMarkerWriter(logs))
     req = build_request(
         ApiKey.WRITE_TXN_MARKERS,
         1,
@@ -582,7 +591,13 @@ def test_write_txn_markers_needs_cluster_action_or_alter(
             ]
         },
     )
-    out = asyncio.run(api.write_txn_markers(_Ctx(allowed), req))  # type: ignore[arg-type]
+
+    async def write() -> dict[str, Any]:
+        async with cluster_of_one(logs, tmp_path) as node:
+            api = WriteTxnMarkersApi(TxnMarkerWriter(logs, node.replicas))
+            return await api.write_txn_markers(_Ctx(allowed), req)  # type: ignore[arg-type]
+
+    out = asyncio.run(write())
     (marker,) = out["markers"]
     assert marker["producer_id"] == 8
     assert marker["topics"] == [

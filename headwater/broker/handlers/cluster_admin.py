@@ -272,6 +272,10 @@ class ClusterAdminApis:
             await asyncio.sleep(0.02)
         return True
 
+    async def wait_for_leaders(self, names: list[str], timeout_ms: int) -> bool:
+        """Until every partition of ``names`` has a leader (False: not within the timeout)."""
+        return await self._wait_until(lambda: all(self._has_leaders(n) for n in names), timeout_ms)
+
     def _is_gone(self, name: str) -> bool:
         return name not in self.view.topics
 

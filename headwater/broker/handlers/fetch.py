@@ -101,7 +101,7 @@ class FetchApi:
         sessions: FetchSessionCache,
         purgatory: FetchPurgatory,
         metrics: BrokerMetrics,
-        replication: ReplicaManager | None = None,
+        replication: ReplicaManager,
     ) -> None:
         self.config = config
         self.logs = logs
@@ -209,13 +209,11 @@ class FetchApi:
         """Read in time slices: 100,000 partitions must not stall other clients."""
         max_bytes = req.max_bytes if req.max_bytes > 0 else self.config.fetch_max_bytes
         replication = self.replication
-        serving = None
-        if replication is not None:
-            serving = (
-                replication.serving_error
-                if req.replica_id < 0
-                else functools.partial(replication.follower_serving_error, req.replica_id)
-            )
+        serving = (
+            replication.serving_error
+            if req.replica_id < 0
+            else functools.partial(replication.follower_serving_error, req.replica_id)
+        )
         result = await sliced(
             read_partitions_steps(
                 partitions,
@@ -229,7 +227,7 @@ class FetchApi:
             )
         )
         self.metrics.fetch_partitions_read.inc(len(partitions))
-        if req.replica_id >= 0 and replication is not None:
+        if req.replica_id >= 0:
             self._leader_throttle(req.replica_id, result, replication)
         return result
 
@@ -323,7 +321,7 @@ class FetchApi:
         else:
             for topic, size in per_topic.items():
                 self.metrics.topics.fetched(topic, size)
-        if req.replica_id >= 0 and self.replication is not None:
+        if req.replica_id >= 0:
             self._record_leader_throttled(response, self.replication)
         if quota is not None:
             response.throttle_time_ms = max(
@@ -338,7 +336,7 @@ class FetchApi:
         and the ISR. An incremental fetch reads only what is pending, so this is
         O(changed) too. As in Kafka, a partition whose log diverged (or that
         erred) tells nothing about the follower yet."""
-        if req.replica_id < 0 or self.replication is None:
+        if req.replica_id < 0:
             return
         self.replication.on_follower_fetch(
             req.replica_id,

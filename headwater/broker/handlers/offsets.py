@@ -28,23 +28,22 @@ EARLIEST_LOCAL = -4  # v8, KIP-405: no tiered storage here, so the log start
 
 
 def leader_log(
-    logs: LogDirectory, replication: ReplicaManager | None, topic: str, partition: int
+    logs: LogDirectory, replication: ReplicaManager, topic: str, partition: int
 ) -> Log | int:
     """The partition's log when this broker leads it, else the error code to answer.
 
     Shared by the APIs that only a partition's leader serves (ListOffsets,
     OffsetsForLeaderEpoch, DeleteRecords, DescribeProducers).
     """
-    if replication is not None:
-        error = replication.serving_error(topic, partition)
-        if error:
-            return error
+    error = replication.serving_error(topic, partition)
+    if error:
+        return error
     log = logs.existing_log(topic, partition)
     return log if log is not None else int(E.unknown_topic_or_partition)
 
 
 class OffsetApis:
-    def __init__(self, logs: LogDirectory, replication: ReplicaManager | None = None) -> None:
+    def __init__(self, logs: LogDirectory, replication: ReplicaManager) -> None:
         self.logs = logs
         self.replication = replication
 

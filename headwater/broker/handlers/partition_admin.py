@@ -27,7 +27,7 @@ HIGH_WATERMARK = -1  # DeleteRecords: "delete everything before the high waterma
 
 
 class PartitionAdminApis:
-    def __init__(self, logs: LogDirectory, replication: ReplicaManager | None = None) -> None:
+    def __init__(self, logs: LogDirectory, replication: ReplicaManager) -> None:
         self.logs = logs
         self.replication = replication
 

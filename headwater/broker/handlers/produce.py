@@ -90,7 +90,7 @@ class ProduceApi:
         logs: LogDirectory,
         admin: AdminApis,
         metrics: BrokerMetrics,
-        replication: ReplicaManager | None = None,
+        replication: ReplicaManager,
     ) -> None:
         self.logs = logs
         self.admin = admin
@@ -179,9 +179,7 @@ class ProduceApi:
                 elif records is None or len(records) == 0:
                     out.error_code = int(E.invalid_record)
                     out.error_message = "produce request carried no records"
-                elif replication is not None and self._refused(
-                    replication, req, topic.name, index, out
-                ):
+                elif self._refused(replication, req, topic.name, index, out):
                     pass  # not the leader here, or too few replicas in sync
                 else:
                     plog = self.logs.log(topic.name, index)
@@ -209,11 +207,7 @@ class ProduceApi:
                             self.metrics.topics.produced(topic.name, len(records), count)
                         # The replica manager saw the append through the log's
                         # listener; acks=all waits until the ISR has it.
-                        if (
-                            replication is not None
-                            and req.acks == -1
-                            and plog.high_watermark <= result.last_offset
-                        ):
+                        if req.acks == -1 and plog.high_watermark <= result.last_offset:
                             key = (topic.name, index)
                             waiting = replication.purgatory.wait(key, result.last_offset + 1)
                             waits[key] = (out, waiting)
@@ -227,7 +221,7 @@ class ProduceApi:
         if req.acks == 0:
             return None
         response = ProduceResponseData(topics=topics, throttle_time_ms=throttle_ms)
-        if not waits or replication is None:
+        if not waits:
             return encode_produce_response(response, version)
         return AwaitingAcks(
             self._acknowledge(replication, response, waits, req.timeout_ms, version, ctx)
