@@ -331,7 +331,16 @@ class Broker:
             # A cluster of one hands out ids without a broker stride (no peer to collide with).
             None if cluster.is_local else self.config.node_id,
         )
-        self.admin = AdminApis(self.config, self.logs, self.producer_ids)
+        self.cluster_admin = ClusterAdminApis(self.config, cluster.view, cluster.store)
+        self.admin = AdminApis(
+            self.config,
+            self.logs,
+            self.producer_ids,
+            auto_create=self.cluster_admin.auto_create,
+            topic_exists=lambda name: name in cluster.view.topics,
+            is_creating=self.cluster_admin.is_creating,
+            wait_for_leaders=self.cluster_admin.wait_for_leaders,
+        )
         self.offsets = OffsetApis(self.logs, replication)
         self.produce = ProduceApi(self.logs, self.admin, self.metrics, replication)
         self.fetch = FetchApi(
@@ -341,9 +350,6 @@ class Broker:
         self.register(ApiKey.API_VERSIONS, self._api_versions)
         self.register(ApiKey.PRODUCE, self.produce.handle)
         self.register(ApiKey.FETCH, self.fetch.handle)
-        self.cluster_admin = ClusterAdminApis(self.config, cluster.view, cluster.store)
-        self.admin.cluster_auto_create = self.cluster_admin.auto_create
-        self.admin.cluster_topic_exists = lambda name: name in cluster.view.topics
         self.register(ApiKey.METADATA, _kio_request(ApiKey.METADATA, self.cluster_admin.metadata))
         self.register_kio(ApiKey.CREATE_TOPICS, self.cluster_admin.create_topics)
         self.register_kio(ApiKey.DELETE_TOPICS, self.cluster_admin.delete_topics)

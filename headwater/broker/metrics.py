@@ -95,10 +95,6 @@ class BrokerMetrics:
         """Kafka's ReplicaManager gauges: leaders, under-replicated partitions, ISR churn."""
         self.registry.register(_ReplicaManagerCollector(replicas))
 
-    def bind_single_broker_replicas(self, partitions: Callable[[], int]) -> None:
-        """LeaderCount, PartitionCount and (zero) ISR changes of a broker without a cluster."""
-        self.registry.register(_SingleBrokerReplicaCollector(partitions))
-
     def bind_partition_states(self, states: Callable[[], Iterable[PartitionHealth]]) -> None:
         """UnderReplicated / UnderMinIsr / AtMinIsr / Offline counts from ``states`` at scrape."""
         self.registry.register(_PartitionStateCollector(states))
@@ -188,24 +184,6 @@ class _ReplicaManagerCollector(Collector):
         )
         yield CounterMetricFamily(prefix + "isrshrinks", "IsrShrinksPerSec", value=r.isr_shrinks)
         yield CounterMetricFamily(prefix + "isrexpands", "IsrExpandsPerSec", value=r.isr_expands)
-
-
-class _SingleBrokerReplicaCollector(Collector):
-    """What the replica manager's gauges say of a single broker: it leads every
-    partition, and its ISRs (itself) never change."""
-
-    def __init__(self, partitions: Callable[[], int]) -> None:
-        self._partitions = partitions
-
-    def collect(self) -> Iterator[Metric]:
-        count = self._partitions()
-        prefix = "kafka_server_replicamanager_"
-        yield GaugeMetricFamily(prefix + "leadercount", "LeaderCount", value=count)
-        yield GaugeMetricFamily(
-            prefix + "partitioncount", "PartitionCount (replicas here)", value=count
-        )
-        yield CounterMetricFamily(prefix + "isrshrinks", "IsrShrinksPerSec", value=0)
-        yield CounterMetricFamily(prefix + "isrexpands", "IsrExpandsPerSec", value=0)
 
 
 # -- request metrics (kafka.network:type=RequestMetrics) ------------------------------

@@ -272,6 +272,10 @@ class ClusterAdminApis:
             await asyncio.sleep(0.02)
         return True
 
+    def is_creating(self, name: str) -> bool:
+        """An auto-creation of ``name`` started here is under way."""
+        return name in self._creating
+
     async def wait_for_leaders(self, names: list[str], timeout_ms: int) -> bool:
         """Until every partition of ``names`` has a leader (False: not within the timeout)."""
         return await self._wait_until(lambda: all(self._has_leaders(n) for n in names), timeout_ms)

@@ -84,6 +84,10 @@ class AwaitingAcks:
     response: Awaitable[bytes]
 
 
+#: Longest a Produce that auto-created a topic waits for its leaders before appending.
+AUTO_CREATE_WAIT_MS = 5_000
+
+
 class ProduceApi:
     def __init__(
         self,
@@ -159,6 +163,19 @@ class ProduceApi:
             else None
             for t, allowed in zip(req.topics, writable, strict=True)
         ]
+        creating = [
+            t.name for t, info in zip(req.topics, infos, strict=True)
+            if info is None and self.admin.is_creating(t.name)
+        ]  # fmt: skip
+        if creating:
+            # Auto-created by this request: the controller elects their leaders within
+            # moments (at once in a cluster of one), so the records go in now.
+            yield self.admin.wait_for_leaders(creating, min(req.timeout_ms, AUTO_CREATE_WAIT_MS))
+            topics_now = self.logs.topics()
+            infos = [
+                topics_now.get(t.name) if info is None and t.name in creating else info
+                for t, info in zip(req.topics, infos, strict=True)
+            ]
         fresh = yield from self._fresh_partitions(req, infos)
         if fresh:
             # Their first segment files are created on a worker thread, not on the loop.
