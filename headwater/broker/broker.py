@@ -410,6 +410,11 @@ class Broker(HandlerTable):
         self.logs.open()
         self._build_handlers()
         self._preload_schemas()
+        if self.config.metrics_port is not None:
+            port = self.metrics.serve(
+                self.config.metrics_host or "127.0.0.1", self.config.metrics_port
+            )
+            log.info("metrics on http://%s:%d/metrics", self.config.metrics_host, port)
         # Start-up objects and the logs loaded so far live for the whole run;
         # later ones are frozen as they come (headwater.gc_policy).
         COLLECTOR.enable()
@@ -450,11 +455,6 @@ class Broker(HandlerTable):
             await self.cluster.leading_everything(self.config.request_timeout_ms / 1000)
         bind_broker_gauges(self.metrics, self.logs, self.cluster, self.groups)
         self._spawn(self.metrics.event_loop.monitor(), "event-loop-lag")
-        if self.config.metrics_port is not None:
-            port = self.metrics.serve(
-                self.config.metrics_host or "127.0.0.1", self.config.metrics_port
-            )
-            log.info("metrics on http://%s:%d/metrics", self.config.metrics_host, port)
         acceptor = ClientAcceptor(
             self.config,
             self.connections,

@@ -102,6 +102,8 @@ class ClusterNode:
         self.replicas = ReplicaManager(
             broker_id, logs, self.view, self.store, replication, data_dir=data_dir
         )
+        if self.is_local:
+            self.replicas.role_log_level = logging.DEBUG
         self.joined = False
 
     async def start(
@@ -261,6 +263,8 @@ class ClusterNode:
         """
         if not self.joined:
             return True
+        if not set(self.view.brokers) - {self.broker_id}:
+            return True  # no other live broker could take anything (a cluster of one)
         loop = asyncio.get_running_loop()
         self.replicas.stop_following()
         attempts = max(1, config.max_retries)

@@ -123,6 +123,9 @@ class ReplicaManager:
         #: broker a leader.
         self._awaiting_fresh_states = False
         self._refresher: asyncio.Task[None] | None = None
+        #: Each partition's role change is logged at this level (a cluster of one,
+        #: which leads every partition from the start, says it at DEBUG).
+        self.role_log_level = logging.INFO
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -400,7 +403,8 @@ class ReplicaManager:
         if role == "leader":
             self._unfollow(key)
             self._watch_appends(replica)
-            log.info(
+            log.log(
+                self.role_log_level,
                 "leader of %s-%d at epoch %d, ISR %s",
                 topic,
                 partition,
@@ -416,7 +420,8 @@ class ReplicaManager:
             self._unfollow(key)
             if state.leader >= 0 and not self.following_stopped:
                 self._fetcher_for(state.leader, key).add(replica)
-            log.info(
+            log.log(
+                self.role_log_level,
                 "follower of %s-%d (leader %d, epoch %d)",
                 topic,
                 partition,
