@@ -104,7 +104,7 @@ class Leader:
             session_epoch=epoch,
             partitions=partitions,
         )
-        await self.fetch._fetch(request)
+        await self.fetch.serve_follower(request)
 
 
 @asynccontextmanager

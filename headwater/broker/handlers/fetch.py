@@ -19,7 +19,8 @@ from headwater.broker.cooperative import BackgroundSteps, sliced
 from headwater.broker.metrics import BrokerMetrics
 from headwater.cluster.replica_manager import ReplicaManager
 from headwater.fetch.contexts import FetchContext, new_fetch_context
-from headwater.fetch.planner import FetchResult, isolation_for, read_partitions_steps
+from headwater.fetch.params import FetchParams
+from headwater.fetch.planner import FetchResult, read_partitions_steps
 from headwater.fetch.purgatory import FetchPurgatory, SessionPartitionWatcher
 from headwater.fetch.session_cache import FetchSessionCache
 from headwater.gc_policy import COLLECTOR
@@ -168,106 +169,65 @@ class FetchApi:
         self.metrics.fetch_request_bytes.inc(frame_size + 4)
         if not names_resolved:
             self._resolve_names(req)
-        # Consumer byte-rate quota: a client already over it gets an empty,
-        # throttled answer before anything is read (followers are not subject).
-        quota = None if req.replica_id >= 0 else ctx
-        ctx.request_quota_exempt = req.replica_id >= 0
-        if quota is not None:
+        role: _FetcherRole
+        if req.replica_id >= 0:
+            role = _FollowerRole(req.replica_id, self.replication, self.metrics)
+            ctx.request_quota_exempt = True
+        else:
+            role = _ConsumerRole(ctx, self.replication, self.metrics)
+            ctx.request_quota_exempt = False
+            # Consumer byte-rate quota: at most one quota window per response (Kafka).
             limit = ctx.quota_window_bytes(QuotaKey.CONSUMER_BYTE_RATE)
             if limit is not None and (req.max_bytes <= 0 or req.max_bytes > limit):
-                req.max_bytes = limit  # Kafka: at most one quota window per response
+                req.max_bytes = limit
+        params = FetchParams.of(req, self.config.fetch_max_bytes)
         return self._fetch(
             req,
-            self._authorization(ctx, req),
+            params,
+            role,
+            role.authorization(ctx),
             str(ctx.principal),
-            quota,
             ctx.client_host.rsplit(":", 1)[0],
             ctx,
         )
 
-    @staticmethod
-    def _authorization(ctx: RequestContext, req: FetchRequestData) -> Callable[[str], bool] | None:
-        """Kafka's check points: followers need CLUSTER_ACTION, consumers READ per topic.
-
-        None with ACLs off, so the planner's per-partition loop pays nothing.
-        """
-        if not ctx.security.authorizer.enabled:
-            return None
-        if req.replica_id >= 0:
-            follower = ctx.authorize(
-                AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME
-            )
-            return lambda _topic: follower
-        return ctx.topic_check(AclOperation.READ)
+    def serve_follower(self, req: FetchRequestData) -> Awaitable[EncodedBody]:
+        """A follower's fetch without a connection (no ACLs, no quota): how unit
+        tests drive the leader side of replication."""
+        role = _FollowerRole(req.replica_id, self.replication, self.metrics)
+        return self._fetch(req, FetchParams.of(req, self.config.fetch_max_bytes), role)
 
     async def _read(
         self,
-        req: FetchRequestData,
+        params: FetchParams,
+        role: _FetcherRole,
         partitions: list[PartitionFetch],
         authorized: Callable[[str], bool] | None = None,
     ) -> FetchResult:
         """Read in time slices: 100,000 partitions must not stall other clients."""
-        max_bytes = req.max_bytes if req.max_bytes > 0 else self.config.fetch_max_bytes
-        replication = self.replication
-        serving = (
-            replication.serving_error
-            if req.replica_id < 0
-            else functools.partial(replication.follower_serving_error, req.replica_id)
-        )
         result = await sliced(
             read_partitions_steps(
                 partitions,
                 self.logs.existing_log,
-                max_bytes=min(max_bytes, self.config.fetch_max_bytes),
-                isolation=isolation_for(req.replica_id, req.isolation_level),
+                max_bytes=params.max_bytes,
+                isolation=params.isolation,
                 topic_id_of=self._topic_id_of,
-                aborted_list=req.isolation_level == 1,
-                serving=serving,
+                aborted_list=params.wants_aborted_transactions,
+                serving=role.serving,
                 authorized=authorized,
             )
         )
         self.metrics.fetch_partitions_read.inc(len(partitions))
-        if req.replica_id >= 0:
-            self._leader_throttle(req.replica_id, result, replication)
+        role.after_read(partitions, result)
         return result
-
-    @staticmethod
-    def _leader_throttle(follower: int, result: FetchResult, replication: ReplicaManager) -> None:
-        """KIP-73, leader side: over ``leader.replication.throttled.rate``, a throttled
-        replica outside the ISR gets no records (and they count for nothing toward
-        ``min_bytes``, so the fetch waits as if there were none)."""
-        throttles = replication.throttles
-        if not throttles.leader.enabled or not throttles.leader.exceeded(time.monotonic() * 1000):
-            return
-        for data in result.partitions:
-            size = data.records_size
-            if not size or not throttles.leader_throttled(data.topic, data.partition):
-                continue
-            replica = replication.replicas.get((data.topic, data.partition))
-            if replica is not None and follower in replica.isr:
-                continue
-            data.records = None
-            result.bytes_read -= size
-
-    @staticmethod
-    def _record_leader_throttled(response: FetchResponseData, replication: ReplicaManager) -> None:
-        """The bytes sent for throttled replicas use up the leader's budget."""
-        throttles = replication.throttles
-        if not throttles.leader.enabled:
-            return
-        sent = sum(
-            p.records_size
-            for p in response.partitions
-            if p.records_size and throttles.leader_throttled(p.topic, p.partition)
-        )
-        throttles.leader.record(sent, time.monotonic() * 1000)
 
     async def _fetch(
         self,
         req: FetchRequestData,
+        params: FetchParams,
+        role: _FetcherRole,
         authorized: Callable[[str], bool] | None = None,
         owner: str = "",
-        quota: RequestContext | None = None,
         client: str = "",
         request: RequestContext | None = None,
     ) -> EncodedBody:
@@ -279,79 +239,50 @@ class FetchApi:
         )
         if ctx.error_code:
             return self._encode(
-                FetchResponseData(error_code=ctx.error_code, session_id=0), req.version
+                FetchResponseData(error_code=ctx.error_code, session_id=0), params.version
             )
-        throttled = quota.throttled_now(QuotaKey.CONSUMER_BYTE_RATE) if quota else 0
-        if throttled and quota is not None:
+        throttled = role.throttled_now()
+        if throttled:
             empty = ctx.update_and_generate_response([], now)
-            empty.throttle_time_ms = max(throttled, quota.request_throttle_ms())
-            return self._encode(empty, req.version)
+            empty.throttle_time_ms = throttled
+            return self._encode(empty, params.version)
         # A full fetch that creates a session adds and watches its partitions
         # before reading them, in slices (a no-op for other contexts).
         await sliced(ctx.prepare_steps(now))
         to_read = await sliced(ctx.partitions_to_read_steps())
-        result = await self._read(req, to_read, authorized)
-        self._follower_fetched(req, to_read, result)
-        if not self._ready(req, result, ctx):
+        result = await self._read(params, role, to_read, authorized)
+        if not self._ready(params, req, result, ctx):
             waiting = time.perf_counter()
-            deadline = now + req.max_wait_ms
+            deadline = now + params.max_wait_ms
             async with self.purgatory.watch(ctx, to_read, self.logs.existing_log) as waiter:
-                while not self._ready(req, result, ctx) and not ctx.completion_error():
+                while not self._ready(params, req, result, ctx) and not ctx.completion_error():
                     remaining = deadline - _now_ms()
                     if remaining <= 0 or not await waiter.wait(remaining / 1000):
                         break
                     # Re-read at completion (the chapter's DelayedFetch.onComplete):
-                    # more data may have arrived since the wake-up.
+                    # more data may have arrived since the wake-up. A partition made
+                    # pending meanwhile (a follower outside the ISR is asked where
+                    # it is) is read here, not at the start.
                     to_read = await sliced(ctx.partitions_to_read_steps())
-                    result = await self._read(req, to_read, authorized)
-                    # A partition made pending meanwhile (a follower outside the
-                    # ISR is asked where it is) is read here, not at the start.
-                    self._follower_fetched(req, to_read, result)
+                    result = await self._read(params, role, to_read, authorized)
             if request is not None:
                 request.remote_seconds += time.perf_counter() - waiting
         response = await sliced(ctx.respond_steps(result.partitions, _now_ms()))
-        follower = req.replica_id >= 0
-        per_topic: dict[str, int] | None = None if follower else {}
+        per_topic: dict[str, int] | None = None if params.is_follower else {}
         _, sent = await sliced(
             bound_open_files_steps(response, MAX_OPEN_SLICES_PER_RESPONSE, per_topic)
         )
         self.metrics.bytes_out.inc(sent)
-        if per_topic is None:
-            self.metrics.topics.replication_bytes_out += sent
-        else:
-            for topic, size in per_topic.items():
-                self.metrics.topics.fetched(topic, size)
-        if req.replica_id >= 0:
-            self._record_leader_throttled(response, self.replication)
-        if quota is not None:
-            response.throttle_time_ms = max(
-                quota.throttle(QuotaKey.CONSUMER_BYTE_RATE, sent), quota.request_throttle_ms()
-            )
-        return await self._encode_sliced(response, req.version)
-
-    def _follower_fetched(
-        self, req: FetchRequestData, read: list[PartitionFetch], result: FetchResult
-    ) -> None:
-        """A follower's fetch offsets say what it has: they move the high watermark
-        and the ISR. An incremental fetch reads only what is pending, so this is
-        O(changed) too. As in Kafka, a partition whose log diverged (or that
-        erred) tells nothing about the follower yet."""
-        if req.replica_id < 0:
-            return
-        self.replication.on_follower_fetch(
-            req.replica_id,
-            [
-                p
-                for p, data in zip(read, result.partitions, strict=True)
-                if not data.error_code and data.diverging_epoch < 0
-            ],
-        )
+        role.sent(response, sent, per_topic or {})
+        return await self._encode_sliced(response, params.version)
 
     @staticmethod
-    def _ready(req: FetchRequestData, result: FetchResult, ctx: FetchContext) -> bool:
-        if req.max_wait_ms <= 0 or result.has_error:
+    def _ready(
+        params: FetchParams, req: FetchRequestData, result: FetchResult, ctx: FetchContext
+    ) -> bool:
+        if params.max_wait_ms <= 0 or result.has_error:
             return True
-        if result.bytes_read >= max(1, req.min_bytes):
+        if result.bytes_read >= max(1, params.min_bytes):
             return True
         # A sessionless or full fetch that names no partitions has nothing to wait for;
         # an incremental one waits on its session (its partitions are cached).
@@ -366,3 +297,110 @@ class FetchApi:
         body = await sliced(encode_fetch_response_steps(response, version))
         self.metrics.fetch_response_bytes.inc(body.size + 4)
         return body
+
+
+class _ConsumerRole:
+    """A consumer's fetch: READ on each topic, the byte-rate quota, and only a
+    partition's leader serves it."""
+
+    def __init__(
+        self, ctx: RequestContext, replication: ReplicaManager, metrics: BrokerMetrics
+    ) -> None:
+        self._ctx = ctx
+        self._metrics = metrics
+        self.serving: Callable[[str, int], int] = replication.serving_error
+
+    def authorization(self, ctx: RequestContext) -> Callable[[str], bool] | None:
+        """None with ACLs off, so the planner's per-partition loop pays nothing."""
+        if not ctx.security.authorizer.enabled:
+            return None
+        return ctx.topic_check(AclOperation.READ)
+
+    def throttled_now(self) -> int:
+        """A client already over its quota gets an empty, throttled answer at once."""
+        ctx = self._ctx
+        throttled = ctx.throttled_now(QuotaKey.CONSUMER_BYTE_RATE)
+        return max(throttled, ctx.request_throttle_ms()) if throttled else 0
+
+    def after_read(self, read: list[PartitionFetch], result: FetchResult) -> None:
+        pass
+
+    def sent(self, response: FetchResponseData, sent: int, per_topic: dict[str, int]) -> None:
+        for topic, size in per_topic.items():
+            self._metrics.topics.fetched(topic, size)
+        ctx = self._ctx
+        response.throttle_time_ms = max(
+            ctx.throttle(QuotaKey.CONSUMER_BYTE_RATE, sent), ctx.request_throttle_ms()
+        )
+
+
+class _FollowerRole:
+    """A follower's fetch (replica id >= 0): CLUSTER_ACTION, no quota, reads to the
+    log end; its fetch offsets move the leader's high watermark and ISR, and the
+    KIP-73 leader throttle applies to replicas outside the ISR."""
+
+    def __init__(self, replica_id: int, replication: ReplicaManager, metrics: BrokerMetrics):
+        self._replica_id = replica_id
+        self._replication = replication
+        self._metrics = metrics
+        self.serving: Callable[[str, int], int] = functools.partial(
+            replication.follower_serving_error, replica_id
+        )
+
+    def authorization(self, ctx: RequestContext) -> Callable[[str], bool] | None:
+        if not ctx.security.authorizer.enabled:
+            return None
+        allowed = ctx.authorize(AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
+        return lambda _topic: allowed
+
+    def throttled_now(self) -> int:
+        return 0
+
+    def after_read(self, read: list[PartitionFetch], result: FetchResult) -> None:
+        """What the follower has (each fetch offset) moves the high watermark and the
+        ISR. An incremental fetch reads only what is pending, so this is O(changed).
+        As in Kafka, a partition whose log diverged (or that erred) tells nothing
+        about the follower yet."""
+        self._leader_throttle(result)
+        self._replication.on_follower_fetch(
+            self._replica_id,
+            [
+                p
+                for p, data in zip(read, result.partitions, strict=True)
+                if not data.error_code and data.diverging_epoch < 0
+            ],
+        )
+
+    def _leader_throttle(self, result: FetchResult) -> None:
+        """KIP-73, leader side: over ``leader.replication.throttled.rate``, a throttled
+        replica outside the ISR gets no records (and they count for nothing toward
+        ``min_bytes``, so the fetch waits as if there were none)."""
+        replication = self._replication
+        throttles = replication.throttles
+        if not throttles.leader.enabled or not throttles.leader.exceeded(time.monotonic() * 1000):
+            return
+        for data in result.partitions:
+            size = data.records_size
+            if not size or not throttles.leader_throttled(data.topic, data.partition):
+                continue
+            replica = replication.replicas.get((data.topic, data.partition))
+            if replica is not None and self._replica_id in replica.isr:
+                continue
+            data.records = None
+            result.bytes_read -= size
+
+    def sent(self, response: FetchResponseData, sent: int, per_topic: dict[str, int]) -> None:
+        """Replication bytes; those of throttled replicas use up the leader's budget."""
+        self._metrics.topics.replication_bytes_out += sent
+        throttles = self._replication.throttles
+        if not throttles.leader.enabled:
+            return
+        throttled = sum(
+            p.records_size
+            for p in response.partitions
+            if p.records_size and throttles.leader_throttled(p.topic, p.partition)
+        )
+        throttles.leader.record(throttled, time.monotonic() * 1000)
+
+
+_FetcherRole = _ConsumerRole | _FollowerRole
