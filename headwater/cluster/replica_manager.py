@@ -43,7 +43,7 @@ from headwater.cluster.replication_quota import ReplicationQuotaConfig, Replicat
 from headwater.cluster.store import ClusterStore, PartitionState, SessionEvent
 from headwater.log.errors import KafkaApiError
 from headwater.log.hw_checkpoint import HighWatermarkCheckpoint
-from headwater.log.log import Log
+from headwater.log.log import AppendResult, Log
 from headwater.log.log_directory import LogDirectory
 from headwater.protocol.error_codes import ErrorCode
 from headwater.protocol.fetch_types import PartitionFetch
@@ -597,6 +597,21 @@ class ReplicaManager:
     def leader_log(self, topic: str, partition: int) -> Log | None:
         replica = self.replicas.get((topic, partition))
         return replica.log if replica is not None and replica.is_leader else None
+
+    # -- the data path --------------------------------------------------------------------
+
+    def append_records(
+        self, topic: str, partition: int, records: bytes | memoryview, now_ms: int, acks: int
+    ) -> tuple[AppendResult, asyncio.Future[int] | None]:
+        """Produce's one road to a partition: append to the log this broker leads (the
+        caller checked ``serving_error``). With ``acks=all`` and records beyond the
+        high watermark, also a future that completes once the ISR has them; the
+        append itself moved the high watermark if the ISR is this broker alone."""
+        replica = self.replicas[(topic, partition)]
+        result = replica.log.append(records, now_ms)
+        if acks != -1 or replica.log.high_watermark > result.last_offset:
+            return result, None
+        return result, self.purgatory.wait(replica.key, result.last_offset + 1)
 
     # -- events from the request handlers -----------------------------------------------
 

@@ -199,9 +199,10 @@ class ProduceApi:
                 elif self._refused(replication, req, topic.name, index, out):
                     pass  # not the leader here, or too few replicas in sync
                 else:
-                    plog = self.logs.log(topic.name, index)
                     try:
-                        result = plog.append(records, now_ms)
+                        result, waiting = replication.append_records(
+                            topic.name, index, records, now_ms, req.acks
+                        )
                     except KafkaApiError as exc:
                         out.error_code = int(exc.kafka_error_code)
                         out.error_message = str(exc)
@@ -222,12 +223,10 @@ class ProduceApi:
                             self.metrics.bytes_in.inc(len(records))
                             count = result.last_offset - result.base_offset + 1
                             self.metrics.topics.produced(topic.name, len(records), count)
-                        # The replica manager saw the append through the log's
-                        # listener; acks=all waits until the ISR has it.
-                        if req.acks == -1 and plog.high_watermark <= result.last_offset:
-                            key = (topic.name, index)
-                            waiting = replication.purgatory.wait(key, result.last_offset + 1)
-                            waits[key] = (out, waiting)
+                        # acks=all waits until the ISR has it (at once when the
+                        # ISR is this broker alone).
+                        if waiting is not None:
+                            waits[(topic.name, index)] = (out, waiting)
                     yield None  # a checkpoint: others may be served between partitions
                 parts.append(out)
             topics.append(ProduceTopicResponse(name=topic.name, partitions=parts))
