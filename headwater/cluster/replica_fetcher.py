@@ -29,7 +29,7 @@ from headwater.cluster.inter_broker import InterBrokerConnector
 from headwater.cluster.partition import PartitionReplica
 from headwater.cluster.replication_quota import ReplicationThrottles
 from headwater.log.errors import KafkaApiError
-from headwater.log.log import Log
+from headwater.log.log import Log, LogEvent, LogListener
 from headwater.protocol.error_codes import ErrorCode
 from headwater.protocol.fetch_types import ZERO_UUID, PartitionData, PartitionFetch
 from headwater.records.batch import LOG_OVERHEAD
@@ -107,7 +107,7 @@ class ReplicaFetcher:
         #: an idle partition costs no rebuilding, and the session handler sees
         #: the same object (nothing to resend) without comparing fields.
         self._requests: dict[PartitionKey, PartitionFetch] = {}
-        self._listeners: dict[PartitionKey, Callable[[Log], None]] = {}
+        self._listeners: dict[PartitionKey, LogListener] = {}
         self._session = FetchSessionHandler(leader_id, enabled=config.sessions)
         self._conn: BrokerConnection | None = None
         self._task: asyncio.Task[None] | None = None
@@ -122,7 +122,7 @@ class ReplicaFetcher:
         self.partitions[key] = replica
         self._changed.set()
 
-        def changed(_log: Log) -> None:
+        def changed(_log: Log, _event: LogEvent) -> None:
             self._requests.pop(key, None)
 
         self._listeners[key] = changed

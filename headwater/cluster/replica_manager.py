@@ -43,7 +43,7 @@ from headwater.cluster.replication_quota import ReplicationQuotaConfig, Replicat
 from headwater.cluster.store import ClusterStore, PartitionState, SessionEvent
 from headwater.log.errors import KafkaApiError
 from headwater.log.hw_checkpoint import HighWatermarkCheckpoint
-from headwater.log.log import AppendResult, Log
+from headwater.log.log import AppendResult, Log, LogEvent, LogListener
 from headwater.log.log_directory import LogDirectory
 from headwater.protocol.error_codes import ErrorCode
 from headwater.protocol.fetch_types import PartitionFetch
@@ -110,7 +110,7 @@ class ReplicaManager:
         self._queue: deque[PartitionKey] = deque()
         self._queued: set[PartitionKey] = set()
         self._applier: asyncio.Task[None] | None = None
-        self._append_listeners: dict[PartitionKey, Callable[[Log], None]] = {}
+        self._append_listeners: dict[PartitionKey, LogListener] = {}
         self.isr_shrinks = 0
         self.isr_expands = 0
         #: Controlled shutdown under way: follow no leader (see ``stop_following``).
@@ -463,7 +463,7 @@ class ReplicaManager:
         if replica.key in self._append_listeners:
             return
 
-        def changed(_log: Log) -> None:
+        def changed(_log: Log, _event: LogEvent) -> None:
             if replica.is_leader and replica.on_log_change(_now_ms()):
                 self._high_watermark_may_move(replica)
 

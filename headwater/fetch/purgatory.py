@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
 from headwater.fetch.session import FetchSession
-from headwater.log.log import Log
+from headwater.log.log import Log, LogEvent
 from headwater.protocol.fetch_types import PartitionFetch, TopicIdPartition
 
 
@@ -191,7 +191,7 @@ class SessionPartitionWatcher:
             if session.privileged:
                 session.log_changed(w.topic, w.partition)
 
-    def _log_changed(self, log: Log) -> None:
+    def _log_changed(self, log: Log, event: LogEvent) -> None:
         w = self._watches.get(log)
         if w is None:
             return

@@ -22,6 +22,7 @@ and the leader epoch, and appends a leader's batches as they come.
 
 from __future__ import annotations
 
+import enum
 import logging
 import os
 import shutil
@@ -107,7 +108,21 @@ class ReadResult(NamedTuple):
     aborted_transactions: list[AbortedTransaction] | None = None
 
 
-LogListener = Callable[["Log"], None]
+class LogEvent(enum.Flag):
+    """What changed in a log, for its listeners: the one typed event that completes
+    parked fetches (consumers and followers), produce waits and session news."""
+
+    APPENDED = enum.auto()
+    """New records at the log end (a leader's append, or a follower's copy)."""
+    HIGH_WATERMARK_MOVED = enum.auto()
+    """Records became readable to consumers (in a log without replicas, every append)."""
+    LOG_START_MOVED = enum.auto()
+    """Retention or DeleteRecords removed records at the start."""
+    TRUNCATED = enum.auto()
+    """The log end moved back (a follower's divergence) or the log was emptied."""
+
+
+LogListener = Callable[["Log", LogEvent], None]
 
 
 class CleanableState(NamedTuple):
@@ -657,7 +672,7 @@ class Log:
         self._clamp_high_watermark()
         self._boundaries.clear()
         if self._high_watermark != before:
-            self._notify()
+            self._notify(LogEvent.HIGH_WATERMARK_MOVED)
         if self._producers is not None:
             self._producers.on_high_watermark(self._high_watermark)
 
@@ -672,7 +687,7 @@ class Log:
         if self._producers is not None:
             self._producers.on_high_watermark(self._log_end_offset)
         if before != self._log_end_offset:
-            self._notify()
+            self._notify(LogEvent.HIGH_WATERMARK_MOVED)
 
     def update_high_watermark(self, offset: int) -> bool:
         """Move the high watermark up to ``offset`` (clamped to the log); True if it moved.
@@ -692,7 +707,7 @@ class Log:
         self._high_watermark = new
         if self._producers is not None:
             self._producers.on_high_watermark(new)
-        self._notify()
+        self._notify(LogEvent.HIGH_WATERMARK_MOVED)
         return True
 
     def _clamp_high_watermark(self) -> None:
@@ -733,7 +748,8 @@ class Log:
     # -- listeners ------------------------------------------------------------------------
 
     def add_listener(self, listener: LogListener) -> None:
-        """Call ``listener(log)`` after every append, log-start change or truncation.
+        """Call ``listener(log, event)`` after every append, high watermark move,
+        log-start change or truncation (``event`` says which).
 
         One listener is kept as is, more in a list: most logs have exactly
         one (the fetch sessions' watcher), and 100,000 logs would otherwise
@@ -758,13 +774,13 @@ class Log:
         else:
             raise ValueError("not a listener of this log")
 
-    def _notify(self) -> None:
+    def _notify(self, event: LogEvent) -> None:
         current = self._listeners
         if isinstance(current, list):
             for listener in tuple(current):
-                listener(self)
+                listener(self, event)
         elif current is not None:
-            current(self)
+            current(self, event)
 
     # -- append ---------------------------------------------------------------------------
 
@@ -986,7 +1002,11 @@ class Log:
             self._unflushed_since_ms = now_ms
         if self._unflushed_messages >= self.config.flush_interval_messages:
             self.flush()
-        self._notify()
+        self._notify(
+            LogEvent.APPENDED
+            if self._replicated
+            else LogEvent.APPENDED | LogEvent.HIGH_WATERMARK_MOVED
+        )
 
     def _policy(self) -> TimestampPolicy:
         c = self.config
@@ -1332,7 +1352,7 @@ class Log:
                 count = min(count, max(0, bisect_right(self._bases, unstable) - 1))
         if count:
             self._delete_oldest(count)
-            self._notify()
+            self._notify(LogEvent.LOG_START_MOVED)
         return count
 
     def _delete_oldest(self, count: int) -> None:
@@ -1376,7 +1396,7 @@ class Log:
                 count = min(count, max(0, bisect_right(self._bases, unstable) - 1))
         if count:
             self._delete_oldest(count)
-        self._notify()
+        self._notify(LogEvent.LOG_START_MOVED)
         return self._log_start_offset
 
     def truncate_to(self, offset: int) -> None:
@@ -1410,7 +1430,7 @@ class Log:
         self._clamp_high_watermark()
         self._drop_snapshots_after(self._log_end_offset)
         self._producers = None  # rebuilt from a snapshot and what is left, on next use
-        self._notify()
+        self._notify(LogEvent.TRUNCATED)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and start empty at ``offset`` (log start = log end = ``offset``).
@@ -1449,7 +1469,7 @@ class Log:
         self._boundaries.clear()
         self._clamp_high_watermark()
         self._producers = None
-        self._notify()
+        self._notify(LogEvent.TRUNCATED)
 
     # -- durability and lifecycle ---------------------------------------------------------
 
@@ -1516,4 +1536,4 @@ class Log:
         self._unflushed_since_ms = None
         self._replicated = False
         self._high_watermark = 0
-        self._notify()
+        self._notify(LogEvent.TRUNCATED)

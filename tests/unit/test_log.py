@@ -18,7 +18,7 @@ from headwater.log.errors import (
 )
 from headwater.log.handles import FileHandleCache
 from headwater.log.isolation import Isolation
-from headwater.log.log import Log
+from headwater.log.log import Log, LogEvent
 from headwater.log.segment import Segment
 from headwater.records import RecordBatchBuilder, decode_batches, iter_batch_headers
 from tests.unit.open_files import open_files_under
@@ -246,16 +246,17 @@ def test_retention_on_a_log_that_was_never_written_touches_nothing(tmp_path: Pat
 def test_listeners_fire_on_append_and_retention_and_can_be_removed(tmp_path: Path) -> None:
     one = len(batch(1))
     log = make_log(tmp_path, segment_bytes=one, retention_ms=1)
-    seen: list[tuple[int, int]] = []
+    seen: list[tuple[int, int, LogEvent]] = []
 
-    def listener(changed: Log) -> None:
-        seen.append((changed.log_start_offset, changed.log_end_offset))
+    def listener(changed: Log, event: LogEvent) -> None:
+        seen.append((changed.log_start_offset, changed.log_end_offset, event))
 
     log.add_listener(listener)
     log.append(batch(1, ts=NOW), NOW)
     log.append(batch(1, ts=NOW), NOW)
     log.apply_retention(NOW + 10)
-    assert seen == [(0, 1), (0, 2), (1, 2)]
+    visible = LogEvent.APPENDED | LogEvent.HIGH_WATERMARK_MOVED  # no replicas: HW = log end
+    assert seen == [(0, 1, visible), (0, 2, visible), (1, 2, LogEvent.LOG_START_MOVED)]
     log.remove_listener(listener)
     log.append(batch(1), NOW)
     assert len(seen) == 3
@@ -266,7 +267,7 @@ def test_listeners_fire_on_truncation_and_delete_records(tmp_path: Path) -> None
     for _ in range(4):
         log.append(batch(1), NOW)
     calls: list[int] = []
-    log.add_listener(lambda changed: calls.append(changed.log_end_offset))
+    log.add_listener(lambda changed, _event: calls.append(changed.log_end_offset))
     log.delete_records(2)
     log.truncate_to(3)
     assert calls == [4, 3]

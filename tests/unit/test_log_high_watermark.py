@@ -157,7 +157,7 @@ def test_update_high_watermark_is_monotonic_clamped_and_wakes_listeners(tmp_path
     log = log_with_batches(tmp_path, [5])
     log.enable_replication(0)
     woken: list[int] = []
-    log.add_listener(lambda log: woken.append(log.high_watermark))
+    log.add_listener(lambda log, _event: woken.append(log.high_watermark))
     assert log.update_high_watermark(3)
     assert not log.update_high_watermark(3)
     assert not log.update_high_watermark(1)

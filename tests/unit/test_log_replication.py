@@ -166,7 +166,7 @@ def test_follower_append_continues_at_its_log_end_and_notifies(tmp_path: Path) -
     write_with_epochs(leader, [(1, 4)])
     follower = make_log(tmp_path, "follower")
     woken: list[int] = []
-    follower.add_listener(lambda log: woken.append(log.log_end_offset))
+    follower.add_listener(lambda log, _event: woken.append(log.log_end_offset))
     data = leader_bytes(leader)
     headers = list(iter_batch_headers(data))
     follower.append_as_follower(data[: headers[2].position], NOW)
