@@ -20,6 +20,7 @@ from headwater.broker.handlers.cluster_admin import ClusterAdminApis
 from headwater.broker.internal_topics import INTERNAL_TOPIC_CONFIGS, compacted_configs
 from headwater.cluster.node import ClusterNode
 from headwater.coordinator.partition_state_log import OFFSETS_TOPIC, PartitionStateLog
+from headwater.coordinator.runtime import StateTopicRuntime
 from headwater.group.coordinator import GroupConfig
 from headwater.group.service import GroupService
 from headwater.log.log_directory import LogDirectory
@@ -82,61 +83,57 @@ class Coordinators:
             offsets_retention_check_interval_ms=c.offsets_retention_check_interval_ms,
         )
 
+    def _runtime(
+        self, topic: str, default_partitions: int, create: Callable[[int], None], timeout_ms: int
+    ) -> StateTopicRuntime:
+        cluster = self.cluster
+        return StateTopicRuntime(
+            topic,
+            default_partitions,
+            cluster.view,
+            cluster.replicas,
+            self.logs,
+            create=create,
+            write_timeout_s=timeout_ms / 1000,
+            spawn=self._spawn,
+        )
+
     def group_service(self, host: str, port: int) -> GroupService:
         """A group's coordinator leads its ``__consumer_offsets`` partition.
 
         The offsets topic is created on first need (FindCoordinator), like
         Kafka, with ``offsets.topic.replication.factor`` replicas, or as many
         as there are live brokers when fewer. Leadership of its partitions
-        loads and unloads their groups here; commits are answered once the
-        ISR has them.
+        loads and unloads their groups; commits are answered once the ISR has
+        them.
         """
         c = self.config
-        cluster = self.cluster
-        view = cluster.view
-        replicas = cluster.replicas
-        existing = view.topics.get(OFFSETS_TOPIC)
-        num_partitions = len(existing.replicas) if existing else c.offsets_topic_num_partitions
+        view = self.cluster.view
 
-        def coordinator_of(partition: int) -> tuple[int, str, int] | None:
-            if OFFSETS_TOPIC not in view.topics:
-                rf = max(1, min(c.offsets_topic_replication_factor, len(view.brokers)))
-                self.cluster_admin.auto_create(
-                    OFFSETS_TOPIC, num_partitions, rf, configs=dict(INTERNAL_TOPIC_CONFIGS)
-                )
-                return None
-            state = view.partition_states.get((OFFSETS_TOPIC, partition))
-            if state is not None and replicas.leads_per_stale_view(state.leader):
-                return None
-            broker = view.brokers.get(state.leader) if state is not None else None
-            return None if broker is None else (broker.broker_id, broker.host, broker.port)
-
-        def wait_replicated(partition: int, offset: int) -> Awaitable[int]:
-            return replicas.wait_replicated(
-                OFFSETS_TOPIC, partition, offset, c.offsets_commit_timeout_ms / 1000
+        def create(num_partitions: int) -> None:
+            rf = max(1, min(c.offsets_topic_replication_factor, len(view.brokers)))
+            self.cluster_admin.auto_create(
+                OFFSETS_TOPIC, num_partitions, rf, configs=dict(INTERNAL_TOPIC_CONFIGS)
             )
 
+        runtime = self._runtime(
+            OFFSETS_TOPIC, c.offsets_topic_num_partitions, create, c.offsets_commit_timeout_ms
+        )
         groups = GroupService.create(
             lambda topic, partition: self.logs.existing_log(topic, partition) is not None,
-            num_partitions=num_partitions,
+            num_partitions=runtime.num_partitions,
             node_id=c.node_id,
             host=host,
             port=port,
-            coordinator_of=coordinator_of,
-            wait_replicated=wait_replicated,
+            coordinator_of=runtime.coordinator_of,
+            wait_replicated=runtime.wait_replicated,
             config=self.group_config(),
         )
 
-        def on_leadership(topic: str, partition: int, is_leader: bool) -> None:
-            if topic != OFFSETS_TOPIC:
-                return
-            if is_leader:
-                offsets_log = PartitionStateLog(self.logs.log(OFFSETS_TOPIC, partition))
-                self._spawn(groups.load_partition(partition, offsets_log), f"load-{partition}")
-            else:
-                groups.unload_partition(partition)
+        async def load(partition: int, state_log: PartitionStateLog, _epoch: int) -> None:
+            await groups.load_partition(partition, state_log)
 
-        replicas.leadership_listeners.append(on_leadership)
+        runtime.follow_leadership(load, groups.unload_partition, "load")
         return groups
 
     def txn_config(self, num_partitions: int) -> TxnConfig:
@@ -164,35 +161,24 @@ class Coordinators:
         ``transaction.state.log.min.isr``, both capped by the live brokers.
         """
         c = self.config
-        cluster = self.cluster
-        view = cluster.view
-        replicas = cluster.replicas
-        existing = view.topics.get(TRANSACTION_STATE_TOPIC)
-        num_partitions = (
-            len(existing.replicas) if existing else c.transaction_state_log_num_partitions
-        )
+        view = self.cluster.view
 
-        def coordinator_of(partition: int) -> tuple[int, str, int] | None:
-            if TRANSACTION_STATE_TOPIC not in view.topics:
-                rf = max(1, min(c.transaction_state_log_replication_factor, len(view.brokers)))
-                min_isr = max(1, min(c.transaction_state_log_min_isr, rf))
-                self.cluster_admin.auto_create(
-                    TRANSACTION_STATE_TOPIC,
-                    num_partitions,
-                    rf,
-                    configs={**INTERNAL_TOPIC_CONFIGS, "min.insync.replicas": str(min_isr)},
-                )
-                return None
-            state = view.partition_states.get((TRANSACTION_STATE_TOPIC, partition))
-            if state is not None and replicas.leads_per_stale_view(state.leader):
-                return None
-            broker = view.brokers.get(state.leader) if state is not None else None
-            return None if broker is None else (broker.broker_id, broker.host, broker.port)
-
-        def wait_replicated(partition: int, offset: int) -> Awaitable[int]:
-            return replicas.wait_replicated(
-                TRANSACTION_STATE_TOPIC, partition, offset, c.request_timeout_ms / 1000
+        def create(num_partitions: int) -> None:
+            rf = max(1, min(c.transaction_state_log_replication_factor, len(view.brokers)))
+            min_isr = max(1, min(c.transaction_state_log_min_isr, rf))
+            self.cluster_admin.auto_create(
+                TRANSACTION_STATE_TOPIC,
+                num_partitions,
+                rf,
+                configs={**INTERNAL_TOPIC_CONFIGS, "min.insync.replicas": str(min_isr)},
             )
+
+        runtime = self._runtime(
+            TRANSACTION_STATE_TOPIC,
+            c.transaction_state_log_num_partitions,
+            create,
+            c.request_timeout_ms,
+        )
 
         def leader_of(topic: str, partition: int) -> int | None:
             state = view.partition_states.get((topic, partition))
@@ -202,33 +188,19 @@ class Coordinators:
             node_id=c.node_id,
             host=host,
             port=port,
-            config=self.txn_config(num_partitions),
+            config=self.txn_config(runtime.num_partitions),
             new_producer_id=new_producer_id,
             markers=MarkerSender(
                 c.node_id,
                 txn_markers,
                 leader_of=leader_of,
                 partition_exists=lambda t, p: (t, p) in view.partition_states,
-                connector=replicas.connector,
+                connector=self.cluster.replicas.connector,
             ),
-            coordinator_of=coordinator_of,
-            wait_replicated=wait_replicated,
+            coordinator_of=runtime.coordinator_of,
+            wait_replicated=runtime.wait_replicated,
         )
-
-        def on_leadership(topic: str, partition: int, is_leader: bool) -> None:
-            if topic != TRANSACTION_STATE_TOPIC:
-                return
-            if is_leader:
-                state = view.partition_states.get((topic, partition))
-                epoch = state.leader_epoch if state is not None else 0
-                state_log = PartitionStateLog(self.logs.log(topic, partition))
-                self._spawn(
-                    service.load_partition(partition, state_log, epoch), f"txn-load-{partition}"
-                )
-            else:
-                service.unload_partition(partition)
-
-        replicas.leadership_listeners.append(on_leadership)
+        runtime.follow_leadership(service.load_partition, service.unload_partition, "txn-load")
         return service
 
     async def compact_internal_topics(self) -> None:

@@ -20,6 +20,7 @@ from headwater.cluster.local_zookeeper import (
     LocalKazooClient,
     LocalZooKeeper,
 )
+from headwater.coordinator.runtime import StateTopicRuntime
 from headwater.log.config import LogConfig
 from headwater.log.log_directory import LogDirectory
 from headwater.protocol.error_codes import ErrorCode
@@ -195,3 +196,48 @@ def test_the_local_store_is_a_cluster_store_on_its_own_tree(tmp_path: Path) -> N
     assignment = again.topic("t")
     assert assignment is not None and assignment.topic_id == topic_id
     again.close()
+
+
+def test_a_state_topic_runtime_creates_on_first_need_and_loads_on_leadership(
+    tmp_path: Path,
+) -> None:
+    logs = _logs(tmp_path)
+
+    async def run() -> None:
+        async with cluster_of_one(logs, tmp_path) as node:
+            loop = asyncio.get_running_loop()
+            created: list[int] = []
+            loaded: list[tuple[int, int]] = []
+
+            def create(partitions: int) -> None:
+                created.append(partitions)
+                loop.run_in_executor(None, create_topic, node.store, "__state", partitions, 1)
+
+            async def load(partition: int, _log: object, epoch: int) -> None:
+                loaded.append((partition, epoch))
+
+            runtime = StateTopicRuntime(
+                "__state",
+                2,
+                node.view,
+                node.replicas,
+                logs,
+                create=create,
+                write_timeout_s=1.0,
+                spawn=lambda coro, name: loop.create_task(coro, name=name),  # type: ignore[arg-type]
+            )
+            runtime.follow_leadership(load, lambda _p: None, "test-load")
+            assert runtime.coordinator_of(0) is None  # not there yet: being created
+            assert created == [2]
+            deadline = time.monotonic() + 10.0
+            while runtime.coordinator_of(1) is None or len(loaded) < 2:
+                assert time.monotonic() < deadline, "never coordinated here"
+                await asyncio.sleep(0.01)
+            assert runtime.coordinator_of(1) == (0, "127.0.0.1", 9092)
+            assert sorted(loaded) == [(0, 0), (1, 0)]
+            plog = logs.log("__state", 1)
+            end = plog.append(_batch(1), NOW).last_offset + 1
+            assert await runtime.wait_replicated(1, end) == ErrorCode.none
+
+    asyncio.run(run())
+    logs.close()
