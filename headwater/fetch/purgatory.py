@@ -82,6 +82,11 @@ class FetchPurgatory:
                 ctx.remove_change_listener(waiter.wake)
 
 
+#: What a follower's session is woken by (it reads to the log end).
+_FOLLOWER_WAKES = LogEvent.APPENDED | LogEvent.LOG_START_MOVED | LogEvent.TRUNCATED
+#: What is news to a consumer's session (it reads to the high watermark).
+_CONSUMER_NEWS = LogEvent.HIGH_WATERMARK_MOVED | LogEvent.LOG_START_MOVED | LogEvent.TRUNCATED
+
 #: Sessions of at least this many partitions are released in the background.
 RELEASE_IN_BACKGROUND = 2_000
 #: Partitions unwatched per step of a background release.
@@ -192,11 +197,18 @@ class SessionPartitionWatcher:
                 session.log_changed(w.topic, w.partition)
 
     def _log_changed(self, log: Log, event: LogEvent) -> None:
+        """Sessions learn what their fetcher can see: a consumer (reading to the high
+        watermark) nothing from an append the ISR does not have yet; a follower
+        (reading to the log end) is woken by appends, and a high watermark move
+        alone is news for its next answer without waking it."""
         w = self._watches.get(log)
         if w is None:
             return
-        if isinstance(w.sessions, set):
-            for session in tuple(w.sessions):
+        for session in tuple(w.sessions) if isinstance(w.sessions, set) else (w.sessions,):
+            if session.privileged:
+                if event & _FOLLOWER_WAKES:
+                    session.log_changed(w.topic, w.partition)
+                else:
+                    session.log_changed(w.topic, w.partition, wake=False)
+            elif event & _CONSUMER_NEWS:
                 session.log_changed(w.topic, w.partition)
-        else:
-            w.sessions.log_changed(w.topic, w.partition)

@@ -515,21 +515,27 @@ class FetchSession:
         if not self.closed:
             self._changed(self._slot_of(self.key_of(key)))
 
-    def log_changed(self, topic: str, partition: int) -> None:
-        """Like :meth:`partition_changed`, by topic name (what a log knows itself by)."""
+    def log_changed(self, topic: str, partition: int, wake: bool = True) -> None:
+        """Like :meth:`partition_changed`, by topic name (what a log knows itself by).
+
+        ``wake`` False: news for the next response that does not complete a parked
+        fetch (a follower's, on a high watermark move alone: Kafka's DelayedFetch
+        for a follower waits for bytes, and the next answer carries the new HW).
+        """
         if self.closed:
             return  # still watched while its release runs
         t = self._topic_by_name.get(topic)
         if t is not None:
-            self._changed(self._topic_index[t].get(partition))
+            self._changed(self._topic_index[t].get(partition), wake)
 
-    def _changed(self, i: int) -> None:
+    def _changed(self, i: int, wake: bool = True) -> None:
         if i < 0:
             return
         self.change_clock += 1
         self._changed_at[i] = self.change_clock
         self._pending.add(i)
-        self._notify()
+        if wake:
+            self._notify()
 
     def add_listener(self, listener: ChangeListener) -> None:
         """Call ``listener`` on every partition change and on close (long-poll wake-up)."""
