@@ -21,6 +21,10 @@ How fetching works (the book chapter's Fetcher and poll(), KIP-227, KIP-74):
 * OFFSET_OUT_OF_RANGE applies ``auto.offset.reset``; a lost connection
   makes the next fetch full (id, 0) and the consumer carries on from its
   positions, so nothing is lost or repeated.
+
+Size: the consumer's public API (subscribe/assign, poll, seek, commit, position,
+pause) over one fetch loop; the fetch session, group membership and record
+decoding live in their own modules.
 """
 
 from __future__ import annotations

@@ -21,6 +21,11 @@ aborts what they left open), ``begin_transaction``, ``send``...,
 (AddPartitionsToTxn) before its first batch goes out (the batches wait for
 it), marks batches transactional, flushes before EndTxn, and turns a failed
 batch into an abortable transaction.
+
+Size: the producer's public API and its sender: batching, idempotence
+(sequences, epochs) and transactions meet in the send loop and
+its error handling; the accumulator, partitioner and transaction manager are
+their own modules.
 """
 
 from __future__ import annotations

@@ -28,6 +28,11 @@ Threading: the controller runs its decisions on one thread of its own (Kafka's
 controller event thread), fed by store watches and session events, so no two
 decisions interleave. ``start()``/``stop()`` are synchronous; call them from an
 executor when on the event loop.
+
+Size: the controller's event handlers (broker changes, topic creation and
+deletion, elections, ISR, reassignment, controlled shutdown, preferred-leader
+rebalance) run on one thread over one fenced view of the cluster; each is a
+method, the shared state is the point.
 """
 
 from __future__ import annotations

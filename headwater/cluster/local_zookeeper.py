@@ -19,6 +19,10 @@ fake, ``headwater.testing.fake_zookeeper``, for determinism).
 
 kazoo ships no in-process server (its ``KazooTestHarness`` starts a real Java
 ZooKeeper), hence this module.
+
+Size: the znode tree, its kazoo-shaped client and transactions, and its
+persistence are one model of ZooKeeper's semantics (versions, ephemerals, one-
+shot watches, all-or-nothing multi); they change together.
 """
 
 from __future__ import annotations

@@ -20,6 +20,11 @@ Brokers learn leadership from ZooKeeper watches rather than from the
 controller's LeaderAndIsr requests: fewer moving parts, the same ordering
 (ZooKeeper delivers a session's watch events in order), and the controller
 epoch in each state still fences a stale controller.
+
+Size: Kafka's ReplicaManager is one object for the same reason: the roles of
+every local replica, the ISR proposals, the high watermark, the produce waits
+and session-loss handling share one partition table and one ordering of state
+changes.
 """
 
 from __future__ import annotations

@@ -10,6 +10,10 @@ log listener), when a request names it, and when, after a response, the
 client has still not caught up or the partition has an error. An
 incremental fetch reads only the pending partitions, so an idle fetch on a
 100,000-partition session reads nothing.
+
+Size: one data structure, the KIP-227 session with its compact per-partition
+slots, whose memory layout and change tracking (pending set, change clock,
+listeners) are shared by every method; splitting it would expose that layout.
 """
 
 from __future__ import annotations

@@ -17,6 +17,11 @@ Each group is answered by the coordinator of its offsets partition
 (`CoordinatorShards.route`); a group whose partition is not loaded here gets
 NOT_COORDINATOR, or COORDINATOR_LOAD_IN_PROGRESS while it loads, in the
 error shape of each API.
+
+Size: one adapter per group API (JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+OffsetCommit/Fetch/Delete, TxnOffsetCommit, Describe/List/DeleteGroups,
+FindCoordinator), each a few dozen lines of wire-to-coordinator mapping; the
+logic is in the coordinator.
 """
 
 from __future__ import annotations

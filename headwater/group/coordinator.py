@@ -34,6 +34,11 @@ a group's own state machine is `Group`'s (group/membership.py).
 One `GroupCoordinator` holds the groups of one ``__consumer_offsets``
 partition, like a shard of Kafka's CoordinatorRuntime; `group/shards.py`
 routes groups to the shards this broker leads.
+
+Size: the coordinator's operations on one partition's groups (join, sync,
+heartbeat, leave, commits, transactional commits, expiration, loading) share the
+shard's groups, timers and pending writes; the group state machine and the store
+are their own modules.
 """
 
 from __future__ import annotations

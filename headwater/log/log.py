@@ -18,6 +18,11 @@ watermark of its own, which consumers' reads never pass, and a leader-epoch
 cache that followers use to find where their log diverged from the leader's.
 The log knows nothing of brokers or ZooKeeper: it is told the high watermark
 and the leader epoch, and appends a leader's batches as they come.
+
+Size: one class, ``Log``, whose invariants (offsets, segments, the high
+watermark, the last stable offset, producer state, leader epochs, recovery) only
+hold together; segments, indexes, producer state, the epoch cache and recovery
+details are their own modules.
 """
 
 from __future__ import annotations

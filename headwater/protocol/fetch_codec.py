@@ -11,6 +11,10 @@ v5 log_start_offset; v7 sessions and forgotten topics, top-level error and
 session id; v9 current_leader_epoch; v11 rack_id and preferred_read_replica;
 v12 flexible (compact encodings, tagged fields) and last_fetched_epoch; v13
 topic ids instead of names; v15 replica_id moves into tagged ReplicaState.
+
+Size: Fetch is the hot path, so its request and response codecs are hand-written
+for every version (4..16) in one place, with their sliced (step) variants beside
+the plain ones they must match byte for byte.
 """
 
 from __future__ import annotations

@@ -12,6 +12,11 @@ In a cluster a topic's overrides live in ZooKeeper (``/config/topics/<t>``,
 as Kafka keeps them): an alter writes there through ``topic_config_writer``
 and every broker, this one included, applies the change from its watch, so
 the topic behaves the same on each replica.
+
+Size: DescribeConfigs, IncrementalAlterConfigs and AlterConfigs share one
+resolution of a config's value and source (topic override, dynamic broker,
+static, default) and one authorization; split, the three would each carry a
+copy.
 """
 
 from __future__ import annotations
