@@ -22,9 +22,9 @@ How fetching works (the book chapter's Fetcher and poll(), KIP-227, KIP-74):
   makes the next fetch full (id, 0) and the consumer carries on from its
   positions, so nothing is lost or repeated.
 
-Size: the consumer's public API (subscribe/assign, poll, seek, commit, position,
-pause) over one fetch loop; the fetch session, group membership and record
-decoding live in their own modules.
+Size: the consumer's two faces, the asyncio one and its blocking wrapper
+(assign, seek, position, poll and poll_arrow, offsets lookups), over one fetch
+loop; the fetch session and record decoding live in their own modules.
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ another broker became controller). A lost compare-and-set is not an exception:
 ``update_partition_state`` returns ``None``.
 
 Size: every read and write of Kafka's ZooKeeper layout is a short method of the
-one store behind the ``ClusterStore`` protocol; they share the session, retry
-and watch machinery, and one file keeps the layout reviewable against Kafka's.
+one store behind the ``ClusterStore`` protocol; they share the session and watch
+machinery, and one file keeps the layout reviewable against Kafka's.
 """
 
 from __future__ import annotations
