@@ -263,8 +263,8 @@ class ClusterNode:
         """
         if not self.joined:
             return True
-        if not set(self.view.brokers) - {self.broker_id}:
-            return True  # no other live broker could take anything (a cluster of one)
+        if self.is_local:
+            return True  # a cluster of one: no other broker could take anything
         loop = asyncio.get_running_loop()
         self.replicas.stop_following()
         attempts = max(1, config.max_retries)
