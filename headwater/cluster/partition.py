@@ -24,6 +24,7 @@ ZooKeeper session ends.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from headwater.log.log import Log
@@ -35,6 +36,8 @@ class FollowerState:
 
     log_end_offset: int = -1  # -1: not fetched from this leader yet
     last_caught_up_ms: int = 0
+    #: The follower's log start offset, from its fetches (-1: unknown yet).
+    log_start_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,11 +117,16 @@ class PartitionReplica:
 
     # -- leader: followers and the high watermark ---------------------------------
 
-    def update_follower(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
-        """A follower fetched from ``fetch_offset``: it has everything before it."""
+    def update_follower(
+        self, replica_id: int, fetch_offset: int, now_ms: int, log_start_offset: int = -1
+    ) -> None:
+        """A follower fetched from ``fetch_offset``: it has everything before it (and
+        nothing before ``log_start_offset``, when it says)."""
         follower = self.followers.get(replica_id)
         if follower is None:
             return
+        if log_start_offset >= 0:
+            follower.log_start_offset = log_start_offset
         leo = self.log.log_end_offset
         offset = min(fetch_offset, leo)
         follower.log_end_offset = offset
@@ -156,6 +164,16 @@ class PartitionReplica:
         if hw > self.log.high_watermark:
             return self.log.update_high_watermark(hw)
         return False
+
+    def low_watermark(self, alive: Collection[int]) -> int:
+        """Kafka's low watermark: the smallest log start offset over this leader and
+        its followers on live brokers (-1 while a live follower has not said its
+        own). DeleteRecords is answered once it passes the requested offset."""
+        low = self.log.log_start_offset
+        for replica_id, follower in self.followers.items():
+            if replica_id in alive:
+                low = min(low, follower.log_start_offset)
+        return low
 
     def follower_is_caught_up(self, replica_id: int, now_ms: int, lag_max_ms: int) -> bool:
         follower = self.followers.get(replica_id)

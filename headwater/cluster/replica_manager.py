@@ -128,6 +128,8 @@ class ReplicaManager:
         #: broker a leader.
         self._awaiting_fresh_states = False
         self._refresher: asyncio.Task[None] | None = None
+        #: DeleteRecords waiting for the followers' log starts: (offset, future) per partition.
+        self._low_watermark_waiters: dict[PartitionKey, list[tuple[int, asyncio.Future[int]]]] = {}
         #: Each partition's role change is logged at this level (a cluster of one,
         #: which leads every partition from the start, says it at DEBUG).
         self.role_log_level = logging.INFO
@@ -421,6 +423,7 @@ class ReplicaManager:
                 self._tell_leadership(topic, partition, True)
         elif role == "follower":
             self.purgatory.fail(key)
+            self._check_low_watermark(replica)  # waiting DeleteRecords: not the leader now
             self._unwatch_appends(replica)
             self._unfollow(key)
             if state.leader >= 0 and not self.following_stopped:
@@ -618,6 +621,49 @@ class ReplicaManager:
             return result, None
         return result, self.purgatory.wait(replica.key, result.last_offset + 1)
 
+    def low_watermark(self, topic: str, partition: int) -> int:
+        """The led partition's low watermark (see ``PartitionReplica.low_watermark``)."""
+        replica = self.replicas.get((topic, partition))
+        if replica is None or not replica.is_leader:
+            return -1
+        return replica.low_watermark(self.view.brokers)
+
+    async def wait_low_watermark(
+        self, topic: str, partition: int, offset: int, timeout_s: float
+    ) -> int:
+        """Kafka's DelayedDeleteRecords: until every live replica's log starts at
+        ``offset`` or later (followers learn the new log start from their next
+        fetch, then say theirs in the one after). An error code: REQUEST_TIMED_OUT,
+        or NOT_LEADER_OR_FOLLOWER when the leadership moved meanwhile."""
+        replica = self.replicas.get((topic, partition))
+        if replica is None or not replica.is_leader:
+            return ErrorCode.not_leader_or_follower
+        if replica.low_watermark(self.view.brokers) >= offset:
+            return ErrorCode.none
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        waiters = self._low_watermark_waiters.setdefault(replica.key, [])
+        waiters.append((offset, future))
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
+        except TimeoutError:
+            return ErrorCode.request_timed_out
+        finally:
+            if (offset, future) in waiters:
+                waiters.remove((offset, future))
+            if not waiters:
+                self._low_watermark_waiters.pop(replica.key, None)
+
+    def _check_low_watermark(self, replica: PartitionReplica) -> None:
+        waiters = self._low_watermark_waiters.get(replica.key, [])
+        low = replica.low_watermark(self.view.brokers) if replica.is_leader else -1
+        for offset, future in list(waiters):
+            if future.done():
+                continue
+            if not replica.is_leader:
+                future.set_result(ErrorCode.not_leader_or_follower)
+            elif low >= offset:
+                future.set_result(ErrorCode.none)
+
     # -- events from the request handlers -----------------------------------------------
 
     def on_follower_fetch(self, replica_id: int, partitions: Iterable[PartitionFetch]) -> None:
@@ -627,7 +673,9 @@ class ReplicaManager:
             replica = self.replicas.get((p.topic, p.partition))
             if replica is None or not replica.is_leader:
                 continue
-            replica.update_follower(replica_id, p.fetch_offset, now)
+            replica.update_follower(replica_id, p.fetch_offset, now, p.log_start_offset)
+            if replica.key in self._low_watermark_waiters:
+                self._check_low_watermark(replica)
             expanded = replica.isr_to_expand(replica_id)
             if expanded is not None:
                 self._propose_isr(replica, expanded, "expand")

@@ -297,3 +297,29 @@ def test_no_leadership_until_the_states_could_be_read_again(tmp_path: Path) -> N
             assert c.replicas.serving_error(TOPIC, 0) == 0
 
     asyncio.run(main())
+
+
+def test_delete_records_waits_for_the_followers_log_start(tmp_path: Path) -> None:
+    """Kafka's DelayedDeleteRecords: the answer waits for the low watermark, the
+    smallest log start over the live replicas, which a follower reports in its fetch."""
+
+    async def main() -> None:
+        async with leading(tmp_path) as c:
+            replica = c.replicas.replicas[KEY]
+            replica.log.append(batch(5), 0)
+            await c.follower_fetch(5)  # broker 2 has all five
+            assert await eventually(lambda: replica.log.high_watermark == 5)
+            assert replica.log.delete_records(3) == 3
+            # the follower has not said its new log start yet: a short wait times out
+            timed_out = await c.replicas.wait_low_watermark(*KEY, 3, 0.05)
+            assert timed_out == ErrorCode.request_timed_out
+            waiting = asyncio.ensure_future(c.replicas.wait_low_watermark(*KEY, 3, 10.0))
+            await asyncio.sleep(0.01)
+            assert not waiting.done()
+            c.replicas.on_follower_fetch(
+                2, [PartitionFetch(uuid.UUID(int=0), TOPIC, 0, 5, log_start_offset=3)]
+            )
+            assert await asyncio.wait_for(waiting, 5.0) == ErrorCode.none
+            assert c.replicas.low_watermark(*KEY) == 3
+
+    asyncio.run(main())

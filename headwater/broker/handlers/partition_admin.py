@@ -3,7 +3,9 @@
 DeleteRecords (API 21) moves the log start offset forward (``Log.delete_records``),
 which followers copy from the ``log_start_offset`` of their fetch responses, as
 in Kafka. An offset of -1 means the high watermark; past it the answer is
-OFFSET_OUT_OF_RANGE. ``low_watermark`` is the leader's new log start offset.
+OFFSET_OUT_OF_RANGE. The answer waits, as Kafka's DelayedDeleteRecords does,
+until the low watermark (the smallest log start offset over the live replicas)
+reaches the new offset, and carries it as ``low_watermark``.
 
 DescribeProducers (API 61, KIP-664) lists the producer ids a partition remembers,
 which ``kafka-transactions.sh find-hanging`` uses to find open transactions.
@@ -11,6 +13,7 @@ which ``kafka-transactions.sh find-hanging`` uses to find open transactions.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from kio.schema.errors import ErrorCode as E
@@ -34,9 +37,12 @@ class PartitionAdminApis:
     def _leader_log(self, topic: str, partition: int) -> Log | int:
         return leader_log(self.logs, self.replication, topic, partition)
 
-    def delete_records(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
+    async def delete_records(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
+        """Kafka's rule: the answer waits until every live replica's log start reached
+        the new offset (the low watermark), or ``timeout_ms`` (REQUEST_TIMED_OUT)."""
         may_delete = ctx.topic_check(AclOperation.DELETE)
         topics = []
+        waits: list[tuple[dict[str, Any], str, int, int]] = []
         for t in req.topics:
             allowed = may_delete(t.name)
             parts = []
@@ -53,9 +59,21 @@ class PartitionAdminApis:
                         low = log.delete_records(offset)
                     except KafkaApiError as exc:
                         error = exc.kafka_error_code
-                parts.append({"partition_index": p.partition_index, "low_watermark": low,
-                              "error_code": error})  # fmt: skip
+                part = {"partition_index": p.partition_index, "low_watermark": low,
+                        "error_code": error}  # fmt: skip
+                parts.append(part)
+                if not error:
+                    waits.append((part, t.name, p.partition_index, low))
             topics.append({"name": t.name, "partitions": parts})
+        timeout_s = max(getattr(req, "timeout_ms", 30_000), 0) / 1000
+        codes = await asyncio.gather(
+            *(self.replication.wait_low_watermark(t, p, low, timeout_s) for _, t, p, low in waits)
+        )
+        for (part, topic, partition, _), code in zip(waits, codes, strict=True):
+            part["error_code"] = int(code)
+            part["low_watermark"] = (
+                self.replication.low_watermark(topic, partition) if not code else -1
+            )
         return {"topics": topics}
 
     def describe_producers(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
