@@ -135,6 +135,10 @@ class LocalZooKeeper:
         self._zxid = itertools.count(last_zxid + 1)
         self._last_zxid = last_zxid
         self._dirty = threading.Event()
+        #: During a multi: the touched znodes as they were (None: absent).
+        self._undo: dict[str, _Node | None] | None = None
+        self._flush_lock = threading.Lock()
+        self._last_flush_s = 0.0
         self._closed = False
         self._flusher: threading.Thread | None = None
         if snapshot is not None:
@@ -188,13 +192,22 @@ class LocalZooKeeper:
             self._dirty.wait()
             if self._closed:
                 return
-            time.sleep(FLUSH_DELAY_S)  # one write for a burst of changes
+            # One write for a burst of changes; a large tree waits longer between
+            # writes, so that writing it takes at most a fifth of the time.
+            time.sleep(max(FLUSH_DELAY_S, 4 * self._last_flush_s))
+            started = time.monotonic()
             self.flush()
+            self._last_flush_s = time.monotonic() - started
 
     def flush(self, sync: bool = False) -> None:
         """Write the snapshot now if anything changed (``sync``: and fsync it)."""
         if self._snapshot is None:
             return
+        with self._flush_lock:  # one writer of the snapshot file at a time
+            self._flush(sync)
+
+    def _flush(self, sync: bool) -> None:
+        assert self._snapshot is not None
         with self._lock:
             if not self._dirty.is_set() and not sync:
                 return
@@ -301,9 +314,9 @@ class LocalZooKeeper:
         """Apply all operations or none; results as kazoo's ``commit`` reports them."""
         fired: list[tuple[Watcher, WatchedEvent]] = []
         with self._lock:
-            saved = {
-                p: dataclasses.replace(n, children=set(n.children)) for p, n in self._nodes.items()
-            }
+            # What the operations touch, as it was: a failed multi puts it back
+            # (a copy of the whole tree per multi made bulk writes quadratic).
+            self._undo = {}
             results: list[Any] = []
             failed = -1
             for i, op in enumerate(ops):
@@ -313,12 +326,27 @@ class LocalZooKeeper:
                     failed = i
                     results.append(exc)
                     break
+            undo, self._undo = self._undo, None
             if failed >= 0:
-                self._nodes = saved
+                for path, node in undo.items():
+                    if node is None:
+                        self._nodes.pop(path, None)
+                    else:
+                        self._nodes[path] = node
                 return [results[i] if i == failed else RolledBackError() for i in range(len(ops))]
             self._changed()
         self._fire(fired)
         return results
+
+    def _save(self, path: str) -> None:
+        """Inside a multi: keep ``path`` as it is now, for a rollback."""
+        undo = self._undo
+        if undo is None or path in undo:
+            return
+        node = self._nodes.get(path)
+        undo[path] = (
+            None if node is None else dataclasses.replace(node, children=set(node.children))
+        )
 
     def _apply_locked(
         self, op: tuple[Any, ...], session_id: int, fired: list[tuple[Watcher, WatchedEvent]]
@@ -357,6 +385,9 @@ class LocalZooKeeper:
             raise NoNodeError(_parent(path))
         if parent.owner:
             raise NoNodeError(f"{_parent(path)} is ephemeral and cannot have children")
+        self._save(path)
+        self._save(_parent(path))
+        parent = self._nodes[_parent(path)]
         zxid = self._last_zxid = next(self._zxid)
         self._nodes[path] = _Node(
             bytes(data), owner=owner, czxid=zxid, mzxid=zxid, ctime=int(time.time() * 1000)
@@ -375,6 +406,8 @@ class LocalZooKeeper:
             raise NoNodeError(path)
         if version != -1 and node.version != version:
             raise BadVersionError(path)
+        self._save(path)
+        node = self._nodes[path]
         node.data = bytes(data)
         node.version += 1
         node.mzxid = self._last_zxid = next(self._zxid)
@@ -391,6 +424,8 @@ class LocalZooKeeper:
             raise BadVersionError(path)
         if node.children:
             raise NotEmptyError(path)
+        self._save(path)
+        self._save(_parent(path))
         del self._nodes[path]
         parent = self._nodes[_parent(path)]
         parent.children.discard(_name(path))

@@ -241,3 +241,21 @@ def test_a_state_topic_runtime_creates_on_first_need_and_loads_on_leadership(
 
     asyncio.run(run())
     logs.close()
+
+
+def test_a_failed_multi_leaves_the_tree_as_it_was() -> None:
+    tree = LocalZooKeeper()
+    client = _client(tree)
+    client.create_async("/a", b"1").get()
+    client.create_async("/a/kid", b"k").get()
+    txn = client.transaction()
+    txn.set_data("/a", b"2")
+    txn.create("/a/new", b"n")
+    txn.delete("/a/kid")
+    txn.check("/a", 99)  # wrong version: everything above is rolled back
+    results = txn.commit()
+    assert isinstance(results[-1], Exception)
+    data, stat = client.get_async("/a").get()
+    assert (data, stat.version, stat.cversion) == (b"1", 0, 1)
+    assert client.get_children_async("/a").get() == ["kid"]
+    assert client.exists_async("/a/new").get() is None
