@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
@@ -58,6 +58,9 @@ class MetadataTopic:
     num_partitions: int = 0
     leader: int = 0
     partitions: tuple[MetadataPartition, ...] | None = None
+    #: ``partitions`` encoded, per response version: an entry kept while its topic
+    #: does not change answers 100,000 partitions without walking them again.
+    encoded: dict[int, bytes] | None = field(default=None, compare=False)
 
 
 def _nodes(ids: Sequence[int], flexible: bool) -> bytes:
@@ -138,7 +141,12 @@ def encode_metadata_response(
         if version >= 1:
             out += b"\x01" if t.is_internal else b"\x00"
         if t.partitions is not None:
-            out += _cluster_partitions(t.partitions, version)
+            cached = t.encoded.get(version) if t.encoded is not None else None
+            if cached is None:
+                cached = _cluster_partitions(t.partitions, version)
+                if t.encoded is not None:
+                    t.encoded[version] = cached
+            out += cached
         else:
             out += _partitions(t.num_partitions, t.leader, version)
         if version >= 8:

@@ -29,7 +29,7 @@ from headwater.broker.topic_config_validation import (
     replication_factor_error,
     topic_configs_error,
 )
-from headwater.cluster.cluster_view import ClusterView
+from headwater.cluster.cluster_view import ClusterChange, ClusterView
 from headwater.cluster.controller import add_partitions, create_topic
 from headwater.cluster.replication_quota import (
     FOLLOWER_REPLICAS,
@@ -74,6 +74,18 @@ class ClusterAdminApis:
         self.view = view
         self.store = store
         self._creating: dict[str, asyncio.Future[int]] = {}
+        #: Metadata entries by topic, dropped when the view changes what they say.
+        self._entries: dict[str, MetadataTopic] = {}
+        view.on_change(self._forget_entries)
+
+    def _forget_entries(self, change: ClusterChange) -> None:
+        if change.brokers_changed:  # leaders and offline replicas depend on who is live
+            self._entries.clear()
+            return
+        for name in change.topics_added | change.topics_removed:
+            self._entries.pop(name, None)
+        for name, _ in change.partitions_changed:
+            self._entries.pop(name, None)
 
     # -- Metadata ------------------------------------------------------------------
 
@@ -88,6 +100,14 @@ class ClusterAdminApis:
         return out
 
     def topic_entry(self, name: str) -> MetadataTopic | None:
+        entry = self._entries.get(name)
+        if entry is None:
+            entry = self._topic_entry(name)
+            if entry is not None:
+                self._entries[name] = entry
+        return entry
+
+    def _topic_entry(self, name: str) -> MetadataTopic | None:
         assignment = self.view.topics.get(name)
         if assignment is None:
             return None
@@ -122,6 +142,7 @@ class ClusterAdminApis:
             assignment.topic_id,
             is_internal=name.startswith(INTERNAL_PREFIX),
             partitions=tuple(parts),
+            encoded={},
         )
 
     def metadata(self, ctx: RequestContext, req: Any) -> bytes:

@@ -304,6 +304,8 @@ class ProduceApi:
             for index, records in topic.partitions:
                 if records is None or not 0 <= index < info.num_partitions:
                     continue
+                if self.replication.serving_error(topic.name, index):
+                    continue  # refused below: no files for a partition led elsewhere
                 plog = self.logs.log(topic.name, index)
                 if not plog.segments:  # a first look lists the directory: a checkpoint
                     fresh.append((str(plog.directory), plog.log_end_offset))
