@@ -865,18 +865,23 @@ class Log:
         dedupe a producer's retry the day it becomes leader. A payload larger
         than a segment is spread over as many segments as it needs. A partial
         batch at the end (the leader cuts a fetch response at its byte limit)
-        is left out, as every reader of fetched data does; the result's
-        ``last_offset`` says how far the append got.
+        is left out, as every reader of fetched data does: this is the one
+        place a follower trims, so its fetcher hands over what it got. The
+        result's ``last_offset`` says how far the append got (``log end - 1``
+        when not even one batch was whole).
         """
         view = memoryview(payload)
         whole = 0
         for header in iter_batch_headers(view):
             whole = header.position + header.size
+        self._load()
+        if not whole:  # not one whole batch yet: it comes with the next fetch
+            end = self._log_end_offset
+            return AppendResult(end, end - 1, -1, self._log_start_offset)
         # No size limit: the leader accepted these batches, and a follower that
         # refused one (its max.message.bytes lower for a moment) would stall
         # replication for good; Kafka ignores the record size here too.
         headers = validate_batches(view[:whole], whole, allow_control=True, compacted=True)
-        self._load()
         expected = self._log_end_offset
         for header in headers:
             # Batches may leave gaps (a compacted leader log: even the first, when
