@@ -120,8 +120,8 @@ class FollowerFetchState:
         #: an idle partition costs no rebuilding, and the session handler sees
         #: the same object (nothing to resend) without comparing fields.
         self._requests: dict[PartitionKey, PartitionFetch] = {}
-        #: The fetch offset each partition of the request in flight asked from.
-        self._in_flight: dict[PartitionKey, int] = {}
+        #: What each partition of the request in flight asked for.
+        self._in_flight: dict[PartitionKey, PartitionFetch] = {}
         #: Fetch requests answered (a metric).
         self.fetches = 0
 
@@ -178,7 +178,7 @@ class FollowerFetchState:
             max_bytes=self.config.response_max_bytes,
         )
         req.replica_id = self.local_id
-        self._in_flight = {key: p.fetch_offset for key, p in wanted.items()}
+        self._in_flight = wanted
         return req
 
     def _wanted(self, now: float) -> dict[PartitionKey, PartitionFetch]:
@@ -206,7 +206,7 @@ class FollowerFetchState:
                 and self.local_id not in replica.isr
                 and throttles.follower_throttled(*key)
             ):
-                self._delay(key, now)
+                self._delay(replica, now)
                 continue
             request = requests.get(key)
             if request is None or request.current_leader_epoch != replica.leader_epoch:
@@ -249,7 +249,7 @@ class FollowerFetchState:
             ):
                 throttles.follower.record(data.records_size, now * 1000)
             asked = in_flight.get(key)
-            if asked is None or asked != replica.log.log_end_offset:
+            if asked is None or asked.fetch_offset != replica.log.log_end_offset:
                 # Re-added or truncated while the fetch was out: the answer is for
                 # another log end; the next request asks again from the right one.
                 self._requests.pop(key, None)
@@ -264,7 +264,7 @@ class FollowerFetchState:
         if data.error_code:
             # NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH...: ZooKeeper
             # will tell us who leads now; until then, do not hammer this one.
-            return self._delay(key, now, data.error_code)
+            return self._delay(replica, now, data.error_code)
         self._quick_retries.pop(key, None)
         if data.diverging_epoch >= 0:
             # A truncation at our log end changes only the epoch history (an epoch
@@ -308,7 +308,7 @@ class FollowerFetchState:
                 plog.high_watermark,
                 f"has a last epoch leader {self.leader_id} cannot place",
             )
-        return self._delay(replica.key, now, data.error_code)
+        return self._delay(replica, now, data.error_code)
 
     def on_error(self, error: BaseException | None = None) -> None:
         """The round trip failed (connection, timeout): the next request is a full one."""
@@ -317,19 +317,22 @@ class FollowerFetchState:
     def on_apply_error(self, replica: PartitionReplica, now: float) -> Backoff:
         """The log refused a decision (corrupt batch, append out of step): try later."""
         self._requests.pop(replica.key, None)
-        return self._delay(replica.key, now)
+        return self._delay(replica, now)
 
     # -- backoff -----------------------------------------------------------------
 
-    def _delay(self, key: PartitionKey, now: float, error: int = 0) -> Backoff:
+    def _delay(self, replica: PartitionReplica, now: float, error: int = 0) -> Backoff:
+        key = replica.key
         backoff = self.config.backoff_ms / 1000
         if error in LEADER_CATCHING_UP:
             spent = self._quick_retries.get(key, 0)
             if spent < CATCH_UP_RETRIES:
                 self._quick_retries[key] = spent + 1
                 backoff = min(backoff, CATCH_UP_RETRY_S)
-        until = self._delayed[key] = now + backoff
-        return Backoff(self.partitions[key], error, until)
+        until = now + backoff
+        if key in self.partitions:  # not one removed meanwhile
+            self._delayed[key] = until
+        return Backoff(replica, error, until)
 
     def until_next_retry(self, now: float) -> float:
         """Seconds until the first backed-off partition may be fetched again (0 if none)."""

@@ -135,8 +135,11 @@ class ReplicaFetcher:
 
     async def _fetch_once(self) -> None:
         state = self.state
-        version = await self.endpoint.fetch_version() if state.needs_leader else 0
-        request = state.next_request(time.monotonic(), version or FOLLOWER_FETCH_VERSION)
+        # Connect (and learn the Fetch version) only when a request may be due.
+        version = (
+            await self.endpoint.fetch_version() if state.needs_leader else FOLLOWER_FETCH_VERSION
+        )
+        request = state.next_request(time.monotonic(), version)
         if isinstance(request, Idle):
             self._changed.clear()
             with contextlib.suppress(TimeoutError):

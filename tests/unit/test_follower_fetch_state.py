@@ -21,10 +21,15 @@ from headwater.cluster.follower_decisions import (
     TruncateTo,
     apply_decision,
 )
-from headwater.cluster.follower_fetch_state import FetcherConfig, Idle
+from headwater.cluster.follower_fetch_state import FetcherConfig, FollowerFetchState, Idle
 from headwater.cluster.inter_broker import InterBrokerConnector
 from headwater.cluster.partition import PartitionReplica, ReplicaAssignment
 from headwater.cluster.replica_fetcher import ReplicaFetcher
+from headwater.cluster.replication_quota import (
+    FOLLOWER_REPLICAS,
+    ReplicationQuotaConfig,
+    ReplicationThrottles,
+)
 from headwater.log.divergence import diverging_epoch
 from headwater.log.errors import OffsetOutOfRangeError
 from headwater.log.log import Log
@@ -284,3 +289,34 @@ def test_the_replica_fetcher_loop_copies_through_an_endpoint(tmp_path: Path) -> 
     assert values(follower) == values(leader)
     assert follower.high_watermark == 5
     assert local.closed == ["replica fetcher stopped"]
+
+
+def test_over_the_follower_budget_throttled_replicas_outside_the_isr_sit_out(
+    tmp_path: Path,
+) -> None:
+    """KIP-73, follower side: the bytes fetched for throttled replicas use the budget;
+    over it, those outside the ISR are left out of the next fetch, the rest fetch on."""
+    throttled = {FOLLOWER_REPLICAS: "*"}
+    throttles = ReplicationThrottles(
+        FOLLOWER,
+        lambda topic: throttled if topic == "slow" else {},
+        ReplicationQuotaConfig(follower_rate=10.0),
+    )
+    leader_logs = {("slow", 0): new_log(tmp_path, "ls"), ("t", 0): new_log(tmp_path, "lt")}
+    for plog in leader_logs.values():
+        write_at_epoch(plog, 0, "x", 4, per_batch=50)
+    slow = follower_replica(new_log(tmp_path, "fs"), 0, topic="slow")
+    slow.isr = (LEADER,)  # catching up, outside the ISR
+    state = FollowerFetchState(FOLLOWER, LEADER, FetcherConfig(), throttles=throttles)
+    state.add(slow)
+    state.add(follower_replica(new_log(tmp_path, "ft"), 0))
+    local = LocalLeader(leader_logs)
+
+    round_trip(state, local, now=100.0)  # both copied, the throttled bytes recorded
+    assert throttles.follower.exceeded(100.0 * 1000)
+    write_at_epoch(leader_logs[("slow", 0)], 0, "y", 1)
+    write_at_epoch(leader_logs[("t", 0)], 0, "y", 1)
+    request = request_of(state.next_request(100.1))
+    assert [p.topic for p in request.partitions] == ["t"]
+    assert [f.topic for f in request.forgotten] == ["slow"]
+    assert state.until_next_retry(100.1) == pytest.approx(1.0)
