@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
+from headwater.log.divergence import diverging_epoch
 from headwater.log.errors import OffsetOutOfRangeError
 from headwater.log.isolation import Isolation
 from headwater.log.log import Log
@@ -91,23 +92,6 @@ def leader_epoch_error(current_leader_epoch: int, leader_epoch: int = LEADER_EPO
     )
 
 
-def divergence(log: Log, p: PartitionFetch) -> tuple[int, int] | None:
-    """Where a follower's log left the leader's, from its last fetched epoch.
-
-    Kafka's rule (KIP-595's truncation on fetch, used by followers since Fetch
-    v12): the leader looks up the end of ``last_fetched_epoch`` in its own
-    epoch history; if it knows only an older epoch there, or that epoch ends
-    before the follower's fetch offset, the follower has records the leader
-    does not and must truncate to (epoch, end offset) before fetching on.
-    """
-    if p.last_fetched_epoch < 0:
-        return None
-    epoch, end_offset = log.end_offset_for_epoch(p.last_fetched_epoch)
-    if epoch < p.last_fetched_epoch or end_offset < p.fetch_offset:
-        return epoch, end_offset
-    return None
-
-
 READ_STEP = 32
 """Partitions read between two yields of :func:`read_partitions_steps`: the first
 read of a partition loads its log from disk (~0.1-0.2 ms), so 256 of them made
@@ -159,7 +143,9 @@ def read_partitions_steps(
     transactions overlapping the returned records, from the log's
     transaction index (an empty list, never null: librdkafka expects one).
     ``serving`` refuses partitions this broker does not lead. Followers
-    (``LOG_END``) whose log diverged get the divergence point instead of data.
+    (``LOG_END``) whose log diverged get the divergence point instead of data
+    (``headwater.log.divergence``: OFFSET_OUT_OF_RANGE when the leader's epoch
+    history cannot place their last fetched epoch).
     ``authorized(topic)`` False answers ErrorCode.topic_authorization_failed for the
     partition without reading it (or saying whether it exists).
     """
@@ -201,7 +187,10 @@ def read_partitions_steps(
             continue
         error = leader_epoch_error(p.current_leader_epoch, log.partition_leader_epoch)
         if not error and isolation is Isolation.LOG_END and p.last_fetched_epoch >= 0:
-            diverged = divergence(log, p)
+            try:
+                diverged = diverging_epoch(log, p.fetch_offset, p.last_fetched_epoch)
+            except OffsetOutOfRangeError:
+                diverged, error = None, ErrorCode.offset_out_of_range
             if diverged is not None:
                 data.diverging_epoch, data.diverging_end_offset = diverged
                 data.high_watermark = log.high_watermark

@@ -543,39 +543,13 @@ class Log:
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """(epoch, end offset) for OffsetsForLeaderEpoch and divergence checks; (-1, -1) if unknown.
 
+        The leader's divergence rule over it is ``headwater.log.divergence``.
+
         See ``LeaderEpochCache.end_offset_for``: the largest epoch <= ``epoch``
         and where it ended (the log end for the latest epoch).
         """
         cache = self.leader_epoch_cache
         return cache.end_offset_for(epoch, self._log_end_offset)
-
-    def diverging_epoch(self, fetch_offset: int, last_fetched_epoch: int) -> tuple[int, int] | None:
-        """Where a follower's log left this (leader's) log, from its Fetch v12+ request.
-
-        ``last_fetched_epoch`` is the epoch of the follower's last record, its
-        log end is ``fetch_offset``. Returns None when the follower's log is a
-        prefix of this one (fetch on), else (epoch, end offset) of the last
-        epoch both logs share, which the Fetch response carries as
-        ``diverging_epoch`` so the follower truncates there (Kafka's
-        ``Partition.readRecords``). A request without an epoch (< 0) is not
-        checked. Raises OffsetOutOfRangeError when the epoch history cannot
-        answer or ``fetch_offset`` is below the log start, as Kafka does.
-        """
-        if last_fetched_epoch < 0:
-            return None
-        epoch, end = self.end_offset_for_epoch(last_fetched_epoch)
-        if epoch < 0 or end < 0:
-            raise OffsetOutOfRangeError(
-                f"{self._path}: no end offset for the last fetched epoch {last_fetched_epoch}"
-            )
-        if fetch_offset < self._log_start_offset:
-            raise OffsetOutOfRangeError(
-                f"offset {fetch_offset} is below the log start {self._log_start_offset} "
-                f"of {self._path}"
-            )
-        if epoch < last_fetched_epoch or end < fetch_offset:
-            return epoch, end
-        return None
 
     @property
     def is_loaded(self) -> bool:
@@ -912,18 +886,23 @@ class Log:
         dedupe a producer's retry the day it becomes leader. A payload larger
         than a segment is spread over as many segments as it needs. A partial
         batch at the end (the leader cuts a fetch response at its byte limit)
-        is left out, as every reader of fetched data does; the result's
-        ``last_offset`` says how far the append got.
+        is left out, as every reader of fetched data does: this is the one
+        place a follower trims, so its fetcher hands over what it got. The
+        result's ``last_offset`` says how far the append got (``log end - 1``
+        when not even one batch was whole).
         """
         view = memoryview(payload)
         whole = 0
         for header in iter_batch_headers(view):
             whole = header.position + header.size
+        self._load()
+        if not whole:  # not one whole batch yet: it comes with the next fetch
+            end = self._log_end_offset
+            return AppendResult(end, end - 1, -1, self._log_start_offset)
         # No size limit: the leader accepted these batches, and a follower that
         # refused one (its max.message.bytes lower for a moment) would stall
         # replication for good; Kafka ignores the record size here too.
         headers = validate_batches(view[:whole], whole, allow_control=True, compacted=True)
-        self._load()
         expected = self._log_end_offset
         for header in headers:
             # Batches may leave gaps (a compacted leader log: even the first, when

@@ -7,11 +7,11 @@ from pathlib import Path
 
 from headwater.cluster.partition import PartitionReplica, ReplicaAssignment
 from headwater.cluster.produce_purgatory import ProducePurgatory, await_acks
-from headwater.cluster.replica_fetcher import complete_batches
 from headwater.log.config import LogConfig
 from headwater.log.handles import FileHandleCache
 from headwater.log.log import Log
 from headwater.protocol.error_codes import ErrorCode
+from headwater.records.batch import patch_base_offset
 from headwater.records.record import RecordBatchBuilder
 
 LAG_MS = 10_000
@@ -136,11 +136,19 @@ def test_a_new_leader_elsewhere_makes_this_replica_a_follower(tmp_path: Path) ->
     assert replica.log.partition_leader_epoch == 4
 
 
-def test_complete_batches_drops_a_trailing_partial_batch() -> None:
+def test_a_follower_append_trims_a_trailing_partial_batch_once(tmp_path: Path) -> None:
+    """The leader cuts a fetch response at its byte limit; the follower's log keeps the
+    whole batches (the one place a follower trims) and the rest comes next fetch."""
+    plog = Log(tmp_path / "f", LogConfig(), FileHandleCache(8))
     one, two = batch(2), batch(3)
-    assert bytes(complete_batches(one + two)) == one + two
-    assert bytes(complete_batches(one + two[:-1])) == one
-    assert bytes(complete_batches(one[:10])) == b""
+    assert plog.append_as_follower(one + two[:-1], 0).last_offset == 1
+    assert plog.log_end_offset == 2
+    assert plog.append_as_follower(two[:10], 0).last_offset == 1  # not one whole batch
+    assert plog.log_end_offset == 2
+    at_two = bytearray(two)
+    patch_base_offset(at_two, 0, 2)  # where the leader has it
+    assert plog.append_as_follower(at_two, 0).last_offset == 4
+    assert plog.log_end_offset == 5
 
 
 def test_produce_purgatory_acknowledges_when_the_high_watermark_passes() -> None:

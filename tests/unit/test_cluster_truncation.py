@@ -1,75 +1,47 @@
 """A follower whose log diverged from the new leader's truncates and then matches it.
 
-Pure logic, no sockets: the leader's fetch planner answers a follower fetch
-from real ``Log`` objects, and the replica fetcher's handling of that answer
-is applied to the follower's real ``Log``, exactly as over the wire.
+Pure logic, no sockets: the leader's fetch path (session, planner) answers a
+follower fetch from real ``Log`` objects, and the follower's fetch state
+decides what to do with the answer, applied to the follower's real ``Log``,
+exactly as over the wire.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from headwater.cluster.inter_broker import InterBrokerConnector
-from headwater.cluster.partition import PartitionReplica, ReplicaAssignment
-from headwater.cluster.replica_fetcher import FetcherConfig, ReplicaFetcher
-from headwater.fetch.planner import read_partitions
-from headwater.log.config import LogConfig
+from headwater.cluster.follower_decisions import (
+    AppendRecords,
+    Backoff,
+    TruncateTo,
+    apply_decision,
+)
+from headwater.cluster.follower_fetch_state import Idle
 from headwater.log.handles import FileHandleCache
-from headwater.log.isolation import Isolation
-from headwater.log.log import Log
-from headwater.protocol.fetch_types import ZERO_UUID, PartitionData, PartitionFetch
-from headwater.records.record import RecordBatchBuilder, decode_batches
-
-
-def batch(tag: str, n: int) -> bytes:
-    builder = RecordBatchBuilder()
-    for i in range(n):
-        builder.append(1000 + i, None, f"{tag}-{i}".encode())
-    return builder.build()
-
-
-def write_at_epoch(plog: Log, epoch: int, tag: str, batches: int, per_batch: int = 1) -> None:
-    plog.partition_leader_epoch = epoch
-    for b in range(batches):
-        plog.append(batch(f"{tag}{b}", per_batch), 1)
-
-
-def values(plog: Log) -> list[bytes]:
-    out: list[bytes] = []
-    slice_ = plog.read(plog.log_start_offset, 1 << 20, Isolation.LOG_END, True).records
-    if slice_ is None:
-        return out
-    for decoded in decode_batches(slice_.read()):
-        out.extend(r.value or b"" for r in decoded.records)
-    return out
-
-
-def follower_fetch(leader: Log, follower: Log) -> PartitionData:
-    fetch = PartitionFetch(
-        ZERO_UUID,
-        "t",
-        0,
-        fetch_offset=follower.log_end_offset,
-        current_leader_epoch=leader.partition_leader_epoch,
-        last_fetched_epoch=follower.latest_epoch,
-    )
-    result = read_partitions(
-        [fetch], lambda _t, _p: leader, max_bytes=1 << 20, isolation=Isolation.LOG_END
-    )
-    data = result.partitions[0]
-    if data.records is not None and not isinstance(data.records, bytes):
-        data.records = data.records.read()
-    return data
+from headwater.protocol.fetch_types import (
+    ZERO_UUID,
+    FetchResponseData,
+    PartitionData,
+    PartitionFetch,
+)
+from tests.unit.follower_harness import (
+    LocalLeader,
+    follower_replica,
+    new_log,
+    new_state,
+    round_trip,
+    values,
+    write_at_epoch,
+)
 
 
 def test_diverged_follower_truncates_to_the_leaders_epoch_end_then_copies_it(
     tmp_path: Path,
 ) -> None:
     handles = FileHandleCache(32)
-    leader = Log(tmp_path / "leader", LogConfig(), handles)
-    follower = Log(tmp_path / "follower", LogConfig(), handles)
+    leader = new_log(tmp_path, "leader", handles)
+    follower = new_log(tmp_path, "follower", handles)
     for plog in (leader, follower):
-        plog.enable_replication(0)
         write_at_epoch(plog, 0, "shared", 5)
     # The follower once led at epoch 1 and wrote records nobody else got;
     # the leader was elected at epoch 2 without them and wrote its own.
@@ -77,21 +49,16 @@ def test_diverged_follower_truncates_to_the_leaders_epoch_end_then_copies_it(
     write_at_epoch(leader, 2, "new", 3)
     assert follower.log_end_offset == 9 and leader.log_end_offset == 8
 
-    replica = PartitionReplica("t", 0, follower, local_id=1)
-    replica.apply_state(ReplicaAssignment((0, 1), 0, 2, (0, 1), 0), now_ms=0)
-    fetcher = ReplicaFetcher(1, 0, InterBrokerConnector(1, lambda _b: None), FetcherConfig())
-    fetcher.add(replica)
+    state = new_state(follower_replica(follower, 2))
+    local = LocalLeader({("t", 0): leader})
 
-    answer = follower_fetch(leader, follower)
-    assert (answer.diverging_epoch, answer.diverging_end_offset) == (0, 5)
-    assert answer.records is None
-    fetcher._apply(replica, answer)
+    (decision,) = round_trip(state, local).decisions
+    assert isinstance(decision, TruncateTo) and decision.offset == 5
     assert follower.log_end_offset == 5
     assert follower.latest_epoch == 0
 
-    answer = follower_fetch(leader, follower)
-    assert answer.diverging_epoch == -1
-    fetcher._apply(replica, answer)
+    (decision,) = round_trip(state, local).decisions
+    assert isinstance(decision, AppendRecords)
     assert follower.log_end_offset == leader.log_end_offset == 8
     assert values(follower) == values(leader)
     assert not any(v.startswith(b"lost") for v in values(follower))
@@ -100,38 +67,50 @@ def test_diverged_follower_truncates_to_the_leaders_epoch_end_then_copies_it(
 
 
 def test_a_follower_in_agreement_is_not_told_to_truncate(tmp_path: Path) -> None:
-    handles = FileHandleCache(32)
-    leader = Log(tmp_path / "leader", LogConfig(), handles)
-    follower = Log(tmp_path / "follower", LogConfig(), handles)
+    leader = new_log(tmp_path, "leader")
+    follower = new_log(tmp_path, "follower")
     for plog in (leader, follower):
-        plog.enable_replication(0)
         write_at_epoch(plog, 0, "a", 3)
     write_at_epoch(leader, 3, "b", 2)
-    answer = follower_fetch(leader, follower)
+    state = new_state(follower_replica(follower, 3))
+    request = state.next_request(0.0)
+    assert not isinstance(request, Idle)
+    (answer,) = LocalLeader({("t", 0): leader}).answer(request).partitions
     assert answer.diverging_epoch == -1
-    assert answer.records is not None and len(answer.records) > 0
+    assert answer.records_size > 0
 
 
 def test_a_new_leader_still_applying_its_state_is_asked_again_soon(tmp_path: Path) -> None:
     """Failover (issue 20): the follower heard of the new leader before the leader did
     and got NOT_LEADER_OR_FOLLOWER / UNKNOWN_LEADER_EPOCH. It retries after 50 ms a
     few times, then falls back to replica.fetch.backoff.ms; other errors back off."""
-    follower = Log(tmp_path / "f", LogConfig(), FileHandleCache(16))
-    follower.enable_replication(0)
-    replica = PartitionReplica("t", 0, follower, local_id=1)
-    replica.apply_state(ReplicaAssignment((0, 1), 0, 2, (0, 1), 0), now_ms=0)
-    fetcher = ReplicaFetcher(1, 0, InterBrokerConnector(1, lambda _b: None), FetcherConfig())
-    fetcher.add(replica)
+    follower = new_log(tmp_path, "f")
+    state = new_state(follower_replica(follower, 2))
+    now = 0.0
 
     def delay_after(error: int) -> float:
-        fetcher._apply(replica, PartitionData(ZERO_UUID, "t", 0, error_code=error))
-        return fetcher._until_next_retry()
+        request = state.next_request(now)
+        assert not isinstance(request, Idle)
+        response = FetchResponseData(
+            session_id=0, partitions=[PartitionData(ZERO_UUID, "t", 0, error_code=error)]
+        )
+        (decision,) = state.on_response(response, now).decisions
+        assert isinstance(decision, Backoff)
+        return decision.until - now
 
     for error in [6, 75] * 5:  # NOT_LEADER_OR_FOLLOWER, UNKNOWN_LEADER_EPOCH
-        assert delay_after(error) <= 0.05
+        assert delay_after(error) <= 0.051
+        now += 0.06
     assert delay_after(6) > 0.5  # ten quick retries spent: the configured backoff
-    fetcher._apply(replica, PartitionData(ZERO_UUID, "t", 0, high_watermark=0))
-    assert delay_after(75) <= 0.05  # an answer without error renews them
+    now += 1.1
+    request = state.next_request(now)
+    assert not isinstance(request, Idle)
+    ok = FetchResponseData(
+        session_id=0, partitions=[PartitionData(ZERO_UUID, "t", 0, high_watermark=0)]
+    )
+    state.on_response(ok, now)
+    assert delay_after(75) <= 0.051  # an answer without error renews them
+    now += 0.06
     assert delay_after(74) > 0.5  # FENCED_LEADER_EPOCH: the leader is ahead of us
 
 
@@ -144,37 +123,26 @@ def test_a_follower_that_led_an_epoch_without_writing_fetches_on_after_truncatin
     must name its real last epoch, or it gets the same answer forever and never
     fetches again (it stayed out of the ISR of __consumer_offsets-2 for good)."""
     handles = FileHandleCache(32)
-    leader = Log(tmp_path / "leader", LogConfig(), handles)
-    follower = Log(tmp_path / "follower", LogConfig(), handles)
+    leader = new_log(tmp_path, "leader", handles)
+    follower = new_log(tmp_path, "follower", handles)
     for plog in (leader, follower):
-        plog.enable_replication(0)
         write_at_epoch(plog, 0, "shared", 5)
     follower.assign_leader_epoch(1)  # elected at epoch 1, wrote nothing
     write_at_epoch(leader, 2, "new", 3)
     assert follower.latest_epoch == 1
 
-    replica = PartitionReplica("t", 0, follower, local_id=1)
-    replica.apply_state(ReplicaAssignment((0, 1), 0, 2, (0, 1), 0), now_ms=0)
-    fetcher = ReplicaFetcher(1, 0, InterBrokerConnector(1, lambda _b: None), FetcherConfig())
-    fetcher.add(replica)
+    state = new_state(follower_replica(follower, 2))
+    local = LocalLeader({("t", 0): leader})
 
-    def fetch_through_the_fetcher() -> PartitionData:
-        (request,) = fetcher._wanted(0.0)
-        result = read_partitions(
-            [request], lambda _t, _p: leader, max_bytes=1 << 20, isolation=Isolation.LOG_END
-        )
-        data = result.partitions[0]
-        if data.records is not None and not isinstance(data.records, bytes):
-            data.records = data.records.read()
-        return data
-
-    answer = fetch_through_the_fetcher()
-    assert (answer.diverging_epoch, answer.diverging_end_offset) == (0, 5)
-    fetcher._apply(replica, answer)
+    (decision,) = round_trip(state, local).decisions
+    assert isinstance(decision, TruncateTo) and decision.offset == 5
     assert follower.log_end_offset == 5 and follower.latest_epoch == 0
 
-    answer = fetch_through_the_fetcher()
-    assert answer.diverging_epoch == -1
-    fetcher._apply(replica, answer)
+    request = state.next_request(0.0)
+    assert not isinstance(request, Idle)
+    sent: list[PartitionFetch] = request.partitions
+    assert [p.last_fetched_epoch for p in sent] == [0]  # its real last epoch
+    for decision in state.on_response(local.answer(request), 0.0).decisions:
+        apply_decision(decision, 0)
     assert follower.log_end_offset == leader.log_end_offset == 8
     assert values(follower) == values(leader)
