@@ -209,18 +209,21 @@ def test_every_replica_compacts_its_copy_and_a_failover_keeps_the_latest_values(
 
 
 def test_internal_topics_switch_to_compact_on_upgrade(cluster: Cluster) -> None:
-    """An existing ``__consumer_offsets`` configured before Headwater compacted it."""
-    admin = cluster.admin()
-    offsets = ConfigResource(ConfigResource.Type.TOPIC, "__consumer_offsets")
+    """``__consumer_offsets`` and ``__transaction_state`` configured by an older release."""
+    internal = ("__consumer_offsets", "__transaction_state")
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, t) for t in internal]
 
-    # A group's first commit creates __consumer_offsets (compacted from the start).
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "g"})
+    # A group's first commit and a transactional producer create them (compacted from the start).
     cluster.create_topic("t", 1, 3)
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "g"})
     consumer.commit(offsets=[TopicPartition("t", 0, 1)], asynchronous=False)
     consumer.close()
-    assert admin.describe_configs([offsets])[offsets].result(15)["cleanup.policy"].value == (
-        "compact"
-    )
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "tx"})
+    producer.init_transactions(30)
+    del producer
+    admin = cluster.admin()
+    for resource, described in admin.describe_configs(resources).items():
+        assert described.result(15)["cleanup.policy"].value == "compact", resource
 
     # An older release's configs: time retention only.
     for b in cluster.brokers:
@@ -229,10 +232,9 @@ def test_internal_topics_switch_to_compact_on_upgrade(cluster: Cluster) -> None:
     client = KazooClient(hosts=hosts)
     client.start(15)
     try:
-        path = f"/{chroot}{zk.topic_config_path('__consumer_offsets')}"
-        client.set(
-            path, zk.encode_configs({"cleanup.policy": "delete", "segment.bytes": "1048576"})
-        )
+        for topic in internal:
+            old = {"cleanup.policy": "delete", "segment.bytes": "1048576"}
+            client.set(f"/{chroot}{zk.topic_config_path(topic)}", zk.encode_configs(old))
     finally:
         client.stop()
         client.close()
@@ -244,19 +246,21 @@ def test_internal_topics_switch_to_compact_on_upgrade(cluster: Cluster) -> None:
     def compact_everywhere() -> bool:
         for b in cluster.brokers:
             one = AdminClient({"bootstrap.servers": b.bootstrap})
-            described = one.describe_configs([offsets])[offsets].result(15)
-            if described["cleanup.policy"].value != "compact":
-                return False
-            assert described["segment.bytes"].value == "1048576"  # other overrides stay
+            for described in one.describe_configs(resources).values():
+                configs = described.result(15)
+                if configs["cleanup.policy"].value != "compact":
+                    return False
+                assert configs["segment.bytes"].value == "1048576"  # other overrides stay
         return True
 
     wait_for(compact_everywhere, 30, "cleanup.policy=compact on every broker")
-    assert any(
-        "__consumer_offsets switched to cleanup.policy=compact (was delete)" in line
-        for b in cluster.brokers
-        for line in b.lines
-    )
-    # the committed offset survived
+    for topic in internal:
+        assert any(
+            f"{topic} switched to cleanup.policy=compact (was delete)" in line
+            for b in cluster.brokers
+            for line in b.lines
+        ), topic
+    # the committed offset survived the switch
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "g"})
     try:
         committed = consumer.committed([TopicPartition("t", 0)], timeout=15)
