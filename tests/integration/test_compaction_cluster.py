@@ -89,12 +89,26 @@ def _cleaned_to(lines: list[str], name: str) -> int:
 
 
 def _copy_on_disk(partition_dir: Path) -> list[Row]:
-    """Every data record of a replica's segment files, in file order."""
+    """Every data record of a replica's segment files, in file order.
+
+    Raises while the broker swaps a clean in (a ``.swap`` file, or the list
+    of segments changed during the read): callers read again.
+    """
+
+    def listing() -> list[Path]:
+        names = sorted(partition_dir.iterdir())
+        if any(p.name.endswith(".swap") for p in names):
+            raise RuntimeError("a clean is being swapped in")
+        return [p for p in names if p.suffix == ".log"]
+
+    before = listing()
     out: list[Row] = []
-    for path in sorted(partition_dir.glob("*.log")):
+    for path in before:
         for batch in decode_batches(path.read_bytes()):
             if not batch.header.is_control:
                 out.extend((r.offset, r.key, r.value) for r in batch.records)
+    if listing() != before:
+        raise RuntimeError("the segments changed during the read")
     return out
 
 
@@ -169,7 +183,9 @@ def test_every_replica_compacts_its_copy_and_a_failover_keeps_the_latest_values(
     # Each copy holds at every offset it kept exactly what was written there,
     # the latest value of every key, and the cleaned part has gaps.
     for broker_id, b in enumerate(cluster.brokers):
-        copy = _copy_on_disk(b.data_dir / "kv-0")
+        # a live follower may still be swapping a clean in: read again if a file went
+        directory = b.data_dir / "kv-0"
+        copy = wait_for(lambda: _copy_on_disk(directory), 30, f"broker {broker_id}'s copy")  # noqa: B023
         offsets = [o for o, _, _ in copy]
         assert offsets == sorted(set(offsets)), f"broker {broker_id}"
         assert all(written[o] == (k, v) for o, k, v in copy), f"broker {broker_id}"
