@@ -13,7 +13,10 @@
    (IncrementalAlterConfigs); the broker's cleaner then cleans it, while a pinger process sends
    ApiVersions every 10 ms on its own connection (the method of
    bench_stalls.py): the worst round trip is the longest any client waited
-   for the cleaner.
+   for the cleaner. Beside it, the same pings on the idle broker for
+   ``--idle-seconds`` just before (what the machine alone does), the broker's
+   own ``headwater_event_loop_lag_max_seconds`` in both windows, and the
+   clean's longest step on the event loop (from its log line).
 
 Run: ``.venv/bin/python bench/bench_cleaner.py [--size 1G] [--cases throughput,stall]``
 (``--size 200M`` for a quick run). Prints the figures and writes
@@ -26,15 +29,17 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import re
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_stalls import pinger
-from brokers import Headwater, ScratchDir, machine_info
+from brokers import Headwater, ScratchDir, free_port, machine_info
 
 from headwater.log.cleaner import Cleaner
 from headwater.log.config import LogConfig
@@ -151,7 +156,7 @@ def throughput(size: int, distinct: int | None) -> dict[str, Any]:
         return row
 
 
-def stall(size: int, distinct: int | None) -> dict[str, Any]:
+def stall(size: int, distinct: int | None, idle_seconds: float) -> dict[str, Any]:
     """The topic is written as ``delete`` and switched to ``compact`` live, pinger running."""
     from confluent_kafka.admin import (
         AdminClient,
@@ -169,7 +174,14 @@ def stall(size: int, distinct: int | None) -> dict[str, Any]:
         broker.stop()
         per_key = distinct or max(1, size // RECORD_BYTES // 100)
         write_log(data / "compacted-0", size, per_key)
-        broker = Headwater(data, ["log.cleaner.backoff.ms=200"])
+        metrics_port = free_port()
+        broker = Headwater(
+            data,
+            [
+                "log.cleaner.backoff.ms=200",
+                f"headwater.metrics.listen=127.0.0.1:{metrics_port}",
+            ],
+        )
         parent, child = mp.Pipe()
         broker.start(timeout=60)
         try:
@@ -178,9 +190,11 @@ def stall(size: int, distinct: int | None) -> dict[str, Any]:
             time.sleep(1.0)
             parent.send("report")
             parent.recv()
-            time.sleep(3.0)  # what this machine's load alone does to a ping
+            loop_lag_max(metrics_port)  # resets the broker's worst-since-last-scrape
+            time.sleep(idle_seconds)  # what this machine's load alone does to a ping
             parent.send("report")
             idle = sorted(parent.recv())
+            idle_lag = loop_lag_max(metrics_port)
             start = time.perf_counter()
             admin = AdminClient({"bootstrap.servers": broker.bootstrap})
             resource = ConfigResource(ConfigResource.Type.TOPIC, "compacted")
@@ -199,6 +213,7 @@ def stall(size: int, distinct: int | None) -> dict[str, Any]:
             time.sleep(0.3)
             parent.send("report")
             samples = sorted(parent.recv())
+            clean_lag = loop_lag_max(metrics_port)
             parent.send("stop")
             ping.join(5)
         finally:
@@ -207,12 +222,31 @@ def stall(size: int, distinct: int | None) -> dict[str, Any]:
         worst = samples[-1] if samples else float("nan")
         p99 = samples[int(len(samples) * 0.99)] if samples else float("nan")
         idle_worst = idle[-1] if idle else float("nan")
-        print(f"idle broker, 3 s: {len(idle)} pings, worst {idle_worst:.1f} ms")
+        idle_p99 = idle[int(len(idle) * 0.99)] if idle else float("nan")
+        match = re.search(r"longest step on the event loop ([\d.]+) ms", line)
+        on_loop = float(match.group(1)) if match else float("nan")
+        print(f"idle broker, {idle_seconds:.0f} s: {len(idle)} pings, worst {idle_worst:.1f} ms, "
+              f"p99 {idle_p99:.1f} ms, event-loop lag max {idle_lag * 1000:.1f} ms")  # fmt: skip
         print(f"broker cleaning {size / 1e6:,.0f} MB: {took:.1f} s, {len(samples)} pings, "
-              f"worst {worst:.1f} ms, p99 {p99:.1f} ms")  # fmt: skip
+              f"worst {worst:.1f} ms, p99 {p99:.1f} ms, event-loop lag max "
+              f"{clean_lag * 1000:.1f} ms, the clean's longest step on the loop "
+              f"{on_loop:.1f} ms")  # fmt: skip
         print("  " + line.split(" - ")[-1])
         return {"seconds": took, "pings": len(samples), "worst_ms": worst, "p99_ms": p99,
-                "idle_worst_ms": idle_worst, "log_line": line}  # fmt: skip
+                "loop_lag_max_ms": clean_lag * 1000, "on_loop_ms": on_loop,
+                "idle_seconds": idle_seconds, "idle_pings": len(idle),
+                "idle_worst_ms": idle_worst, "idle_p99_ms": idle_p99,
+                "idle_loop_lag_max_ms": idle_lag * 1000, "log_line": line}  # fmt: skip
+
+
+def loop_lag_max(port: int) -> float:
+    """The broker's ``headwater_event_loop_lag_max_seconds``: its worst since the last scrape."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    for row in text.splitlines():
+        if row.startswith("headwater_event_loop_lag_max_seconds "):
+            return float(row.split()[1])
+    raise RuntimeError("the broker does not report headwater_event_loop_lag_max_seconds")
 
 
 def main() -> None:
@@ -220,6 +254,9 @@ def main() -> None:
     parser.add_argument("--size", type=parse_size, default=1 << 30)
     parser.add_argument("--distinct", type=int, default=None, help="default: 1%% of records")
     parser.add_argument("--cases", default="throughput,stall")
+    parser.add_argument(
+        "--idle-seconds", type=float, default=10.0, help="the idle baseline before the clean"
+    )
     parser.add_argument("--results", type=Path, default=RESULTS)
     args = parser.parse_args()
     cases = set(args.cases.split(","))
@@ -227,7 +264,7 @@ def main() -> None:
     if "throughput" in cases:
         out["throughput"] = throughput(args.size, args.distinct)
     if "stall" in cases:
-        out["stall"] = stall(args.size, args.distinct)
+        out["stall"] = stall(args.size, args.distinct, args.idle_seconds)
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {args.results}")

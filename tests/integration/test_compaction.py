@@ -357,3 +357,85 @@ def test_a_transactional_id_is_still_fenced_after_a_quiet_period_and_a_restart(
         assert asyncio.run(zombie_end()) in (47, 90)  # INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
     finally:
         b.stop()
+
+
+def test_a_group_reads_across_gaps_commits_and_resumes_in_a_gap(
+    broker_factory: BrokerFactory,
+) -> None:
+    """A consumer group (confluent-kafka, then kafka-python) reads a cleaned log.
+
+    The committed offset sits in a gap left by the cleaner: the restarted
+    member's first fetch there returns the next batch.
+    """
+    from kafka import KafkaConsumer
+
+    b = broker_factory(*FAST)
+    _create(b, "gaps", COMPACTED)
+    pairs: list[tuple[bytes | None, bytes | None]] = [
+        (b"k%d" % (i % 30), b"v%d-" % i + b"x" * 100) for i in range(540)
+    ]
+    # each key twice in a row at the end: its survivors are every other offset
+    pairs += [(b"k%d" % (i // 2), b"w%d-" % i + b"x" * 100) for i in range(60)]
+    _produce(b, "gaps", pairs)
+    fill = 0
+
+    def cleaned() -> bool:
+        nonlocal fill
+        _produce(b, "gaps", [(b"dirty", b"%d" % fill)])  # rolls the segments under test
+        fill += 1
+        records, _ = _read(b, "gaps")
+        keys = [k for o, k, _ in records if o < len(pairs)]
+        return len(keys) == len(set(keys))
+
+    _wait_for(cleaned, 60, "the cleaner to keep one record per key")
+    survivors, end = _read(b, "gaps")
+    # the keyed records are cleaned for good; the "dirty" tail may still shrink
+    offsets = [o for o, _, _ in survivors if o < len(pairs)]
+    # stop after a record followed by a gap: the commit points into the gap
+    gaps = [i for i in range(len(offsets) - 1) if offsets[i + 1] > offsets[i] + 1]
+    stop = gaps[len(gaps) // 2]
+    committed = offsets[stop] + 1
+    assert committed not in offsets
+
+    first = Consumer(
+        {
+            "bootstrap.servers": b.bootstrap,
+            "group.id": "across-gaps",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    seen: list[int] = []
+    deadline = time.monotonic() + 30
+    try:
+        first.subscribe(["gaps"])
+        while len(seen) <= stop and time.monotonic() < deadline:
+            message = first.poll(0.5)
+            if message is None or message.error():
+                continue
+            seen.append(int(message.offset() or 0))
+        assert seen[: stop + 1] == offsets[: stop + 1]
+        first.commit(offsets=[TopicPartition("gaps", 0, committed)], asynchronous=False)
+    finally:
+        first.close()
+
+    second = KafkaConsumer(
+        "gaps",
+        bootstrap_servers=b.bootstrap,
+        group_id="across-gaps",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=20000,
+    )
+    try:
+        rest: list[int] = []
+        for message in second:
+            rest.append(message.offset)
+            if message.offset >= end - 1:
+                break
+    finally:
+        second.close()
+    assert rest[0] > committed  # resumed in the gap: the next batch, nothing earlier
+    assert rest == sorted(set(rest)) and rest[-1] == end - 1
+    # every survivor after the commit, once, in order
+    assert [o for o in rest if o < len(pairs)] == offsets[stop + 1 :]
