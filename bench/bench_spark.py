@@ -1,20 +1,38 @@
-"""Headwater into Spark: a streaming query (noop sink) vs the raw client, same data.
+"""Headwater into Spark, side by side with librdkafka and Headwater's own client, one run.
 
-One run starts a broker (``headwater serve`` as a child process) on a fresh
-data directory, produces ``--records`` records of ``--value-bytes`` into a
-topic of ``--partitions`` partitions, then reads them all twice:
+One Headwater broker process (``headwater serve``) on a fresh data dir;
+confluent-kafka's producer fills a topic of ``--partitions`` partitions with
+``--records`` records of ``--value-bytes`` (short keys, ``--codec``). Then,
+for ``--rounds`` rounds, each reader reads the whole topic once, in turn:
 
-* **client**: one ``headwater.client.Consumer`` assigned every partition,
-  polling until each reaches its end offset (records decoded, nothing else);
-* **spark**: ``spark.readStream.format("headwater")`` with
-  ``trigger(availableNow=True)`` into the ``noop`` sink on ``--master``
-  (``local[*]`` by default). Spark pulls every row through Arrow into the
-  JVM, so this measures the source end to end. Figures are given both for
-  the query's wall time (from ``start()``: planning, Python worker start-up
-  and all batches) and for the sum of its micro-batches' execution time.
+* **confluent-kafka**: one ``confluent_kafka.Consumer`` assigned every
+  partition, ``consume(10000)`` touching every value, with
+  ``fetch.queue.backoff.ms=0`` (librdkafka's default of 1000 ms stalls it
+  whenever its local queue fills: /work/shared/notes/real-clients.md);
+* **headwater client**: ``headwater.client.Consumer.poll`` (one
+  ``ConsumerRecord`` per record) touching every value;
+* **spark batch**: ``spark.read.format("headwater")`` into ``noop``;
+* **spark availableNow**: ``spark.readStream.format("headwater")`` with
+  ``trigger(availableNow=True)`` into ``noop`` (wall time from ``start()``,
+  a fresh checkpoint each time).
+
+Spark runs on ``--master`` (``local[2]`` by default) in one session that a
+first, unmeasured read of each kind has warmed. Each figure is the median
+over the rounds; the broker's CPU seconds per reader come from
+``/proc/PID/stat``.
+
+**Fixed cost** of a query: the same two Spark queries over a topic holding
+one record (one partition), against Spark queries of the same shape on
+Spark's own sources: ``spark.range(1)`` for the batch read and the
+``rate-micro-batch`` source (one row, ``availableNow``) for the stream.
+The difference is what the headwater source adds per query.
+
+**Stream planning**: what Spark's stream-reader process runs per trigger
+(``latestOffset`` then ``partitions``, ``maxOffsetsPerTrigger`` 1,000),
+called in this process against the same broker: milliseconds per micro-batch.
 
 Prints a table and writes bench/results/spark.json.
-Run: ``.venv/bin/python bench/bench_spark.py [--records N] [--partitions P]``.
+Run: ``.venv/bin/python bench/bench_spark.py [--records N] [--rounds R]``.
 """
 
 from __future__ import annotations
@@ -22,99 +40,225 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import socket
+import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from brokers import Headwater, ScratchDir, machine_info
 
 TOPIC = "bench-spark"
+TINY_TOPIC = "bench-spark-one"
 
 
-def produce(bootstrap: str, records: int, partitions: int, value_bytes: int) -> float:
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
     from headwater.client.admin import AdminClient
-    from headwater.client.producer import Producer
 
-    admin = AdminClient(bootstrap)
-    admin.create_topics([(TOPIC, partitions, {})])
-    admin.close()
-    value = b"v" * value_bytes
+    with AdminClient(bootstrap) as admin:
+        admin.create_topics([(name, partitions, {})])
+
+
+def produce(bootstrap: str, topic: str, n: int, size: int, codec: str, parts: int) -> float:
+    from confluent_kafka import Producer
+
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
-            "linger.ms": "20",
-            "batch.size": "262144",
-            "compression.type": "lz4",
-            "acks": "1",
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "compression.type": codec,
+            "acks": 1,
+            "queue.buffering.max.messages": 1_000_000,
+        }
+    )
+    value = b"v" * size
+    started = time.perf_counter()
+    for i in range(n):
+        while True:
+            try:
+                producer.produce(topic, value, key=b"%d" % i, partition=i % parts)
+                break
+            except BufferError:
+                producer.poll(0.01)
+    left = producer.flush(120)
+    assert left == 0, f"{left} records not delivered"
+    return time.perf_counter() - started
+
+
+def confluent_read(bootstrap: str, n: int, parts: int) -> float:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{time.time_ns()}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "fetch.queue.backoff.ms": 0,
         }
     )
     started = time.perf_counter()
-    for i in range(records):
-        producer.send(TOPIC, value, key=b"%d" % i, partition=i % partitions)
-    producer.flush()
+    consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(parts)])
+    count = size = 0
+    while count < n:
+        # consume() blocks until it has the whole count (or times out): never
+        # ask for more than is left, or the last call waits out its timeout.
+        for msg in consumer.consume(min(n - count, 10_000), 1.0):
+            if msg.error():
+                continue
+            size += len(msg.value())
+            count += 1
     elapsed = time.perf_counter() - started
-    producer.close()
+    consumer.close()
     return elapsed
 
 
-def read_with_client(bootstrap: str, partitions: int) -> tuple[int, int, float]:
-    """(records, payload bytes, seconds) for reading the topic once, start to end."""
+def headwater_read(bootstrap: str, n: int, parts: int) -> float:
     from headwater.client.consumer import Consumer
     from headwater.client.types import TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest"})
-    tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
-    ends = consumer.end_offsets(tps)
-    started = time.perf_counter()
-    consumer.assign(tps)
-    for tp in tps:
-        consumer.seek(tp, 0)
-    left = {tp.partition: ends[tp] for tp in tps if ends[tp] > 0}
-    count = size = 0
-    while left:
-        for rec in consumer.poll(1.0):
-            count += 1
-            size += len(rec.value or b"") + len(rec.key or b"")
-            if rec.offset + 1 >= left.get(rec.partition, 0):
-                left.pop(rec.partition, None)
-    elapsed = time.perf_counter() - started
-    consumer.close()
-    return count, size, elapsed
+    with Consumer({"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest"}) as consumer:
+        tps = [TopicPartition(TOPIC, p) for p in range(parts)]
+        started = time.perf_counter()
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)
+        count = size = 0
+        while count < n:
+            for rec in consumer.poll(1.0):
+                size += len(rec.value or b"")
+                count += 1
+        return time.perf_counter() - started
 
 
-def read_with_spark(
-    bootstrap: str, master: str, max_offsets: int | None, runs: int
-) -> list[dict[str, float]]:
-    """One availableNow query per run over the whole topic, in one SparkSession.
+def one_row_source() -> type:
+    """The smallest Python streaming source (one row, then nothing): the floor under
+    any Python data source's per-query cost (Spark starts a Python process for
+    the stream reader of every query). Defined in a function so that
+    cloudpickle ships it by value to Spark's Python processes."""
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-    The first run pays for JVM warm-up and Python worker start-up; later
-    runs show the steady state.
+    class OneRowReader(DataSourceStreamReader):  # type: ignore[misc]
+        def initialOffset(self) -> dict[str, int]:
+            return {"offset": 0}
+
+        def latestOffset(self) -> dict[str, int]:
+            return {"offset": 1}
+
+        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+            return [InputPartition(end["offset"] - start["offset"])]
+
+        def read(self, partition: InputPartition) -> Any:
+            yield pa.RecordBatch.from_pydict({"id": list(range(partition.value))})
+
+    class OneRowSource(DataSource):  # type: ignore[misc]
+        @classmethod
+        def name(cls) -> str:
+            return "bench_one_row"
+
+        def schema(self) -> str:
+            return "id long"
+
+        def streamReader(self, schema: Any) -> DataSourceStreamReader:
+            return OneRowReader()
+
+    return OneRowSource
+
+
+def stream_planning_ms(bootstrap: str, batches: int = 100) -> float:
+    """Driver-side cost of one micro-batch's planning, outside Spark, in milliseconds.
+
+    What Spark's stream-reader process runs per trigger (``latestOffset``
+    under ``maxOffsetsPerTrigger``, then ``partitions``), 1,000 offsets per
+    micro-batch; the best of three passes of ``batches`` micro-batches.
     """
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.datasource import ReadMaxRows
 
-    import headwater.spark
+    from headwater.spark.source import HeadwaterDataSource
 
-    spark = (
-        SparkSession.builder.master(master)
-        .appName("bench-spark")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
+    source = HeadwaterDataSource(
+        {
+            "kafka.bootstrap.servers": bootstrap,
+            "subscribe": TOPIC,
+            "startingOffsets": "earliest",
+            "maxOffsetsPerTrigger": "1000",
+        }
     )
-    spark.sparkContext.setLogLevel("ERROR")
-    headwater.spark.register(spark)
-    out = []
-    for _ in range(runs):
+    reader = source.streamReader(source.schema())
+    first = reader.initialOffset()
+    passes = []
+    for _ in range(3):
+        start = first
+        started = time.perf_counter()
+        for _ in range(batches):
+            end = reader.latestOffset(start, ReadMaxRows(1000))
+            reader.partitions(start, end)
+            start = end
+        passes.append((time.perf_counter() - started) / batches * 1000)
+    return min(passes)
+
+
+class SparkRunner:
+    def __init__(self, master: str) -> None:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        from pyspark.sql import SparkSession
+
+        import headwater.spark
+
+        self.spark = (
+            SparkSession.builder.master(master)
+            .appName("bench-spark")
+            .config("spark.ui.showConsoleProgress", "false")
+            .getOrCreate()
+        )
+        self.spark.sparkContext.setLogLevel("ERROR")
+        headwater.spark.register(self.spark)
+        self.spark.dataSource.register(one_row_source())
+
+    def batch_read(self, bootstrap: str, topic: str) -> float:
+        started = time.perf_counter()
+        (
+            self.spark.read.format("headwater")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+            .load()
+            .write.format("noop")
+            .mode("overwrite")
+            .save()
+        )
+        return time.perf_counter() - started
+
+    def stream_read(self, bootstrap: str, topic: str, n: int) -> float:
+        reader = (
+            self.spark.readStream.format("headwater")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic)
+            .option("startingOffsets", "earliest")
+        )
+        return self._available_now(reader, n)
+
+    def range_read(self) -> float:
+        started = time.perf_counter()
+        self.spark.range(1, numPartitions=1).write.format("noop").mode("overwrite").save()
+        return time.perf_counter() - started
+
+    def rate_stream(self) -> float:
+        reader = (
+            self.spark.readStream.format("rate-micro-batch")
+            .option("rowsPerBatch", 1)
+            .option("numPartitions", 1)
+        )
+        return self._available_now(reader, 1)
+
+    def python_stream(self) -> float:
+        return self._available_now(self.spark.readStream.format("bench_one_row"), 1)
+
+    def _available_now(self, reader: Any, n: int) -> float:
         with tempfile.TemporaryDirectory(prefix="bench-spark-") as tmp:
-            reader = (
-                spark.readStream.format("headwater")
-                .option("kafka.bootstrap.servers", bootstrap)
-                .option("subscribe", TOPIC)
-                .option("startingOffsets", "earliest")
-            )
-            if max_offsets:
-                reader = reader.option("maxOffsetsPerTrigger", str(max_offsets))
             started = time.perf_counter()
             query = (
                 reader.load()
@@ -124,32 +268,13 @@ def read_with_spark(
                 .start()
             )
             query.awaitTermination()
-            wall = time.perf_counter() - started
-            progress = [p for p in query.recentProgress if p["numInputRows"]]
-        out.append(
-            {
-                "rows": sum(int(p["numInputRows"]) for p in progress),
-                "wall_s": wall,
-                "batches_s": sum(p["durationMs"]["triggerExecution"] for p in progress) / 1000,
-                "batches": len(progress),
-            }
-        )
-    spark.stop()
-    return out
+            elapsed = time.perf_counter() - started
+            rows = sum(int(p["numInputRows"]) for p in query.recentProgress)
+            assert rows == n, (rows, n)
+            return elapsed
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _figures(records: int, mb: float, seconds: float) -> dict[str, float]:
-    return {
-        "seconds": round(seconds, 3),
-        "records_per_s": round(records / seconds),
-        "mb_per_s": round(mb / seconds, 2),
-    }
+    def stop(self) -> None:
+        self.spark.stop()
 
 
 def main() -> None:
@@ -157,58 +282,135 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--value-bytes", type=int, default=100)
-    parser.add_argument("--master", default="local[*]")
-    parser.add_argument("--max-offsets-per-trigger", type=int, default=None)
-    parser.add_argument("--spark-runs", type=int, default=2)
+    parser.add_argument("--codec", default="lz4")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "spark.json"))
     args = parser.parse_args()
+    n = args.records - args.records % args.partitions
+    parts = args.partitions
 
-    from headwater.demo import EmbeddedBroker
+    from headwater.records.columnar import warm_up
 
-    with tempfile.TemporaryDirectory(prefix="bench-spark-data-") as data:
-        broker = EmbeddedBroker(Path(data), listen=f"127.0.0.1:{free_port()}").start()
+    warm_up()  # numba's cache load, once, outside every figure
+    with ScratchDir("bench-spark-data-") as data, Headwater(data) as broker:
+        bootstrap = broker.bootstrap
+        create_topic(bootstrap, TOPIC, parts)
+        produce_s = produce(bootstrap, TOPIC, n, args.value_bytes, args.codec, parts)
+        create_topic(bootstrap, TINY_TOPIC, 1)
+        produce(bootstrap, TINY_TOPIC, 1, args.value_bytes, "none", 1)
+        planning_ms = stream_planning_ms(bootstrap)
+        spark = SparkRunner(args.master)
         try:
-            produce_s = produce(broker.listen, args.records, args.partitions, args.value_bytes)
-            count, payload, client_s = read_with_client(broker.listen, args.partitions)
-            assert count == args.records, (count, args.records)
-            runs = read_with_spark(
-                broker.listen, args.master, args.max_offsets_per_trigger, args.spark_runs
-            )
-            assert all(r["rows"] == args.records for r in runs), runs
+            cold = {
+                "batch_1_record_s": round(spark.batch_read(bootstrap, TINY_TOPIC), 3),
+                "stream_1_record_s": round(spark.stream_read(bootstrap, TINY_TOPIC, 1), 3),
+            }
+            spark.batch_read(bootstrap, TOPIC)
+            spark.stream_read(bootstrap, TOPIC, n)
+            spark.range_read()
+            spark.rate_stream()
+            spark.python_stream()
+            readers: dict[str, Callable[[], float]] = {
+                "confluent-kafka": lambda: confluent_read(bootstrap, n, parts),
+                "headwater client": lambda: headwater_read(bootstrap, n, parts),
+                "spark batch": lambda: spark.batch_read(bootstrap, TOPIC),
+                "spark availableNow": lambda: spark.stream_read(bootstrap, TOPIC, n),
+            }
+            fixed: dict[str, Callable[[], float]] = {
+                "headwater batch, 1 record": lambda: spark.batch_read(bootstrap, TINY_TOPIC),
+                "spark range(1)": spark.range_read,
+                "headwater availableNow, 1 record": lambda: spark.stream_read(
+                    bootstrap, TINY_TOPIC, 1
+                ),
+                "rate-micro-batch availableNow, 1 row": spark.rate_stream,
+                "python source availableNow, 1 row": spark.python_stream,
+            }
+            times: dict[str, list[float]] = {k: [] for k in (*readers, *fixed)}
+            broker_cpu: dict[str, list[float]] = {k: [] for k in readers}
+            for _ in range(args.rounds):
+                for name, run in readers.items():
+                    cpu = broker.cpu_seconds()
+                    times[name].append(run())
+                    broker_cpu[name].append(broker.cpu_seconds() - cpu)
+                for name, run in fixed.items():
+                    times[name].append(run())
         finally:
-            broker.stop()
+            spark.stop()
 
-    mb = payload / 1e6
-    rows: list[tuple[str, dict[str, float]]] = [("headwater client", _figures(count, mb, client_s))]
-    for i, run in enumerate(runs):
-        label = "cold" if i == 0 else "warm"
-        rows.append((f"spark noop, {label} (wall)", _figures(args.records, mb, run["wall_s"])))
-        rows.append(
-            (
-                f"spark noop, {label} ({int(run['batches'])} batches)",
-                _figures(args.records, mb, run["batches_s"]),
-            )
-        )
-    results = {
-        "records": args.records,
-        "partitions": args.partitions,
+    med = {k: statistics.median(v) for k, v in times.items()}
+    base = n / med["confluent-kafka"]
+    batch = n / med["spark batch"]
+    results: dict[str, Any] = {
+        "machine": machine_info(),
+        "records": n,
+        "partitions": parts,
         "value_bytes": args.value_bytes,
-        "payload_mb": round(mb, 2),
+        "codec": args.codec,
         "master": args.master,
-        "max_offsets_per_trigger": args.max_offsets_per_trigger,
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "load_average_1m": round(os.getloadavg()[0], 2),
-        "produce": _figures(args.records, mb, produce_s),
-        "readers": {name: figures for name, figures in rows},
+        "rounds": args.rounds,
+        "produce_s": round(produce_s, 3),
+        "stream_planning_ms_per_micro_batch": round(planning_ms, 2),
+        "readers": {
+            name: {
+                "seconds": round(med[name], 3),
+                "records_per_s": round(n / med[name]),
+                "x_confluent": round(n / med[name] / base, 2),
+                "x_spark_batch": round(n / med[name] / batch, 2),
+                "broker_cpu_s": round(statistics.median(broker_cpu[name]), 2),
+                "all_seconds": [round(t, 3) for t in times[name]],
+            }
+            for name in readers
+        },
+        "fixed_cost": {
+            **{
+                name: {
+                    "seconds": round(med[name], 3),
+                    "all_seconds": [round(t, 3) for t in times[name]],
+                }
+                for name in fixed
+            },
+            "batch_beyond_spark_s": round(
+                med["headwater batch, 1 record"] - med["spark range(1)"], 3
+            ),
+            "stream_beyond_spark_s": round(
+                med["headwater availableNow, 1 record"]
+                - med["rate-micro-batch availableNow, 1 row"],
+                3,
+            ),
+            "stream_beyond_python_source_s": round(
+                med["headwater availableNow, 1 record"] - med["python source availableNow, 1 row"],
+                3,
+            ),
+            "first_query_of_session": cold,
+        },
     }
+    results["load_average_1m"] = round(os.getloadavg()[0], 2)
     print(
-        f"{args.records:,} records x {args.value_bytes} B in {args.partitions} partitions "
-        f"({mb:.1f} MB of keys+values), Spark {args.master} on {os.cpu_count()} CPUs"
+        f"{n:,} records x {args.value_bytes} B ({args.codec}) in {parts} partitions, "
+        f"Spark {args.master}, median of {args.rounds} rounds"
     )
-    print(f"{'reader':<34}{'seconds':>9}{'records/s':>12}{'MB/s':>8}")
-    for name, r in rows:
-        print(f"{name:<34}{r['seconds']:>9.2f}{r['records_per_s']:>12,}{r['mb_per_s']:>8.1f}")
+    print(
+        f"{'reader':<22}{'seconds':>9}{'records/s':>12}{'x confluent':>13}{'x batch':>9}"
+        f"{'broker CPU s':>14}"
+    )
+    for name, r in results["readers"].items():
+        print(
+            f"{name:<22}{r['seconds']:>9.3f}{r['records_per_s']:>12,}{r['x_confluent']:>13.2f}"
+            f"{r['x_spark_batch']:>9.2f}{r['broker_cpu_s']:>14.2f}"
+        )
+    print("fixed cost of a query (seconds, median):")
+    for name in fixed:
+        print(f"  {name:<40}{med[name]:>7.3f}")
+    fc = results["fixed_cost"]
+    print(f"  headwater batch beyond Spark's own:      {fc['batch_beyond_spark_s']:>7.3f}")
+    print(f"  headwater availableNow beyond Spark's own:{fc['stream_beyond_spark_s']:>6.3f}")
+    print(
+        "  headwater availableNow beyond a one-row Python source:"
+        f"{fc['stream_beyond_python_source_s']:>6.3f}"
+    )
+    print(f"  first queries of the session (1 record): {cold}")
+    print(f"stream planning per micro-batch, outside Spark: {planning_ms:.2f} ms")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.out}")

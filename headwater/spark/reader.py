@@ -135,6 +135,7 @@ class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         self.options = options
         self._available_now_target: OffsetMap | None = None
         self._last_latest: OffsetMap | None = None
+        self._planning_bounds: LogBounds | None = None
 
     # -- offsets ---------------------------------------------------------------
 
@@ -164,6 +165,7 @@ class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def latestOffset(self, start: OffsetJson, limit: ReadLimit) -> OffsetJson:
         bounds = self._bounds()
         self._last_latest = dict(bounds.latest)
+        self._planning_bounds = bounds
         begin = offsets_from_json(start)
         latest: OffsetMap = dict(bounds.latest)
         if self._available_now_target is not None:
@@ -194,9 +196,19 @@ class HeadwaterStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return range_tasks(self.options, ranges)
 
     def _earliest(self, wanted: set[tuple[str, int]]) -> Mapping[tuple[str, int], int]:
+        """Log starts for planning: those ``latestOffset`` just saw, else fresh ones.
+
+        Spark plans a micro-batch right after asking for its end offset, so
+        the snapshot taken there is reused once (one Metadata and two
+        ListOffsets round trips fewer per micro-batch). Offsets retention
+        deletes after it are still caught, by the task that finds them gone
+        (``task._skip_lost_offsets``, same ``failOnDataLoss`` policy).
+        """
         if not wanted:
             return {}
-        bounds = self._bounds()
+        bounds, self._planning_bounds = self._planning_bounds, None
+        if bounds is None or not wanted <= bounds.earliest.keys():
+            bounds = self._bounds()
         return {tp: off for tp, off in bounds.earliest.items() if tp in wanted}
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
