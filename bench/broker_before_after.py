@@ -8,6 +8,10 @@ before/after comparison is run twice, once with each checkout as the default
 broker, and each ratio is the geometric mean of the two orders, which
 cancels a position effect that multiplies both alike.
 
+How sure: a permutation test on the pooled rounds (18 per checkout, half in
+each position) gives the chance that a median ratio at least this far from 1
+comes from shuffling the same rounds between the two labels.
+
 Broker CPU per GB is pooled over all rounds (total CPU-seconds over total
 bytes): /proc counts CPU in 10 ms ticks, coarse for one round's 50-200 MB.
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import random
 import statistics
 from pathlib import Path
 from typing import Any
@@ -33,6 +38,23 @@ def pooled_cpu_per_gb(rounds: list[dict[str, Any]]) -> float:
 
 def mb_per_s(rounds: list[dict[str, Any]]) -> list[float]:
     return [r["bytes"] / r["seconds"] / 1e6 for r in rounds]
+
+
+def permutation_p(after: list[float], before: list[float], trials: int = 5000) -> float:
+    """Two-sided: how often a random relabelling moves log(median ratio) as far."""
+
+    def distance(a: list[float], b: list[float]) -> float:
+        return abs(math.log(statistics.median(a) / statistics.median(b)))
+
+    observed = distance(after, before)
+    pool = after + before
+    rng = random.Random(18)
+    hits = 0
+    for _ in range(trials):
+        rng.shuffle(pool)
+        if distance(pool[: len(after)], pool[len(after) :]) >= observed - 1e-12:
+            hits += 1
+    return hits / trials
 
 
 def tree_key(results: dict[str, Any]) -> str:
@@ -74,20 +96,11 @@ def combine(after_first: dict[str, Any], before_first: dict[str, Any]) -> list[d
                 cpu["after"] += after
                 cpu["before"] += before
             row["after_over_before_geomean"] = round(math.sqrt(ratios[0] * ratios[1]), 2)
-            row["after_mb_per_s_all"] = round(
-                statistics.median(
-                    mb_per_s(a1["headwater"][label][phase]["rounds"])
-                    + mb_per_s(b2[tree_key(b2)][label][phase]["rounds"])
-                ),
-                1,
-            )
-            row["before_mb_per_s_all"] = round(
-                statistics.median(
-                    mb_per_s(a1[tree_key(a1)][label][phase]["rounds"])
-                    + mb_per_s(b2["headwater"][label][phase]["rounds"])
-                ),
-                1,
-            )
+            after_all = mb_per_s(cpu["after"])
+            before_all = mb_per_s(cpu["before"])
+            row["after_mb_per_s_all"] = round(statistics.median(after_all), 1)
+            row["before_mb_per_s_all"] = round(statistics.median(before_all), 1)
+            row["permutation_p"] = round(permutation_p(after_all, before_all), 3)
             row["cpu_s_per_gb_after"] = round(pooled_cpu_per_gb(cpu["after"]), 3)
             row["cpu_s_per_gb_before"] = round(pooled_cpu_per_gb(cpu["before"]), 3)
             rows.append(row)
@@ -106,7 +119,7 @@ def main() -> None:
     head = (
         f"{'size':>5} {'phase':<8} {'after-first a/b':>16} {'before-first a/b':>17} "
         f"{'geomean':>8} {'A/A 1st/2nd':>12} {'MB/s after':>11} {'before':>7} "
-        f"{'CPU-s/GB after':>15} {'before':>7}"
+        f"{'CPU-s/GB after':>15} {'before':>7} {'p':>6}"
     )
     print(head + "\n" + "-" * len(head))
     for r in rows:
@@ -125,7 +138,8 @@ def main() -> None:
             f"{r['workload']:>5} {r['phase']:<8} {cells[0]:>16} {cells[1]:>17} "
             f"{r['after_over_before_geomean']:8.2f} {twins:>12} "
             f"{r['after_mb_per_s_all']:11.1f} {r['before_mb_per_s_all']:7.1f} "
-            f"{r['cpu_s_per_gb_after']:15.3f} {r['cpu_s_per_gb_before']:7.3f}"
+            f"{r['cpu_s_per_gb_after']:15.3f} {r['cpu_s_per_gb_before']:7.3f} "
+            f"{r['permutation_p']:6.3f}"
         )
     if args.out is not None:
         args.out.write_text(json.dumps(rows, indent=2) + "\n")
