@@ -183,7 +183,10 @@ def one_round(broker: Headwater, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def parse_trees(values: list[str]) -> dict[str, Path]:
+def parse_trees(values: list[str] | None) -> dict[str, Path]:
+    """``NAME=PATH`` pairs: the checkouts whose brokers run side by side (default: this one)."""
+    if not values:
+        return {"this": Path(__file__).resolve().parent.parent}
     trees: dict[str, Path] = {}
     for value in values:
         name, _, path = value.partition("=")
@@ -272,9 +275,9 @@ def main() -> None:
     parser.add_argument(
         "--tree",
         action="append",
-        required=True,
         metavar="NAME=PATH",
-        help="a checkout whose broker to run (its directory first on PYTHONPATH); repeat",
+        help="a checkout whose broker to run (its directory first on PYTHONPATH); repeat "
+        "(default: this checkout)",
     )
     parser.add_argument("--rounds", type=int, default=6, help="rounds per broker")
     parser.add_argument("--rate", type=float, default=1000.0, help="records per second")

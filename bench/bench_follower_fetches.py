@@ -68,7 +68,12 @@ def one_round(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, floa
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tree", action="append", required=True, metavar="NAME=PATH")
+    parser.add_argument(
+        "--tree",
+        action="append",
+        metavar="NAME=PATH",
+        help="a checkout whose brokers to run (PYTHONPATH); repeat (default: this checkout)",
+    )
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--rate", type=float, default=1000.0, help="records per second")
     parser.add_argument("--seconds", type=float, default=10.0)
