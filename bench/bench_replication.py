@@ -383,6 +383,10 @@ def paced_ack_latencies(
     return {
         "p50_ms": percentile(latencies, 0.50),
         "p99_ms": percentile(latencies, 0.99),
+        "max_ms": max(latencies, default=float("nan")),
+        # A missed wake-up of a parked follower fetch shows as an ack near
+        # replica.fetch.wait.max.ms (500 ms): count the acks that slow.
+        "over_200ms": sum(1 for x in latencies if x > 200),
         "samples": len(latencies),
         "client_cpu_s": time.process_time() - cpu_before,
     }
@@ -475,7 +479,8 @@ def bench_compare(args: argparse.Namespace) -> dict[str, Any]:
                     rounds[name][f"lat{rf}"].append(lat)
                     print(
                         f"  round {n + 1} {name} RF {rf}: acks=all p50 {lat['p50_ms']:.2f} ms, "
-                        f"p99 {lat['p99_ms']:.2f} ms (load {load:.1f})",
+                        f"p99 {lat['p99_ms']:.2f} ms, max {lat['max_ms']:.0f} ms, "
+                        f"{lat['over_200ms']:.0f} over 200 ms (load {load:.1f})",
                         flush=True,
                     )
                 for rf in ("1", "3"):
