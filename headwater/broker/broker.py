@@ -155,7 +155,7 @@ class Broker(HandlerTable):
             is_creating=self.cluster_admin.is_creating,
             wait_for_leaders=self.cluster_admin.wait_for_leaders,
         )
-        self.offsets = OffsetApis(self.logs, replication)
+        self.offsets = OffsetApis(replication)
         self.produce = ProduceApi(self.logs, self.admin, self.metrics, replication)
         self.fetch = FetchApi(
             self.config, self.logs, self.sessions, self.purgatory, self.metrics, replication
@@ -187,13 +187,13 @@ class Broker(HandlerTable):
         self.register_kio(ApiKey.INIT_PRODUCER_ID, self.admin.init_producer_id)
         self.register_kio(ApiKey.LIST_OFFSETS, self.offsets.list_offsets)
         self.register_kio(ApiKey.OFFSET_FOR_LEADER_EPOCH, self.offsets.offset_for_leader_epoch)
-        partition_admin = PartitionAdminApis(self.logs, replication)
+        partition_admin = PartitionAdminApis(replication)
         self.register_kio(ApiKey.DELETE_RECORDS, partition_admin.delete_records)
         self.register_kio(ApiKey.DESCRIBE_PRODUCERS, partition_admin.describe_producers)
         self.register_kio(ApiKey.DESCRIBE_LOG_DIRS, LogDirsApi(self.logs).describe_log_dirs)
         # Transaction markers go to the logs this broker leads; the transaction
         # coordinator calls ``txn_markers.write`` directly for its own partitions.
-        self.txn_markers = TxnMarkerWriter(self.logs, replication)
+        self.txn_markers = TxnMarkerWriter(replication)
         self.register_kio(
             ApiKey.WRITE_TXN_MARKERS, WriteTxnMarkersApi(self.txn_markers).write_txn_markers
         )

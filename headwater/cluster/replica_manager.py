@@ -602,9 +602,14 @@ class ReplicaManager:
     def enough_isr(self, replica: PartitionReplica) -> bool:
         return len(replica.isr) >= self.min_insync_replicas(replica.topic)
 
-    def leader_log(self, topic: str, partition: int) -> Log | None:
-        replica = self.replicas.get((topic, partition))
-        return replica.log if replica is not None and replica.is_leader else None
+    def leader_log(self, topic: str, partition: int) -> Log | int:
+        """The partition's log when this broker leads it, else the error code to answer.
+
+        For the APIs that only a partition's leader serves (ListOffsets,
+        OffsetsForLeaderEpoch, DeleteRecords, DescribeProducers, markers).
+        """
+        error = self.serving_error(topic, partition)
+        return error if error else self.replicas[(topic, partition)].log
 
     # -- the data path --------------------------------------------------------------------
 

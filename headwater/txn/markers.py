@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from headwater.cluster.replica_manager import ReplicaManager
 from headwater.log.errors import KafkaApiError
 from headwater.log.log import Log
-from headwater.log.log_directory import LogDirectory
 from headwater.protocol.error_codes import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -54,12 +53,10 @@ class TxnMarkerWriter:
 
     def __init__(
         self,
-        logs: LogDirectory,
         replication: ReplicaManager,
         *,
         replication_timeout_s: float = DEFAULT_REPLICATION_TIMEOUT_S,
     ) -> None:
-        self.logs = logs
         self.replication = replication
         self.replication_timeout_s = replication_timeout_s
         self.listeners: list[TxnCompletionListener] = []
@@ -67,17 +64,14 @@ class TxnMarkerWriter:
     def _leader_log(self, topic: str, partition: int) -> tuple[int, Log | None]:
         """(error, log): the log to append to when this broker leads the partition."""
         replication = self.replication
-        error = replication.serving_error(topic, partition)
-        if error:
-            return error, None
-        replica = replication.replica(topic, partition)
-        if replica is None or not replica.is_leader:
-            return ErrorCode.not_leader_or_follower, None
-        if not replication.enough_isr(replica):
+        log = replication.leader_log(topic, partition)
+        if isinstance(log, int):
+            return log, None
+        if not replication.enough_isr(replication.replicas[(topic, partition)]):
             # Kafka appends markers with acks=all and refuses before writing
             # when the ISR is below min.insync.replicas; the coordinator retries.
             return ErrorCode.not_enough_replicas, None
-        return ErrorCode.none, replica.log
+        return ErrorCode.none, log
 
     async def write(self, marker: TxnMarker) -> dict[tuple[str, int], int]:
         """Error code per partition (0 ok; NOT_LEADER_OR_FOLLOWER 6,

@@ -497,7 +497,7 @@ def test_marker_writer_answers_per_partition_and_tells_listeners_of_success(
 
     async def write() -> dict[tuple[str, int], int]:
         async with cluster_of_one(logs, tmp_path) as node:
-            writer = TxnMarkerWriter(logs, node.replicas)
+            writer = TxnMarkerWriter(node.replicas)
             writer.listeners.append(lambda *args: seen.append(args))
             marker = TxnMarker(5, 1, False, 0, (("t", 0), ("t", 1), ("t", 2), ("nope", 0)))
             return await writer.write(marker)
@@ -545,7 +545,7 @@ def test_a_failing_listener_turns_the_partition_into_an_unknown_server_error(
 
     async def write() -> dict[tuple[str, int], int]:
         async with cluster_of_one(logs, tmp_path) as node:
-            writer = TxnMarkerWriter(logs, node.replicas)
+            writer = TxnMarkerWriter(node.replicas)
             writer.listeners.append(broken)
             return await writer.write(TxnMarker(5, 0, True, 0, (("t", 0),)))
 
@@ -594,7 +594,7 @@ def test_write_txn_markers_needs_cluster_action_or_alter(
 
     async def write() -> dict[str, Any]:
         async with cluster_of_one(logs, tmp_path) as node:
-            api = WriteTxnMarkersApi(TxnMarkerWriter(logs, node.replicas))
+            api = WriteTxnMarkersApi(TxnMarkerWriter(node.replicas))
             return await api.write_txn_markers(_Ctx(allowed), req)  # type: ignore[arg-type]
 
     out = asyncio.run(write())

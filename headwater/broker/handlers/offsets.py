@@ -18,7 +18,6 @@ from headwater.cluster.replica_manager import ReplicaManager
 from headwater.fetch.planner import leader_epoch_error
 from headwater.log.isolation import Isolation
 from headwater.log.log import Log
-from headwater.log.log_directory import LogDirectory
 from headwater.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
 LATEST = -1
@@ -27,28 +26,12 @@ MAX_TIMESTAMP = -3  # v7, KIP-734: the record with the largest timestamp
 EARLIEST_LOCAL = -4  # v8, KIP-405: no tiered storage here, so the log start
 
 
-def leader_log(
-    logs: LogDirectory, replication: ReplicaManager, topic: str, partition: int
-) -> Log | int:
-    """The partition's log when this broker leads it, else the error code to answer.
-
-    Shared by the APIs that only a partition's leader serves (ListOffsets,
-    OffsetsForLeaderEpoch, DeleteRecords, DescribeProducers).
-    """
-    error = replication.serving_error(topic, partition)
-    if error:
-        return error
-    log = logs.existing_log(topic, partition)
-    return log if log is not None else int(E.unknown_topic_or_partition)
-
-
 class OffsetApis:
-    def __init__(self, logs: LogDirectory, replication: ReplicaManager) -> None:
-        self.logs = logs
+    def __init__(self, replication: ReplicaManager) -> None:
         self.replication = replication
 
     def _leader_log(self, topic: str, partition: int) -> Log | int:
-        return leader_log(self.logs, self.replication, topic, partition)
+        return self.replication.leader_log(topic, partition)
 
     def list_offsets(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
         read_committed = getattr(req, "isolation_level", 0) == 1

@@ -19,23 +19,20 @@ from typing import Any
 from kio.schema.errors import ErrorCode as E
 
 from headwater.broker.connection import RequestContext
-from headwater.broker.handlers.offsets import leader_log
 from headwater.cluster.replica_manager import ReplicaManager
 from headwater.log.errors import KafkaApiError
 from headwater.log.log import Log
-from headwater.log.log_directory import LogDirectory
 from headwater.security.acl import AclOperation
 
 HIGH_WATERMARK = -1  # DeleteRecords: "delete everything before the high watermark"
 
 
 class PartitionAdminApis:
-    def __init__(self, logs: LogDirectory, replication: ReplicaManager) -> None:
-        self.logs = logs
+    def __init__(self, replication: ReplicaManager) -> None:
         self.replication = replication
 
     def _leader_log(self, topic: str, partition: int) -> Log | int:
-        return leader_log(self.logs, self.replication, topic, partition)
+        return self.replication.leader_log(topic, partition)
 
     async def delete_records(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
         """Kafka's rule: the answer waits until every live replica's log start reached
