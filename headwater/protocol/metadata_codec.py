@@ -2,11 +2,11 @@
 
 Clients ask for metadata often (librdkafka re-asks whenever it meets a
 partition it does not know). Through kio's generic builder a 100,000
-partition topic took ~1 s per response and blocked the event loop. On one
-broker every partition entry has the same shape (this node leads, is the
-only replica and in sync), so a topic's partition array depends only on its
-partition count, the node id and the version: it is encoded once with
-struct and cached. Byte-identical to kio's encoding (tested).
+partition topic took ~1 s per response and blocked the event loop. A topic's
+partition array is encoded with struct once per version and kept in its
+entry (``MetadataTopic.encoded``) for as long as the entry stands, which the
+broker keeps until the cluster view changes that topic. Byte-identical to
+kio's encoding (tested).
 """
 
 from __future__ import annotations
@@ -15,9 +15,6 @@ import struct
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
-
-import numpy as np
 
 from headwater.protocol.wire import write_array_length, write_string, write_uvarint
 
@@ -48,15 +45,12 @@ class MetadataPartition:
 
 @dataclass(frozen=True, slots=True)
 class MetadataTopic:
-    """One topic entry: ``num_partitions`` uniform partitions led by ``leader``
-    (one broker), or ``partitions`` spelled out one by one (a cluster)."""
+    """One topic entry: its partitions spelled out one by one (none for an error)."""
 
     error_code: int
     name: str | None
     topic_id: uuid.UUID
     is_internal: bool = False
-    num_partitions: int = 0
-    leader: int = 0
     partitions: tuple[MetadataPartition, ...] | None = None
     #: ``partitions`` encoded, per response version: an entry kept while its topic
     #: does not change answers 100,000 partitions without walking them again.
@@ -67,7 +61,7 @@ def _nodes(ids: Sequence[int], flexible: bool) -> bytes:
     return write_array_length(len(ids), flexible) + struct.pack(f">{len(ids)}i", *ids)
 
 
-def _cluster_partitions(partitions: Sequence[MetadataPartition], version: int) -> bytes:
+def _encode_partitions(partitions: Sequence[MetadataPartition], version: int) -> bytes:
     flexible = version >= FLEXIBLE_FROM
     out = bytearray(write_array_length(len(partitions), flexible))
     for p in partitions:
@@ -80,29 +74,6 @@ def _cluster_partitions(partitions: Sequence[MetadataPartition], version: int) -
         if flexible:
             out += b"\x00"
     return bytes(out)
-
-
-@lru_cache(maxsize=512)
-def _partitions(count: int, leader: int, version: int) -> bytes:
-    """``count`` uniform partitions led by ``leader``: fixed-size entries that differ
-    only in their index, so numpy lays them out at once (a Python loop took 60-80 ms
-    for 100,000 partitions, with every other client waiting)."""
-    flexible = version >= FLEXIBLE_FROM
-    replicas = write_array_length(1, flexible) + struct.pack(">i", leader)
-    tail = replicas + replicas  # replica nodes, isr nodes
-    if version >= 5:
-        tail += write_array_length(0, flexible)  # offline replicas
-    if flexible:
-        tail += b"\x00"
-    fields: list[tuple[str, str]] = [("error", ">i2"), ("index", ">i4"), ("leader", ">i4")]
-    if version >= 7:
-        fields.append(("epoch", ">i4"))
-    fields.append(("tail", f"V{len(tail)}"))
-    entries = np.zeros(count, dtype=np.dtype(fields))
-    entries["index"] = np.arange(count, dtype=np.int32)
-    entries["leader"] = leader
-    entries["tail"] = np.frombuffer(tail, dtype=f"V{len(tail)}")[0]
-    return write_array_length(count, flexible) + entries.tobytes()
 
 
 def encode_metadata_response(
@@ -140,15 +111,12 @@ def encode_metadata_response(
             out += t.topic_id.bytes
         if version >= 1:
             out += b"\x01" if t.is_internal else b"\x00"
-        if t.partitions is not None:
-            cached = t.encoded.get(version) if t.encoded is not None else None
-            if cached is None:
-                cached = _cluster_partitions(t.partitions, version)
-                if t.encoded is not None:
-                    t.encoded[version] = cached
-            out += cached
-        else:
-            out += _partitions(t.num_partitions, t.leader, version)
+        cached = t.encoded.get(version) if t.encoded is not None else None
+        if cached is None:
+            cached = _encode_partitions(t.partitions or (), version)
+            if t.encoded is not None:
+                t.encoded[version] = cached
+        out += cached
         if version >= 8:
             out += struct.pack(">i", _NO_OPERATIONS)
         if flexible:

@@ -12,14 +12,19 @@ from headwater.protocol.metadata_codec import (
     MetadataBroker,
     MetadataPartition,
     MetadataTopic,
-    _partitions,
     encode_metadata_response,
 )
 
+
+def _led_by(leader: int, count: int) -> tuple[MetadataPartition, ...]:
+    """``count`` partitions whose only replica, in sync, is ``leader``."""
+    return tuple(MetadataPartition(i, leader, 0, (leader,), (leader,)) for i in range(count))
+
+
 TOPICS = [
-    MetadataTopic(0, "orders", uuid.UUID(int=7), False, 3, 0),
-    MetadataTopic(0, "__consumer_offsets", uuid.UUID(int=9), True, 1, 0),
-    MetadataTopic(3, "missing", uuid.UUID(int=0), False, 0, 0),
+    MetadataTopic(0, "orders", uuid.UUID(int=7), False, _led_by(0, 3)),
+    MetadataTopic(0, "__consumer_offsets", uuid.UUID(int=9), True, _led_by(0, 1)),
+    MetadataTopic(3, "missing", uuid.UUID(int=0), False),
 ]
 
 
@@ -39,14 +44,14 @@ def _kio_bytes(version: int, topics: list[MetadataTopic]) -> bytes:
                 "partitions": [
                     {
                         "error_code": 0,
-                        "partition_index": i,
-                        "leader_id": t.leader,
+                        "partition_index": p.index,
+                        "leader_id": p.leader,
                         "leader_epoch": 0,
-                        "replica_nodes": [t.leader],
-                        "isr_nodes": [t.leader],
+                        "replica_nodes": [p.leader],
+                        "isr_nodes": [p.leader],
                         "offline_replicas": [],
                     }
-                    for i in range(t.num_partitions)
+                    for p in t.partitions or ()
                 ],
             }
             for t in topics
@@ -68,19 +73,22 @@ def test_metadata_encoding_matches_kio(version: int) -> None:
 
 
 def test_unknown_topic_id_has_a_null_name_from_v12() -> None:
-    topic = [MetadataTopic(100, None, uuid.UUID(int=5), False, 0, 0)]
+    topic = [MetadataTopic(100, None, uuid.UUID(int=5), False)]
     broker = [MetadataBroker(0, "127.0.0.1", 9092)]
     ours = encode_metadata_response(12, broker, topic, cluster_id="c1", controller_id=0)
     assert ours == _kio_bytes(12, topic)
 
 
-def test_partition_arrays_are_encoded_once_per_count_and_version() -> None:
-    big = [MetadataTopic(0, "huge", uuid.UUID(int=1), False, 100_000, 0)]
-    first = encode_metadata_response(12, [], big, cluster_id="c", controller_id=0)
-    hits = _partitions.cache_info().hits
-    again = encode_metadata_response(12, [], big, cluster_id="c", controller_id=0)
+def test_partition_arrays_are_encoded_once_per_entry_and_version() -> None:
+    entry = MetadataTopic(0, "huge", uuid.UUID(int=1), False, _led_by(0, 100_000), encoded={})
+    first = encode_metadata_response(12, [], [entry], cluster_id="c", controller_id=0)
+    assert entry.encoded is not None
+    cached = entry.encoded[12]
+    again = encode_metadata_response(12, [], [entry], cluster_id="c", controller_id=0)
     assert again == first and len(first) > 2_000_000
-    assert _partitions.cache_info().hits == hits + 1, "the 100k-entry array was reused"
+    assert entry.encoded == {12: cached} and entry.encoded[12] is cached, (
+        "the 100k-entry array was reused"
+    )
 
 
 CLUSTER_TOPIC = MetadataTopic(
