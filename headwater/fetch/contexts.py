@@ -108,9 +108,12 @@ class FetchContext:
         yield  # a generator
 
     def has_news(self) -> bool:
-        """Whether a session partition changed since ``partitions_to_read``.
+        """Whether a change that wakes a parked fetch landed since ``partitions_to_read``.
 
-        A long-polling broker re-reads when this turns true. Contexts without
+        A long-polling broker re-reads when this turns true. A follower's high
+        watermark news (which wakes no parked follower fetch) does not count:
+        it rides with the next answer, and a follower fetch that moved the high
+        watermark itself would otherwise read its partitions twice. Contexts without
         a session answer False: the broker watches the logs of a full fetch's
         partitions itself.
         """
@@ -194,6 +197,7 @@ class FullFetchContext(FetchContext):
         self._answered = False
         self._prepared = False
         self._read_since = 0
+        self._woken_since = 0
 
     @property
     def session(self) -> FetchSession | None:
@@ -201,7 +205,7 @@ class FullFetchContext(FetchContext):
 
     def has_news(self) -> bool:
         created = self._created
-        return created is not None and (created.closed or created.change_clock > self._read_since)
+        return created is not None and (created.closed or created.wake_clock > self._woken_since)
 
     @property
     def _partitions(self) -> list[PartitionFetch]:
@@ -211,6 +215,7 @@ class FullFetchContext(FetchContext):
         if self._created is not None and not self._answered:
             # A re-read after a long-poll wake-up includes what woke it.
             self._read_since = self._created.change_clock
+            self._woken_since = self._created.wake_clock
         self.partitions_read = len(self._partitions)
         return list(self._partitions)
 
@@ -230,6 +235,7 @@ class FullFetchContext(FetchContext):
         if self._created is not None:
             yield from self._created.add_steps(self._partitions)
             self._read_since = self._created.change_clock
+            self._woken_since = self._created.wake_clock
 
     def respond_steps(
         self, results: Sequence[PartitionData], now_ms: int
@@ -312,6 +318,7 @@ class IncrementalFetchContext(FetchContext):
         self.expected_epoch = session.epoch
         """The session epoch this fetch leaves behind; a newer request moves it on."""
         self._read_since = session.change_clock
+        self._woken_since = session.wake_clock
 
     @property
     def session(self) -> FetchSession:
@@ -344,6 +351,7 @@ class IncrementalFetchContext(FetchContext):
         self._ensure_updated()
         session = self._session
         self._read_since = session.change_clock
+        self._woken_since = session.wake_clock
         chosen = yield from session.pending_requests_steps(self._resend)
         self.partitions_read = len(chosen)
         session.partitions_read_total += len(chosen)
@@ -351,7 +359,7 @@ class IncrementalFetchContext(FetchContext):
         return chosen
 
     def has_news(self) -> bool:
-        return self._session.closed or self._session.change_clock > self._read_since
+        return self._session.closed or self._session.wake_clock > self._woken_since
 
     def completion_error(self) -> int:
         """70 if the session was closed or evicted meanwhile, 71 if a newer request overtook."""

@@ -241,6 +241,10 @@ class FetchSession:
         self.closed = False
         self.change_clock = 0
         """Counts log notifications, so a reader can tell whether any arrived since."""
+        self.wake_clock = 0
+        """Counts the notifications that wake a parked fetch (not a follower's high
+        watermark news), so a fetch about to park can tell whether one arrived since
+        its read."""
         self.partitions_read_total = 0
         """Partitions handed to the planner by incremental fetches of this session."""
         # Per topic: its session key half, id, name and partition index.
@@ -539,6 +543,7 @@ class FetchSession:
         self._changed_at[i] = self.change_clock
         self._pending.add(i)
         if wake:
+            self.wake_clock += 1
             self._notify()
 
     def add_listener(self, listener: ChangeListener) -> None:
