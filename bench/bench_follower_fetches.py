@@ -11,7 +11,10 @@ ZooKeeper; rounds alternate between them. Per round: idempotent
 partition (``min.insync.replicas=2``) for ``--seconds``; the three brokers'
 ``FetchFollower`` and ``Produce`` request counts (Kafka's RequestMetrics
 ``RequestsPerSec``, from each broker's metrics endpoint) before and after,
-and the acks=all latency distribution with the number of acks over 200 ms.
+the partitions their fetch paths read per follower fetch
+(``headwater_fetch_partitions_read``: a parked fetch reads once, and once
+more when woken; a spurious wake-up adds a read), and the acks=all latency
+distribution with the number of acks over 200 ms.
 
 Run: ``cd bench && ../.venv/bin/python bench_follower_fetches.py --tree
 before=/tmp/before --tree after=/tmp/after``. Writes
@@ -35,6 +38,8 @@ from brokers import ScratchDir, machine_info
 RESULTS = Path(__file__).parent / "results" / "follower_fetches.json"
 #: A counter: the exposition adds ``_total``.
 REQUESTS = "kafka_network_requestmetrics_requestspersec_total"
+#: Partitions the brokers' fetch paths read (every read of a parked fetch counts).
+PARTITIONS_READ = "headwater_fetch_partitions_read_total"
 
 
 def requests(cluster: LocalCluster, name: str) -> float:
@@ -50,10 +55,12 @@ def requests(cluster: LocalCluster, name: str) -> float:
 
 def one_round(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, float]:
     before = {n: requests(cluster, n) for n in ("FetchFollower", "Produce")}
+    read_before = cluster.metric(PARTITIONS_READ)
     cpu = cluster.cpu_seconds()
     lat = paced_ack_latencies(cluster.bootstrap, "f3", args.seconds, args.rate, args.size)
     cpu = cluster.cpu_seconds() - cpu
     after = {n: requests(cluster, n) for n in ("FetchFollower", "Produce")}
+    read = cluster.metric(PARTITIONS_READ) - read_before
     produces = after["Produce"] - before["Produce"]
     follower = after["FetchFollower"] - before["FetchFollower"]
     return {
@@ -61,6 +68,9 @@ def one_round(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, floa
         "produce_requests": produces,
         "follower_fetches": follower,
         "follower_fetches_per_produce": follower / produces if produces else float("nan"),
+        # Reads per fetch: a parked follower fetch reads once, then once more when
+        # the leader's append wakes it; a spurious wake-up adds a read.
+        "partitions_read_per_follower_fetch": read / follower if follower else float("nan"),
         "brokers_cpu_s": cpu,
         "load": os.getloadavg()[0],
     }
@@ -100,7 +110,8 @@ def main() -> None:
                 print(
                     f"round {n + 1} {name:<7} follower fetches/produce "
                     f"{r['follower_fetches_per_produce']:5.2f} "
-                    f"({r['follower_fetches']:.0f}/{r['produce_requests']:.0f}), acks=all p50 "
+                    f"({r['follower_fetches']:.0f}/{r['produce_requests']:.0f}), "
+                    f"reads/fetch {r['partitions_read_per_follower_fetch']:.2f}, acks=all p50 "
                     f"{r['p50_ms']:.2f} p99 {r['p99_ms']:.1f} max {r['max_ms']:.0f} ms, "
                     f"{r['over_200ms']:.0f} over 200 ms, brokers {r['brokers_cpu_s']:.1f} CPU-s "
                     f"(load {r['load']:.1f})",
@@ -117,6 +128,7 @@ def main() -> None:
         m = s["median"]
         print(
             f"{name:<7} median: follower fetches/produce {m['follower_fetches_per_produce']:.2f}, "
+            f"partitions read per follower fetch {m['partitions_read_per_follower_fetch']:.2f}, "
             f"p50 {m['p50_ms']:.2f} p99 {m['p99_ms']:.1f} ms, {m['over_200ms']:.0f} over 200 ms, "
             f"brokers {m['brokers_cpu_s']:.1f} CPU-s per round"
         )
