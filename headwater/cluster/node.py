@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -29,6 +30,12 @@ from headwater.cluster.store import (
     ClusterStoreError,
     ClusterStoreUnavailableError,
     ZkClusterStore,
+)
+from headwater.cluster.stray_replicas import (
+    LocalReplica,
+    MetadataSnapshot,
+    StrayReplica,
+    find_stray_replicas,
 )
 from headwater.log.log_directory import LogDirectory
 
@@ -105,6 +112,8 @@ class ClusterNode:
         if self.is_local:
             self.replicas.role_log_level = logging.DEBUG
         self.joined = False
+        #: The thread deleting stray copies found at start (None: there were none).
+        self.stray_deleter: threading.Thread | None = None
 
     async def start(
         self, host: str, port: int, endpoints: tuple[tuple[str, str, str, int], ...] = ()
@@ -145,6 +154,8 @@ class ClusterNode:
             ) from exc
         if self.is_local:
             await loop.run_in_executor(None, self._adopt_local_topics)
+        await loop.run_in_executor(None, self._move_stray_replicas)
+        self._delete_strays_in_background()
         await self.view.start()
         await loop.run_in_executor(None, self.controller.start)  # it blocks: its own thread
         # The broker starts ``self.replicas`` itself, once its group service is
@@ -181,7 +192,9 @@ class ClusterNode:
         """A cluster of one: topics found in the data directory but not in its metadata
         (a data directory from before the metadata was kept there, or a snapshot that
         missed a last change before a crash) join it with their id, partitions and
-        configs, led here. The data directory is the truth for what exists."""
+        configs, led here. The data directory is the truth for what exists. A topic
+        the metadata holds under another id is not this one: its local copy is a
+        stray (see ``_move_stray_replicas``), never merged into the other."""
         for name, info in sorted(self.logs.topics().items()):
             assignment = self.store.topic(name)
             if assignment is None:
@@ -192,7 +205,10 @@ class ClusterNode:
                     dict(info.configs),
                 )
                 log.info("topic %s (%d partitions) joined the metadata", name, info.num_partitions)
-            elif len(assignment.replicas) < info.num_partitions:
+            elif (
+                assignment.topic_id == info.topic_id
+                and len(assignment.replicas) < info.num_partitions
+            ):
                 self.store.add_partitions(
                     name,
                     {
@@ -200,6 +216,63 @@ class ClusterNode:
                         for p in range(len(assignment.replicas), info.num_partitions)
                     },
                 )
+
+    # -- stray replicas ------------------------------------------------------------------
+
+    def _move_stray_replicas(self) -> list[StrayReplica]:
+        """Move aside every local copy the full metadata no longer wants here.
+
+        Run once at start, after joining (and, on a cluster of one, after the
+        adoption above), before any replica role is taken: a copy of a deleted
+        or re-created topic, or of a partition reassigned away while this
+        broker was down, is renamed ``<topic>-<p>.<uuid>-stray`` (one log line
+        each), so that nothing serves, adopts or appends to it, and is deleted
+        in the background. When the metadata cannot be read, nothing is touched.
+        """
+        try:
+            names = self.store.topics()
+            topics = self.store.topic_assignments(names)
+        except ClusterStoreError as exc:
+            log.warning("cannot read the cluster metadata (%s): stray replicas are "
+                        "looked for at the next start", exc)  # fmt: skip
+            return []
+        metadata = MetadataSnapshot(topics, unreadable=frozenset(names) - set(topics))
+        local = [LocalReplica(t, p, topic_id) for t, p, topic_id in self.logs.partition_dirs()]
+        strays = find_stray_replicas(
+            local, metadata, self.broker_id, adopts_unknown_topics=self.is_local
+        )
+        for stray in strays:
+            try:
+                moved = self.logs.move_stray(stray.topic, stray.partition)
+            except OSError as exc:
+                log.error("stray replica %s-%d (%s) could not be moved aside: %s",
+                          stray.topic, stray.partition, stray.reason, exc)  # fmt: skip
+                continue
+            log.warning("stray replica %s-%d: %s; moved to %s for deletion",
+                        stray.topic, stray.partition, stray.reason, moved.name)  # fmt: skip
+        for name in sorted({s.topic for s in strays if s.topic_gone}):
+            self.logs.forget_topic(name)
+        return strays
+
+    def _delete_strays_in_background(self) -> threading.Thread | None:
+        """Delete the moved-aside copies (this start's, and any a crash left) on a
+        thread of their own: a large copy must not hold up the start."""
+        if not self.logs.stray_dirs():
+            return None
+
+        def delete() -> None:
+            try:
+                deleted = self.logs.delete_stray_dirs()
+            except OSError as exc:
+                log.error("deleting stray replica directories failed: %s", exc)
+                return
+            log.info("deleted %d stray replica director%s", deleted,
+                     "y" if deleted == 1 else "ies")  # fmt: skip
+
+        worker = threading.Thread(target=delete, name="hw-stray-delete", daemon=True)
+        worker.start()
+        self.stray_deleter = worker
+        return worker
 
     # -- controlled shutdown ---------------------------------------------------------
 
