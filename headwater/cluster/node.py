@@ -36,7 +36,9 @@ from headwater.cluster.stray_replicas import (
     MetadataSnapshot,
     StrayReplica,
     find_stray_replicas,
+    topics_to_forget,
 )
+from headwater.log.hw_checkpoint import HIGH_WATERMARK_CHECKPOINT_FILE, HighWatermarkCheckpoint
 from headwater.log.log_directory import LogDirectory
 
 log = logging.getLogger(__name__)
@@ -90,6 +92,7 @@ class ClusterNode:
         self.zookeeper_connect = zookeeper_connect
         self.connect_timeout_ms = connect_timeout_ms
         self.logs = logs
+        self.data_dir = data_dir
         #: Without ``zookeeper.connect`` the broker is a cluster of one: the same
         #: controller, view and replica manager, on metadata kept in its data dir.
         self.is_local = not zookeeper_connect
@@ -250,9 +253,21 @@ class ClusterNode:
                 continue
             log.warning("stray replica %s-%d: %s; moved to %s for deletion",
                         stray.topic, stray.partition, stray.reason, moved.name)  # fmt: skip
-        for name in sorted({s.topic for s in strays if s.topic_gone}):
+        registry = {name: info.topic_id for name, info in self.logs.topics().items()}
+        for name in topics_to_forget(registry, metadata, adopts_unknown_topics=self.is_local):
             self.logs.forget_topic(name)
+        if strays:
+            self._forget_high_watermarks({(s.topic, s.partition) for s in strays})
         return strays
+
+    def _forget_high_watermarks(self, keys: set[tuple[str, int]]) -> None:
+        """Drop the strays' entries from ``replication-offset-checkpoint`` (as Kafka's
+        asyncDelete updates its checkpoints): a re-created topic's new copy must not
+        start from the old incarnation's high watermark."""
+        checkpoint = HighWatermarkCheckpoint(self.data_dir / HIGH_WATERMARK_CHECKPOINT_FILE)
+        marks = checkpoint.read()
+        if keys & set(marks):
+            checkpoint.write({k: v for k, v in marks.items() if k not in keys})
 
     def _delete_strays_in_background(self) -> threading.Thread | None:
         """Delete the moved-aside copies (this start's, and any a crash left) on a

@@ -57,9 +57,6 @@ class StrayReplica:
     topic: str
     partition: int
     reason: str
-    topic_gone: bool
-    """The topic itself is gone or is another one now (not just this partition's
-    assignment): the local registry's entry for it goes too."""
 
 
 def find_stray_replicas(
@@ -76,31 +73,50 @@ def find_stray_replicas(
     """
     strays: list[StrayReplica] = []
     for replica in sorted(local, key=lambda r: (r.topic, r.partition)):
-        reason, gone = _stray_reason(replica, metadata, local_id, adopts_unknown_topics)
+        reason = _stray_reason(replica, metadata, local_id, adopts_unknown_topics)
         if reason is not None:
-            strays.append(StrayReplica(replica.topic, replica.partition, reason, gone))
+            strays.append(StrayReplica(replica.topic, replica.partition, reason))
     return strays
+
+
+def topics_to_forget(
+    registry: Mapping[str, uuid.UUID],
+    metadata: MetadataSnapshot,
+    *,
+    adopts_unknown_topics: bool,
+) -> list[str]:
+    """The local registry's topics (name -> id) that are gone from the metadata or are
+    another topic there now, with or without a partition directory here: a topic
+    whose partitions were never written has none, and its entry must go all the same."""
+    forget: list[str] = []
+    for name, topic_id in sorted(registry.items()):
+        if name in metadata.unreadable:
+            continue
+        assignment = metadata.topics.get(name)
+        gone = assignment is None and not adopts_unknown_topics
+        if gone or (assignment is not None and assignment.topic_id != topic_id):
+            forget.append(name)
+    return forget
 
 
 def _stray_reason(
     replica: LocalReplica, metadata: MetadataSnapshot, local_id: int, adopts: bool
-) -> tuple[str | None, bool]:
+) -> str | None:
     if replica.topic in metadata.unreadable:
-        return None, False
+        return None
     assignment = metadata.topics.get(replica.topic)
     if assignment is None:
         if replica.topic_id is not None and adopts:
-            return None, False
-        return "the topic does not exist in the cluster metadata", True
+            return None
+        return "the topic does not exist in the cluster metadata"
     if replica.topic_id is not None and replica.topic_id != assignment.topic_id:
         return (
             f"the topic was re-created with id {assignment.topic_id} "
-            f"(this copy belongs to id {replica.topic_id})",
-            True,
+            f"(this copy belongs to id {replica.topic_id})"
         )
     replicas = assignment.replicas.get(replica.partition)
     if replicas is None:
-        return f"the topic has {len(assignment.replicas)} partition(s) in the metadata", False
+        return f"the topic has {len(assignment.replicas)} partition(s) in the metadata"
     if local_id in replicas or local_id in assignment.adding.get(replica.partition, ()):
-        return None, False
-    return f"its replicas are {list(replicas)}, without broker {local_id}", False
+        return None
+    return f"its replicas are {list(replicas)}, without broker {local_id}"

@@ -19,8 +19,10 @@ from headwater.cluster.stray_replicas import (
     LocalReplica,
     MetadataSnapshot,
     find_stray_replicas,
+    topics_to_forget,
 )
 from headwater.log.config import LogConfig
+from headwater.log.hw_checkpoint import HIGH_WATERMARK_CHECKPOINT_FILE, HighWatermarkCheckpoint
 from headwater.log.log_directory import STRAY_DIR_SUFFIX, LogDirectory
 from headwater.records.record import RecordBatchBuilder
 from headwater.testing.cluster_of_one import cluster_of_one
@@ -86,7 +88,7 @@ def test_a_partition_reassigned_away_is_a_stray_and_the_topic_stays() -> None:
         ME,
         adopts_unknown_topics=False,
     )
-    assert [(s.topic, s.partition, s.topic_gone) for s in found] == [("t", 0, False)]
+    assert [(s.topic, s.partition) for s in found] == [("t", 0)]
     assert "[2, 3]" in found[0].reason
 
 
@@ -112,6 +114,16 @@ def test_a_directory_the_registry_does_not_know_is_kept_only_where_assigned() ->
     assert _strays(orphan, [_topic("t", NEW, {0: [ME]})]) == {}
     assert list(_strays(orphan, [_topic("t", NEW, {0: [2]})])) == [("t", 0)]
     assert list(_strays(orphan, [], adopts=True)) == [("t", 0)]  # cannot be adopted
+
+
+def test_registered_topics_gone_or_re_created_leave_the_registry_even_without_copies() -> None:
+    registry = {"kept": OLD, "gone": OLD, "reborn": OLD, "unreadable": OLD}
+    metadata = MetadataSnapshot(
+        {"kept": _topic("kept", OLD, {0: [2]}), "reborn": _topic("reborn", NEW, {0: [ME]})},
+        unreadable=frozenset({"unreadable"}),
+    )
+    assert topics_to_forget(registry, metadata, adopts_unknown_topics=False) == ["gone", "reborn"]
+    assert topics_to_forget(registry, metadata, adopts_unknown_topics=True) == ["reborn"]
 
 
 # -- the data directory ---------------------------------------------------------------
@@ -214,8 +226,11 @@ def test_a_cluster_member_moves_aside_what_the_metadata_does_not_list_for_it(
     for name in ("kept", "deleted", "recreated", "moved"):
         logs.create_topic(name, 1)
         _write(logs, name, 0)
+    logs.create_topic("idle", 1)  # registered, never written: no directory
     kept_id = logs.topics()["kept"].topic_id
     moved_id = logs.topics()["moved"].topic_id
+    checkpoint = HighWatermarkCheckpoint(tmp_path / HIGH_WATERMARK_CHECKPOINT_FILE)
+    checkpoint.write({("kept", 0): 3, ("deleted", 0): 3, ("recreated", 0): 3, ("moved", 0): 3})
     store = InMemoryClusterStore(FakeZooKeeper())
     store.start(1.0)
     store.create_topic("kept", kept_id, {0: [ME, 2]}, {})
@@ -231,9 +246,11 @@ def test_a_cluster_member_moves_aside_what_the_metadata_does_not_list_for_it(
     assert len(lines) == 3  # one line per stray, saying why
     assert (tmp_path / "kept-0").is_dir()
     assert not any((tmp_path / f"{t}-0").exists() for t in ("deleted", "recreated", "moved"))
-    # A deleted or re-created topic leaves the registry (no adoption, no old id);
-    # a partition moved away leaves its topic registered.
+    # A deleted or re-created topic leaves the registry (no adoption, no old id),
+    # written or not; a partition moved away leaves its topic registered.
     assert set(logs.topics()) == {"kept", "moved"}
+    # The strays' high watermarks are forgotten: a new incarnation starts afresh.
+    assert HighWatermarkCheckpoint(checkpoint.path).read() == {("kept", 0): 3}
     assert len(logs.stray_dirs()) == 3
     worker = node._delete_strays_in_background()
     assert worker is not None
