@@ -277,7 +277,9 @@ class LogDirectory:
         with os.scandir(self.path) as entries:
             for entry in entries:
                 topic, sep, index = entry.name.rpartition("-")
-                if not sep or not index.isdigit() or not entry.is_dir(follow_symlinks=False):
+                if not sep or not index.isdigit() or str(int(index)) != index:
+                    continue  # not <topic>-<partition> as this broker names them
+                if not entry.is_dir(follow_symlinks=False):
                     continue
                 info = self._topics.get(topic)
                 if info is None and not self._only_partition_files(entry.path, topic):

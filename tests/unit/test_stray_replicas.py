@@ -153,6 +153,7 @@ def test_partition_dirs_lists_copies_with_their_registry_ids_and_nothing_foreign
     (tmp_path / "backup-2024").mkdir()  # not ours: never taken for a partition
     (tmp_path / "backup-2024" / "notes.txt").write_text("keep me")
     (tmp_path / "my-topic-7.txt").write_text("a file, not a directory")
+    (tmp_path / "my-topic-01").mkdir()  # not how a partition directory is named
     assert logs.partition_dirs() == [("my-topic", 1, info.topic_id), ("orphan", 0, None)]
     logs.close()
 
