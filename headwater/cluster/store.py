@@ -1376,8 +1376,12 @@ class ZkClusterStore:
         )
         # Brokers follow their configs through a watch on the config znode, not
         # through these notifications, and a cluster of one has no reader of them
-        # at all: the writer purges too, so they never pile up.
-        self.purge_expired_notifications(zk.CONFIG_CHANGES)
+        # at all: the writer purges too, so they never pile up. The write is done:
+        # a purge that fails now is left to the next one.
+        try:
+            self.purge_expired_notifications(zk.CONFIG_CHANGES)
+        except ClusterStoreError as exc:
+            log.debug("purging %s after a broker config write failed: %s", zk.CONFIG_CHANGES, exc)
 
     def watch_broker_configs(
         self, entity: str, callback: Callable[[dict[str, str]], None]

@@ -12,7 +12,11 @@ from typing import Any
 import pytest
 
 from headwater.cluster import zk_layout as zk
-from headwater.cluster.store import NOTIFICATION_EXPIRY_MS, expired_notifications
+from headwater.cluster.store import (
+    NOTIFICATION_EXPIRY_MS,
+    ClusterStoreUnavailableError,
+    expired_notifications,
+)
 from headwater.cluster.zk_security import ZkSecurityStores
 from headwater.security.acl import (
     AccessControlEntry,
@@ -178,3 +182,18 @@ def test_the_expiry_is_a_constructor_parameter(monkeypatch: pytest.MonkeyPatch) 
     patient.close()
     eager.close()
     writer.close()
+
+
+def test_a_failed_purge_does_not_fail_the_broker_config_write_before_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = _store(FakeZooKeeper())
+
+    def unreachable(path: str) -> list[str]:
+        raise ClusterStoreUnavailableError("ZooKeeper went away")
+
+    monkeypatch.setattr(store, "purge_expired_notifications", unreachable)
+    store.set_broker_configs("1", {"log.retention.ms": "5"})
+    got = store.read_znode(zk.broker_config_path("1"))
+    assert got is not None and b"log.retention.ms" in got[0]
+    store.close()
