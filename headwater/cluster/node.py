@@ -15,7 +15,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +29,7 @@ from headwater.cluster.store import (
     BrokerRegistration,
     ClusterStoreError,
     ClusterStoreUnavailableError,
+    TopicAssignment,
     ZkClusterStore,
 )
 from headwater.cluster.stray_replicas import (
@@ -157,9 +158,11 @@ class ClusterNode:
             ) from exc
         if self.is_local:
             await loop.run_in_executor(None, self._adopt_local_topics)
-        await loop.run_in_executor(None, self._move_stray_replicas)
-        self._delete_strays_in_background()
         await self.view.start()
+        # The view's snapshot is the full metadata: copy it here, on the loop.
+        known = dict(self.view.topics)
+        await loop.run_in_executor(None, self._move_stray_replicas, known)
+        self._delete_strays_in_background()
         await loop.run_in_executor(None, self.controller.start)  # it blocks: its own thread
         # The broker starts ``self.replicas`` itself, once its group service is
         # ready to hear about leadership of the offsets topic.
@@ -222,7 +225,9 @@ class ClusterNode:
 
     # -- stray replicas ------------------------------------------------------------------
 
-    def _move_stray_replicas(self) -> list[StrayReplica]:
+    def _move_stray_replicas(
+        self, topics: Mapping[str, TopicAssignment] | None = None
+    ) -> list[StrayReplica]:
         """Move aside every local copy the full metadata no longer wants here.
 
         Run once at start, after joining (and, on a cluster of one, after the
@@ -230,11 +235,15 @@ class ClusterNode:
         or re-created topic, or of a partition reassigned away while this
         broker was down, is renamed ``<topic>-<p>.<uuid>-stray`` (one log line
         each), so that nothing serves, adopts or appends to it, and is deleted
-        in the background. When the metadata cannot be read, nothing is touched.
+        in the background. ``topics``: the view's snapshot (None: read them).
+        A listed topic missing from it (its znodes unreadable, or created
+        since) keeps its copies; when the metadata cannot be read, nothing is
+        touched.
         """
         try:
             names = self.store.topics()
-            topics = self.store.topic_assignments(names)
+            if topics is None:
+                topics = self.store.topic_assignments(names)
         except ClusterStoreError as exc:
             log.warning("cannot read the cluster metadata (%s): stray replicas are "
                         "looked for at the next start", exc)  # fmt: skip
