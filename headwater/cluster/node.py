@@ -12,9 +12,11 @@ by the store, which re-registers the broker; meanwhile leaders keep serving
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +43,13 @@ from headwater.cluster.stray_replicas import (
 )
 from headwater.log.hw_checkpoint import HIGH_WATERMARK_CHECKPOINT_FILE, HighWatermarkCheckpoint
 from headwater.log.log_directory import LogDirectory
+from headwater.log.meta_properties import (
+    MetaProperties,
+    MetaPropertiesError,
+    inconsistency,
+    read_meta_properties,
+    write_meta_properties,
+)
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +149,11 @@ class ClusterNode:
                     "ZooKeeper at %s is unreachable (%s); retrying", self.zookeeper_connect, exc
                 )
                 await asyncio.sleep(1.0)
+        try:
+            await loop.run_in_executor(None, self._check_data_dir_identity)
+        except ClusterStartError:
+            await loop.run_in_executor(None, self.store.close)
+            raise
         registration = BrokerRegistration(self.broker_id, host, port, endpoints=endpoints)
         try:
             # A broker restarted right after a kill -9 finds its own old registration
@@ -222,6 +236,28 @@ class ClusterNode:
                         for p in range(len(assignment.replicas), info.num_partitions)
                     },
                 )
+
+    def _check_data_dir_identity(self) -> None:
+        """Refuse a data directory of another cluster or broker (``meta.properties``).
+
+        Kafka's check, and what makes deleting stray replicas safe: a broker
+        pointed at the wrong ZooKeeper chroot, or given another broker.id,
+        would otherwise take every local copy for a stray. A cluster of one
+        keeps its metadata in the directory itself, so only its broker.id is
+        compared. A directory without the file gets one.
+        """
+        proposed = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        try:
+            cluster_id = self.store.cluster_id(proposed)
+            stored = read_meta_properties(self.data_dir)
+        except (ClusterStoreError, MetaPropertiesError) as exc:
+            raise ClusterStartError(f"cannot check the data directory's cluster: {exc}") from exc
+        if stored is None:
+            write_meta_properties(self.data_dir, MetaProperties(self.broker_id, cluster_id))
+            return
+        why = inconsistency(stored, self.broker_id, None if self.is_local else cluster_id)
+        if why is not None:
+            raise ClusterStartError(f"data directory {self.data_dir}: {why}; refusing to start")
 
     # -- stray replicas ------------------------------------------------------------------
 

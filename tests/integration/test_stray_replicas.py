@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, ElectionType, Producer, TopicPartition
 
-from tests.integration.cluster_process import Cluster, wait_for
+from headwater.cluster.zookeeper_server import ZooKeeperServer
+from tests.integration.broker_process import BrokerProcess
+from tests.integration.cluster_process import FAST_FAILOVER, Cluster, wait_for
+from tests.integration.zookeeper import fresh_chroot_connect
 
 pytestmark = pytest.mark.cluster
 
@@ -122,3 +125,32 @@ def test_a_broker_back_from_downtime_deletes_its_stray_copies(
         kadmin.close()
     finally:
         c.stop()
+
+
+def test_a_broker_pointed_at_another_cluster_refuses_and_deletes_nothing(
+    tmp_path: Path, zookeeper: ZooKeeperServer
+) -> None:
+    """A typo in the chroot must not make every local copy a stray: meta.properties
+    names the cluster the data directory belongs to, as Kafka's does."""
+    data_dir = tmp_path / "data"
+    right = fresh_chroot_connect(zookeeper)
+    broker = BrokerProcess(data_dir, overrides=["broker.id=0", f"zookeeper.connect={right}",
+                                                *FAST_FAILOVER])  # fmt: skip
+    broker.start(timeout=60)
+    try:
+        _produce(broker.bootstrap, "precious", [f"v{i}" for i in range(10)])
+    finally:
+        broker.stop()
+    assert (data_dir / "precious-0").is_dir()
+    wrong = fresh_chroot_connect(zookeeper)
+    broker.overrides = ["broker.id=0", f"zookeeper.connect={wrong}", *FAST_FAILOVER]
+    with pytest.raises(RuntimeError, match="wrong cluster"):
+        broker.start(timeout=60)
+    assert (data_dir / "precious-0").is_dir()
+    assert not any(p.name.endswith("-stray") for p in data_dir.iterdir())
+    broker.overrides = ["broker.id=0", f"zookeeper.connect={right}", *FAST_FAILOVER]
+    broker.start(timeout=60)
+    try:
+        assert _read(broker.bootstrap, "precious", 10) == [f"v{i}" for i in range(10)]
+    finally:
+        broker.stop()
