@@ -299,8 +299,9 @@ class ClusterNode:
             log.warning("stray replica %s-%d: %s; moved to %s for deletion",
                         stray.topic, stray.partition, stray.reason, moved.name)  # fmt: skip
         registry = {name: info.topic_id for name, info in self.logs.topics().items()}
-        for name in topics_to_forget(registry, metadata, adopts_unknown_topics=self.is_local):
-            self.logs.forget_topic(name)
+        self.logs.forget_topics(
+            topics_to_forget(registry, metadata, adopts_unknown_topics=self.is_local)
+        )
         if strays:
             self._forget_high_watermarks({(s.topic, s.partition) for s in strays})
         return strays

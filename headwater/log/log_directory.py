@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -310,16 +310,21 @@ class LogDirectory:
         _fsync_directory(self.path)
         return target
 
-    def forget_topic(self, name: str) -> None:
-        """Drop a topic from the registry, leaving its directories (moved aside as strays)."""
-        info = self._topics.pop(name, None)
-        if info is None:
-            return
-        self._topic_ids.pop(info.topic_id, None)
-        self._topic_configs.pop(name, None)
-        for key in [k for k in self._logs if k[0] == name]:
-            self._logs.pop(key).close()
-        self._write_registry()
+    def forget_topics(self, names: Iterable[str]) -> None:
+        """Drop topics from the registry (written once), leaving their directories
+        (moved aside as strays)."""
+        changed = False
+        for name in names:
+            info = self._topics.pop(name, None)
+            if info is None:
+                continue
+            changed = True
+            self._topic_ids.pop(info.topic_id, None)
+            self._topic_configs.pop(name, None)
+            for key in [k for k in self._logs if k[0] == name]:
+                self._logs.pop(key).close()
+        if changed:
+            self._write_registry()
 
     def stray_dirs(self) -> list[Path]:
         """The directories moved aside as strays (by this run or one that crashed)."""
