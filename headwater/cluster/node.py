@@ -12,9 +12,12 @@ by the store, which re-registers the broker; meanwhile leaders keep serving
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
+import threading
 import time
-from collections.abc import Awaitable
+import uuid
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,9 +31,25 @@ from headwater.cluster.store import (
     BrokerRegistration,
     ClusterStoreError,
     ClusterStoreUnavailableError,
+    TopicAssignment,
     ZkClusterStore,
 )
+from headwater.cluster.stray_replicas import (
+    LocalReplica,
+    MetadataSnapshot,
+    StrayReplica,
+    find_stray_replicas,
+    topics_to_forget,
+)
+from headwater.log.hw_checkpoint import HIGH_WATERMARK_CHECKPOINT_FILE, HighWatermarkCheckpoint
 from headwater.log.log_directory import LogDirectory
+from headwater.log.meta_properties import (
+    MetaProperties,
+    MetaPropertiesError,
+    inconsistency,
+    read_meta_properties,
+    write_meta_properties,
+)
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +102,7 @@ class ClusterNode:
         self.zookeeper_connect = zookeeper_connect
         self.connect_timeout_ms = connect_timeout_ms
         self.logs = logs
+        self.data_dir = data_dir
         #: Without ``zookeeper.connect`` the broker is a cluster of one: the same
         #: controller, view and replica manager, on metadata kept in its data dir.
         self.is_local = not zookeeper_connect
@@ -105,6 +125,8 @@ class ClusterNode:
         if self.is_local:
             self.replicas.role_log_level = logging.DEBUG
         self.joined = False
+        #: The thread deleting stray copies found at start (None: there were none).
+        self.stray_deleter: threading.Thread | None = None
 
     async def start(
         self, host: str, port: int, endpoints: tuple[tuple[str, str, str, int], ...] = ()
@@ -127,6 +149,11 @@ class ClusterNode:
                     "ZooKeeper at %s is unreachable (%s); retrying", self.zookeeper_connect, exc
                 )
                 await asyncio.sleep(1.0)
+        try:
+            await loop.run_in_executor(None, self._check_data_dir_identity)
+        except ClusterStartError:
+            await loop.run_in_executor(None, self.store.close)
+            raise
         registration = BrokerRegistration(self.broker_id, host, port, endpoints=endpoints)
         try:
             # A broker restarted right after a kill -9 finds its own old registration
@@ -146,6 +173,10 @@ class ClusterNode:
         if self.is_local:
             await loop.run_in_executor(None, self._adopt_local_topics)
         await self.view.start()
+        # The view's snapshot is the full metadata: copy it here, on the loop.
+        known = dict(self.view.topics)
+        await loop.run_in_executor(None, self._move_stray_replicas, known)
+        self._delete_strays_in_background()
         await loop.run_in_executor(None, self.controller.start)  # it blocks: its own thread
         # The broker starts ``self.replicas`` itself, once its group service is
         # ready to hear about leadership of the offsets topic.
@@ -181,7 +212,9 @@ class ClusterNode:
         """A cluster of one: topics found in the data directory but not in its metadata
         (a data directory from before the metadata was kept there, or a snapshot that
         missed a last change before a crash) join it with their id, partitions and
-        configs, led here. The data directory is the truth for what exists."""
+        configs, led here. The data directory is the truth for what exists. A topic
+        the metadata holds under another id is not this one: its local copy is a
+        stray (see ``_move_stray_replicas``), never merged into the other."""
         for name, info in sorted(self.logs.topics().items()):
             assignment = self.store.topic(name)
             if assignment is None:
@@ -192,7 +225,10 @@ class ClusterNode:
                     dict(info.configs),
                 )
                 log.info("topic %s (%d partitions) joined the metadata", name, info.num_partitions)
-            elif len(assignment.replicas) < info.num_partitions:
+            elif (
+                assignment.topic_id == info.topic_id
+                and len(assignment.replicas) < info.num_partitions
+            ):
                 self.store.add_partitions(
                     name,
                     {
@@ -200,6 +236,104 @@ class ClusterNode:
                         for p in range(len(assignment.replicas), info.num_partitions)
                     },
                 )
+
+    def _check_data_dir_identity(self) -> None:
+        """Refuse a data directory of another cluster or broker (``meta.properties``).
+
+        Kafka's check, and what makes deleting stray replicas safe: a broker
+        pointed at the wrong ZooKeeper chroot, or given another broker.id,
+        would otherwise take every local copy for a stray. A cluster of one
+        keeps its metadata in the directory itself, so only its broker.id is
+        compared. A directory without the file gets one.
+        """
+        proposed = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        try:
+            cluster_id = self.store.cluster_id(proposed)
+            stored = read_meta_properties(self.data_dir)
+        except (ClusterStoreError, MetaPropertiesError) as exc:
+            raise ClusterStartError(f"cannot check the data directory's cluster: {exc}") from exc
+        if stored is None:
+            write_meta_properties(self.data_dir, MetaProperties(self.broker_id, cluster_id))
+            return
+        why = inconsistency(stored, self.broker_id, None if self.is_local else cluster_id)
+        if why is not None:
+            raise ClusterStartError(f"data directory {self.data_dir}: {why}; refusing to start")
+
+    # -- stray replicas ------------------------------------------------------------------
+
+    def _move_stray_replicas(
+        self, topics: Mapping[str, TopicAssignment] | None = None
+    ) -> list[StrayReplica]:
+        """Move aside every local copy the full metadata no longer wants here.
+
+        Run once at start, after joining (and, on a cluster of one, after the
+        adoption above), before any replica role is taken: a copy of a deleted
+        or re-created topic, or of a partition reassigned away while this
+        broker was down, is renamed ``<topic>-<p>.<uuid>-stray`` (one log line
+        each), so that nothing serves, adopts or appends to it, and is deleted
+        in the background. ``topics``: the view's snapshot (None: read them).
+        A listed topic missing from it (its znodes unreadable, or created
+        since) keeps its copies; when the metadata cannot be read, nothing is
+        touched.
+        """
+        try:
+            names = self.store.topics()
+            if topics is None:
+                topics = self.store.topic_assignments(names)
+        except ClusterStoreError as exc:
+            log.warning("cannot read the cluster metadata (%s): stray replicas are "
+                        "looked for at the next start", exc)  # fmt: skip
+            return []
+        metadata = MetadataSnapshot(topics, unreadable=frozenset(names) - set(topics))
+        local = [LocalReplica(t, p, topic_id) for t, p, topic_id in self.logs.partition_dirs()]
+        strays = find_stray_replicas(
+            local, metadata, self.broker_id, adopts_unknown_topics=self.is_local
+        )
+        for stray in strays:
+            try:
+                moved = self.logs.move_stray(stray.topic, stray.partition)
+            except OSError as exc:
+                log.error("stray replica %s-%d (%s) could not be moved aside: %s",
+                          stray.topic, stray.partition, stray.reason, exc)  # fmt: skip
+                continue
+            log.warning("stray replica %s-%d: %s; moved to %s for deletion",
+                        stray.topic, stray.partition, stray.reason, moved.name)  # fmt: skip
+        registry = {name: info.topic_id for name, info in self.logs.topics().items()}
+        self.logs.forget_topics(
+            topics_to_forget(registry, metadata, adopts_unknown_topics=self.is_local)
+        )
+        if strays:
+            self._forget_high_watermarks({(s.topic, s.partition) for s in strays})
+        return strays
+
+    def _forget_high_watermarks(self, keys: set[tuple[str, int]]) -> None:
+        """Drop the strays' entries from ``replication-offset-checkpoint`` (as Kafka's
+        asyncDelete updates its checkpoints): a re-created topic's new copy must not
+        start from the old incarnation's high watermark."""
+        checkpoint = HighWatermarkCheckpoint(self.data_dir / HIGH_WATERMARK_CHECKPOINT_FILE)
+        marks = checkpoint.read()
+        if keys & set(marks):
+            checkpoint.write({k: v for k, v in marks.items() if k not in keys})
+
+    def _delete_strays_in_background(self) -> threading.Thread | None:
+        """Delete the moved-aside copies (this start's, and any a crash left) on a
+        thread of their own: a large copy must not hold up the start."""
+        if not self.logs.stray_dirs():
+            return None
+
+        def delete() -> None:
+            try:
+                deleted = self.logs.delete_stray_dirs()
+            except OSError as exc:
+                log.error("deleting stray replica directories failed: %s", exc)
+                return
+            log.info("deleted %d stray replica director%s", deleted,
+                     "y" if deleted == 1 else "ies")  # fmt: skip
+
+        worker = threading.Thread(target=delete, name="hw-stray-delete", daemon=True)
+        worker.start()
+        self.stray_deleter = worker
+        return worker
 
     # -- controlled shutdown ---------------------------------------------------------
 

@@ -39,7 +39,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -333,6 +333,21 @@ class ClusterStore(Protocol):
     ) -> WatchHandle: ...
 
 
+# --- change notifications -----------------------------------------------------------
+
+NOTIFICATION_EXPIRY_MS = 15 * 60 * 1000
+"""Sequential change notifications (``/config/changes``, ``/kafka-acl-changes``,
+``/kafka-acl-extended-changes``) older than this are deleted: Kafka's
+``ZkNodeChangeNotificationListener.changeExpirationMs``."""
+_PURGE_CHUNK = 1000  # deletes in flight at once
+
+
+def expired_notifications(created_ms: Mapping[str, int], now_ms: int, expiry_ms: int) -> list[str]:
+    """The notifications (name -> creation time, the znode's ctime) to purge at ``now_ms``:
+    Kafka's rule, older than ``expiry_ms``."""
+    return sorted(name for name, ctime in created_ms.items() if now_ms - ctime > expiry_ms)
+
+
 # --- watches --------------------------------------------------------------------
 
 _UNSET: Any = object()
@@ -451,10 +466,16 @@ class ZkClusterStore:
         session_timeout_ms: int = 18_000,
         request_timeout_s: float = 10.0,
         client_factory: Callable[[str, str], Any] | None = None,
+        notification_expiry_ms: int = NOTIFICATION_EXPIRY_MS,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.connect = zk.parse_zookeeper_connect(connect)
         self.session_timeout_ms = session_timeout_ms
         self.request_timeout_s = request_timeout_s
+        #: How old a change notification gets before it is purged (tests shorten it).
+        self.notification_expiry_ms = notification_expiry_ms
+        #: Seconds since the epoch, compared with znode creation times (tests move it).
+        self.wall_clock = wall_clock
         self._factory = client_factory or self._kazoo_client
         self._client: Any = None
         self._lock = threading.RLock()
@@ -1353,6 +1374,14 @@ class ZkClusterStore:
         self.create_sequential(
             zk.CONFIG_CHANGES + "/config_change_", zk.encode_config_change(f"brokers/{entity}")
         )
+        # Brokers follow their configs through a watch on the config znode, not
+        # through these notifications, and a cluster of one has no reader of them
+        # at all: the writer purges too, so they never pile up. The write is done:
+        # a purge that fails now is left to the next one.
+        try:
+            self.purge_expired_notifications(zk.CONFIG_CHANGES)
+        except ClusterStoreError as exc:
+            log.debug("purging %s after a broker config write failed: %s", zk.CONFIG_CHANGES, exc)
 
     def watch_broker_configs(
         self, entity: str, callback: Callable[[dict[str, str]], None]
@@ -1444,6 +1473,36 @@ class ZkClusterStore:
 
     def ensure_path(self, path: str) -> None:
         self._wait(self._require().ensure_path_async(path), path)
+
+    def purge_expired_notifications(self, path: str) -> list[str]:
+        """Delete the children of ``path`` older than ``notification_expiry_ms`` (by
+        their ctime); the names deleted. Several brokers purge the same path: a
+        notification already gone is not an error."""
+        client = self._require()
+        children = self._children(path)
+        if not children:
+            return []
+        now_ms = int(self.wall_clock() * 1000)
+        pending = [client.exists_async(f"{path}/{c}") for c in children]
+        created: dict[str, int] = {}
+        for child, result in zip(children, pending, strict=True):
+            stat = self._wait(result, f"{path}/{child}")
+            if stat is not None:
+                created[child] = int(stat.ctime)
+        doomed = expired_notifications(created, now_ms, self.notification_expiry_ms)
+        deleted: list[str] = []
+        for start in range(0, len(doomed), _PURGE_CHUNK):
+            chunk = doomed[start : start + _PURGE_CHUNK]
+            results = [client.delete_async(f"{path}/{c}") for c in chunk]
+            for child, result in zip(chunk, results, strict=True):
+                try:
+                    self._wait(result, f"{path}/{child}")
+                except NoNodeError:
+                    continue  # purged by another broker meanwhile
+                deleted.append(child)
+        if deleted:
+            log.debug("purged %d expired change notification(s) under %s", len(deleted), path)
+        return deleted
 
     def watch_children(
         self, path: str, callback: Callable[[tuple[str, ...] | None], None]

@@ -30,9 +30,6 @@ from headwater.security.scram import ScramCredential, ScramMechanism, ScramMecha
 
 log = logging.getLogger(__name__)
 
-NOTIFICATION_EXPIRY_MS = 15 * 60 * 1000
-"""Processed change notifications older than this are deleted (Kafka's 15 minutes)."""
-
 _CAS_ATTEMPTS = 50
 _QUOTA_KEYS = frozenset(k.value for k in QuotaKey)
 
@@ -47,12 +44,78 @@ def _notify(listeners: list[Listener]) -> None:
             log.exception("security store listener failed")
 
 
+class NotificationPurger:
+    """Deletes expired change notifications on a thread of its own, as Kafka's
+    ``ZkNodeChangeNotificationListener`` does after processing them.
+
+    Not in the watch callback: a delete fires that very watch, which in the
+    in-process tree runs synchronously, inside the callback, under its locks.
+    Requests for a path already waiting are merged into one purge.
+    """
+
+    def __init__(self, store: ZkClusterStore) -> None:
+        self.store = store
+        self._lock = threading.Condition()
+        self._wanted: list[str] = []
+        self._busy = False
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def request(self, path: str) -> None:
+        with self._lock:
+            if self._stopped or path in self._wanted:
+                return
+            self._wanted.append(path)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._run, name="hw-notification-purge", daemon=True
+                )
+                self._thread.start()
+            self._lock.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                while not self._wanted and not self._stopped:
+                    self._lock.wait()
+                if self._stopped:
+                    return
+                path = self._wanted.pop(0)
+                self._busy = True
+            try:
+                self.store.purge_expired_notifications(path)
+            except Exception as exc:  # ZooKeeper away: the next notification retries
+                log.debug("purging expired notifications under %s failed: %s", path, exc)
+            finally:
+                with self._lock:
+                    self._busy = False
+                    self._lock.notify_all()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Until no purge is waiting or running (tests); False on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._wanted or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._lock.wait(left)
+        return True
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            self._wanted.clear()
+            self._lock.notify_all()
+
+
 class _Notifications:
     """Follows one sequential change-notification path; hands new entries to ``handle``.
 
     Children at or below the last processed sequence number are old news.
-    Expired ones (by creation time) are deleted after processing, by whichever
-    broker sees them first.
+    After each batch (and once at start, so a restarted broker cleans up too),
+    the purger deletes those older than the store's ``notification_expiry_ms``,
+    by creation time: whichever broker gets there first.
     """
 
     def __init__(
@@ -60,12 +123,13 @@ class _Notifications:
         store: ZkClusterStore,
         path: str,
         handle: Callable[[bytes], None],
+        purger: NotificationPurger,
     ) -> None:
         self.store = store
         self.path = path
         self.handle = handle
+        self.purger = purger
         self.last_seen = -1
-        self._created: dict[str, int] = {}
         self._lock = threading.Lock()
         self._watch: WatchHandle | None = None
 
@@ -74,6 +138,7 @@ class _Notifications:
         children = self.store.read_children(self.path)
         if children:
             self.last_seen = max(layout.sequence_number(c) for c in children)
+            self.purger.request(self.path)
         self._watch = self.store.watch_children(self.path, self._on_children)
 
     def stop(self) -> None:
@@ -97,27 +162,16 @@ class _Notifications:
                 self.last_seen = max(self.last_seen, layout.sequence_number(child))
                 if value is None:
                     continue
-                data, stat = value
-                self._created[child] = int(stat.ctime)
                 try:
-                    self.handle(data)
+                    self.handle(value[0])
                 except layout.ZkSecurityLayoutError as exc:
                     log.error("malformed change notification %s/%s: %s", self.path, child, exc)
+        if fresh:
+            self.purger.request(self.path)
 
     def announce(self, data: bytes, prefix: str) -> None:
-        """Create a notification, then delete the expired ones this broker has seen.
-
-        Purging here, by a writer, rather than in the watch callback keeps the
-        callback free of writes (which would fire watches from inside one).
-        """
+        """Create a notification (every broker's watch, this one's included, reads it)."""
         self.store.create_sequential(f"{self.path}/{prefix}", data)
-        horizon = time.time() * 1000 - NOTIFICATION_EXPIRY_MS
-        with self._lock:
-            expired = [c for c, created in self._created.items() if created < horizon]
-            for child in expired:
-                del self._created[child]
-        for child in expired:
-            self.store.delete_znode(f"{self.path}/{child}")
 
 
 class ZkEntityConfigs:
@@ -127,11 +181,11 @@ class ZkEntityConfigs:
     stores write through ``alter``, which changes only the keys it is given.
     """
 
-    def __init__(self, store: ZkClusterStore) -> None:
+    def __init__(self, store: ZkClusterStore, purger: NotificationPurger) -> None:
         self.store = store
         self._configs: dict[str, dict[str, str]] = {}
         self.listeners: list[Listener] = []
-        self._notifications = _Notifications(store, layout.CONFIG_CHANGES, self._on_change)
+        self._notifications = _Notifications(store, layout.CONFIG_CHANGES, self._on_change, purger)
 
     def start(self) -> None:
         """Load every entity and follow the change notifications (blocking)."""
@@ -312,13 +366,17 @@ class ZkAclStore:
     """``AclStore`` on ``/kafka-acl`` and ``/kafka-acl-extended``, kept current by
     ``/kafka-acl-changes`` and ``/kafka-acl-extended-changes``."""
 
-    def __init__(self, store: ZkClusterStore) -> None:
+    def __init__(self, store: ZkClusterStore, purger: NotificationPurger) -> None:
         self.store = store
         self._acls: dict[ResourcePattern, frozenset[AccessControlEntry]] = {}
         self.listeners: list[Listener] = []
         self._notifications = [
-            _Notifications(store, layout.ACL_LITERAL_CHANGES, lambda d: self._on_change(False, d)),
-            _Notifications(store, layout.ACL_EXTENDED_CHANGES, lambda d: self._on_change(True, d)),
+            _Notifications(
+                store, layout.ACL_LITERAL_CHANGES, lambda d: self._on_change(False, d), purger
+            ),
+            _Notifications(
+                store, layout.ACL_EXTENDED_CHANGES, lambda d: self._on_change(True, d), purger
+            ),
         ]
 
     def start(self) -> None:
@@ -426,10 +484,13 @@ class ZkSecurityStores:
     """The three stores of one broker on its cluster store; ``start`` before serving."""
 
     def __init__(self, store: ZkClusterStore) -> None:
-        self.entity_configs = ZkEntityConfigs(store)
+        #: Purges the expired notifications of all three paths (the store's
+        #: ``notification_expiry_ms`` says when one has expired).
+        self.purger = NotificationPurger(store)
+        self.entity_configs = ZkEntityConfigs(store, self.purger)
         self.credentials = ZkCredentialStore(self.entity_configs)
         self.quotas = ZkQuotaStore(self.entity_configs)
-        self.acls = ZkAclStore(store)
+        self.acls = ZkAclStore(store, self.purger)
         self._store = store
 
     def start(self) -> None:
@@ -441,6 +502,7 @@ class ZkSecurityStores:
     def stop(self) -> None:
         self.entity_configs.stop()
         self.acls.stop()
+        self.purger.stop()
 
     def on_change(self, listener: Listener) -> None:
         self.entity_configs.listeners.append(listener)

@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +38,15 @@ from headwater.log.log import Log
 REGISTRY_FILE = "topics.json"
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 REGISTRY_VERSION = 1
+#: Kafka's suffix for a partition directory moved aside as a stray: ``<topic>-<p>.<uuid>-stray``.
+STRAY_DIR_SUFFIX = "-stray"
+_STRAY_DIR = re.compile(r"\S+-\d+\.[0-9a-f]{32}" + re.escape(STRAY_DIR_SUFFIX))
+#: What a partition directory holds: a directory of anything else is not one of ours.
+_PARTITION_FILE = re.compile(
+    r"\d{20}(\.[a-z]+)+"  # segments, indexes, snapshots, and their cleaner/swap/tmp forms
+    r"|(leader-epoch-checkpoint|log-start-offset|cleaner-offset-checkpoint|partition\.metadata)"
+    r"(\.tmp)?"
+)
 CLOSE_FLUSH_THREADS = 16  # concurrent fsyncs at a clean stop
 MAX_TOPIC_NAME_LENGTH = 249
 _LEGAL_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
@@ -253,6 +262,86 @@ class LogDirectory:
         for (topic, _partition), log in self._logs.items():
             if topic == name:
                 log.config = topic_config
+
+    # -- stray replicas (what the cluster no longer wants here) ---------------------------
+
+    def partition_dirs(self) -> list[tuple[str, int, uuid.UUID | None]]:
+        """(topic, partition, topic id) of every partition directory on disk.
+
+        The id is the registry's; None for a directory whose topic the registry
+        does not know (left by a deletion that crashed half way). Such a
+        directory is listed only if it holds nothing but partition files, so
+        that a directory someone else put here is never taken for one.
+        """
+        found: list[tuple[str, int, uuid.UUID | None]] = []
+        with os.scandir(self.path) as entries:
+            for entry in entries:
+                topic, sep, index = entry.name.rpartition("-")
+                if not sep or not index.isdigit() or str(int(index)) != index:
+                    continue  # not <topic>-<partition> as this broker names them
+                if not entry.is_dir(follow_symlinks=False):
+                    continue
+                info = self._topics.get(topic)
+                if info is None and not self._only_partition_files(entry.path, topic):
+                    continue
+                found.append((topic, int(index), info.topic_id if info else None))
+        return sorted(found, key=lambda t: (t[0], t[1]))
+
+    @staticmethod
+    def _only_partition_files(path: str, topic: str) -> bool:
+        try:
+            validate_topic_name(topic)
+        except InvalidTopicError:
+            return False
+        with os.scandir(path) as files:
+            return all(f.is_file() and _PARTITION_FILE.fullmatch(f.name) for f in files)
+
+    def move_stray(self, topic: str, partition: int) -> Path:
+        """Rename the partition's directory to ``<topic>-<p>.<uuid>-stray`` (Kafka's name,
+        capped at 255 characters), out of reach of every reader, and forget its log."""
+        log = self._logs.pop((topic, partition), None)
+        if log is not None:
+            log.close()
+        source = self._partition_path(topic, partition)
+        self.handles.forget_under(source)
+        tail = f"-{partition}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}"
+        target = self.path / (topic[: 255 - len(tail)] + tail)
+        os.rename(source, target)
+        _fsync_directory(self.path)
+        return target
+
+    def forget_topics(self, names: Iterable[str]) -> None:
+        """Drop topics from the registry (written once), leaving their directories
+        (moved aside as strays)."""
+        changed = False
+        for name in names:
+            info = self._topics.pop(name, None)
+            if info is None:
+                continue
+            changed = True
+            self._topic_ids.pop(info.topic_id, None)
+            self._topic_configs.pop(name, None)
+            for key in [k for k in self._logs if k[0] == name]:
+                self._logs.pop(key).close()
+        if changed:
+            self._write_registry()
+
+    def stray_dirs(self) -> list[Path]:
+        """The directories moved aside as strays (by this run or one that crashed)."""
+        with os.scandir(self.path) as entries:
+            return sorted(
+                Path(e.path)
+                for e in entries
+                if _STRAY_DIR.fullmatch(e.name) and e.is_dir(follow_symlinks=False)
+            )
+
+    def delete_stray_dirs(self) -> int:
+        """Delete every stray directory; how many went. Safe off the event loop: nothing
+        else touches them."""
+        doomed = self.stray_dirs()
+        for path in doomed:
+            shutil.rmtree(path, ignore_errors=True)
+        return sum(1 for path in doomed if not path.exists())
 
     def _remove_leftovers(self, topic: str, partitions: range) -> None:
         """Remove partition directories of ``topic`` in ``partitions`` that already exist.

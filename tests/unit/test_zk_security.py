@@ -221,12 +221,15 @@ def test_expired_notifications_are_deleted(
     a, b = brokers
     for i in range(3):
         a.quotas.alter([(entity(client_id=f"c{i}"), [(QuotaKey.PRODUCER_BYTE_RATE.value, 1.0)])])
-    assert len(a.store.read_children("/config/changes")) == 3
+    assert a.security.purger.wait_idle(5.0) and b.security.purger.wait_idle(5.0)
+    assert len(a.store.read_children("/config/changes")) == 3  # none has expired
     later = time.time() + 16 * 60
-    monkeypatch.setattr(time, "time", lambda: later)
+    monkeypatch.setattr(time, "time", lambda: later)  # ZooKeeper's clock: the next ctime
+    b.store.wall_clock = lambda: later  # a reader, 16 minutes on
     a.quotas.alter([(entity(client_id="c9"), [(QuotaKey.PRODUCER_BYTE_RATE.value, 1.0)])])
-    # The writer purged the three it had seen expire; the newest stays.
-    assert len(a.store.read_children("/config/changes")) == 1
+    # The reader purged the three old ones; the newest stays.
+    assert b.security.purger.wait_idle(5.0) and a.security.purger.wait_idle(5.0)
+    assert a.store.read_children("/config/changes") == ["config_change_0000000003"]
     assert b.quotas.quota_for(QuotaKey.PRODUCER_BYTE_RATE, "u", "c9") is not None
 
 
