@@ -150,13 +150,17 @@ def keystore_identity(cfg: TlsConfig) -> CertificateIdentity:
 
 
 def check_same_identity(
-    old: TlsConfig, new: TlsConfig, *, allow_dn_changes: bool, allow_san_changes: bool
+    before: CertificateIdentity,
+    new: TlsConfig,
+    *,
+    allow_dn_changes: bool,
+    allow_san_changes: bool,
 ) -> None:
     """Kafka's ``SslFactory`` check of a reloaded keystore: clients that pinned or
     verified the broker's name must still accept it. Raises ValueError."""
     if allow_dn_changes and allow_san_changes:
         return
-    before, after = keystore_identity(old), keystore_identity(new)
+    after = keystore_identity(new)
     if not allow_dn_changes and before.subject != after.subject:
         raise ValueError(
             f"the new keystore's certificate subject {after.subject!r} differs from the "
@@ -170,6 +174,19 @@ def check_same_identity(
         )
 
 
+def _file_stamps(cfg: TlsConfig) -> tuple[int, ...]:
+    """Modification times of the keystore and truststore files (-1: none, or inline)."""
+    stamps = []
+    for value in (cfg.keystore_location, cfg.truststore_location):
+        try:
+            if not value or value.lstrip().startswith("-----BEGIN"):
+                raise OSError
+            stamps.append(os.stat(value).st_mtime_ns)
+        except OSError:
+            stamps.append(-1)
+    return tuple(stamps)
+
+
 class ListenerTlsContexts:
     """The server context of each TLS listener, replaceable while the broker runs.
 
@@ -179,8 +196,12 @@ class ListenerTlsContexts:
     """
 
     def __init__(self, configs: Mapping[str, TlsConfig]) -> None:
-        self._configs = dict(configs)
-        self._contexts = {name: server_context(cfg) for name, cfg in configs.items()}
+        self._configs: dict[str, TlsConfig] = {}
+        self._contexts: dict[str, ssl.SSLContext] = {}
+        self._identities: dict[str, CertificateIdentity] = {}
+        self._stamps: dict[str, tuple[int, ...]] = {}
+        for name, cfg in configs.items():
+            self.replace(name, cfg, server_context(cfg))
 
     def context(self, listener: str) -> ssl.SSLContext | None:
         return self._contexts.get(listener)
@@ -188,7 +209,22 @@ class ListenerTlsContexts:
     def config(self, listener: str) -> TlsConfig | None:
         return self._configs.get(listener)
 
+    def identity(self, listener: str) -> CertificateIdentity | None:
+        """The serving certificate's identity, read when it was loaded."""
+        return self._identities.get(listener)
+
+    def files_changed(self, listener: str) -> bool:
+        """The keystore or truststore file was rewritten since it was loaded (Kafka
+        reloads a keystore updated in place when its unchanged path is set again)."""
+        cfg = self._configs.get(listener)
+        return cfg is not None and _file_stamps(cfg) != self._stamps.get(listener)
+
     def replace(self, listener: str, cfg: TlsConfig, ctx: ssl.SSLContext) -> None:
         """Serve ``listener``'s new connections with ``ctx`` (built from ``cfg``)."""
+        self._stamps[listener] = _file_stamps(cfg)
         self._configs[listener] = cfg
         self._contexts[listener] = ctx
+        try:
+            self._identities[listener] = keystore_identity(cfg)
+        except ValueError:  # a keystore cryptography cannot read: no identity check
+            self._identities.pop(listener, None)

@@ -3,8 +3,12 @@ replica fetchers and listener keystores applied live."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -213,3 +217,61 @@ def test_a_keystore_of_another_subject_needs_ssl_allow_dn_changes(
         assert code == 0
     else:
         assert code == 40 and "subject 'CN=someone-else' differs" in (error or ""), error
+
+
+def _set_through_the_cluster_path(api: ConfigsApi, key: str, value: str) -> tuple[int, str | None]:
+    """IncrementalAlterConfigs of broker 1 as a cluster member serves it (write, then apply)."""
+    api.broker_config_writer = lambda entity, configs: None
+    op = SimpleNamespace(name=key, config_operation=0, value=value)
+    req = SimpleNamespace(
+        resources=[SimpleNamespace(resource_type=BROKER, resource_name="1", configs=[op])],
+        validate_only=False,
+    )
+
+    async def alter() -> dict[str, Any]:
+        result = api.incremental_alter_configs(ALLOW_ALL, req)  # type: ignore[arg-type]
+        return result if isinstance(result, dict) else await result  # refused: no write
+
+    (entry,) = asyncio.run(alter())["responses"]
+    return entry["error_code"], entry["error_message"]
+
+
+def test_a_keystore_rewritten_in_place_reloads_when_its_path_is_set_again(
+    tmp_path: Path, certs: tuple[Certs, Certs]
+) -> None:
+    one, two = certs
+    keystore = tmp_path / "rotating.pem"
+    keystore.write_text(one.server_keystore.read_text())
+    api = _tls_api(tmp_path, one)
+    assert _set_through_the_cluster_path(api, KEYSTORE, str(keystore)) == (0, None)
+    assert api.listener_tls is not None
+    before = api.listener_tls.context("SSL")
+    # Another certificate of the same subject and SANs, written over the file.
+    keystore.write_text(two.server_keystore.read_text())
+    os.utime(keystore, ns=(time.time_ns(), time.time_ns() + 10**9))
+    api.on_broker_configs("<default>", {"log.retention.ms": "5000"})  # no reload on the side
+    assert api.listener_tls.context("SSL") is before
+    assert _set_through_the_cluster_path(api, KEYSTORE, str(keystore)) == (0, None)
+    reloaded = api.listener_tls.context("SSL")
+    assert reloaded is not before
+    # A rewrite with another subject is refused, and the serving keystore stays.
+    cert, key = one.client("/CN=impostor", "impostor")
+    keystore.write_text(key.read_text() + cert.read_text())
+    os.utime(keystore, ns=(time.time_ns(), time.time_ns() + 2 * 10**9))
+    code, error = _set_through_the_cluster_path(api, KEYSTORE, str(keystore))
+    assert code == 40 and "CN=impostor" in (error or ""), error
+    assert api.listener_tls.context("SSL") is reloaded
+
+
+def test_a_listener_keystore_in_the_cluster_default_is_ignored(
+    tmp_path: Path, certs: tuple[Certs, Certs]
+) -> None:
+    """Written to /config/brokers/<default> by another tool: Kafka ignores it there."""
+    api = _tls_api(tmp_path, certs[0])
+    assert api.listener_tls is not None
+    before = api.listener_tls.context("SSL")
+    api.on_broker_configs(
+        "<default>", {KEYSTORE: str(certs[1].server_keystore), "log.retention.ms": "5000"}
+    )
+    assert api.listener_tls.context("SSL") is before
+    assert api.dynamic_default == {"log.retention.ms": "5000"}

@@ -54,7 +54,12 @@ from headwater.log.errors import KafkaApiError
 from headwater.log.log_directory import LogDirectory, TopicInfo
 from headwater.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from headwater.security.config import SecurityConfig, TlsConfig
-from headwater.security.tls import ListenerTlsContexts, check_same_identity, server_context
+from headwater.security.tls import (
+    ListenerTlsContexts,
+    check_same_identity,
+    keystore_identity,
+    server_context,
+)
 
 log = logging.getLogger(__name__)
 
@@ -268,7 +273,7 @@ class ConfigsApi:
         self, ctx: RequestContext, req: Any
     ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         topic_writes: dict[int, tuple[str, dict[str, str]]] = {}
-        broker_writes: dict[int, tuple[str, dict[str, str]]] = {}
+        broker_writes: dict[int, _BrokerWrite] = {}
         response = self._alter(ctx, req, topic_writes, broker_writes)
         if broker_writes:
             return self._write_broker_configs(response, topic_writes, broker_writes)
@@ -303,14 +308,14 @@ class ConfigsApi:
         self,
         response: dict[str, Any],
         topic_writes: dict[int, tuple[str, dict[str, str]]],
-        broker_writes: dict[int, tuple[str, dict[str, str]]],
+        broker_writes: dict[int, _BrokerWrite],
     ) -> dict[str, Any]:
         """Cluster mode: each broker entity's new map goes to ZooKeeper; this broker
         applies it at once, the others from their watches within a moment."""
         loop = asyncio.get_running_loop()
         writer = self.broker_config_writer
         assert writer is not None
-        for index, (entity, configs) in broker_writes.items():
+        for index, (entity, configs, reload) in broker_writes.items():
             entry = response["responses"][index]
             try:
                 await loop.run_in_executor(None, writer, entity, configs)
@@ -320,6 +325,10 @@ class ConfigsApi:
                 entry["error_message"] = f"could not write broker configs: {exc}"
                 continue
             self.on_broker_configs(entity, configs)
+            if self.listener_tls is not None and reload:
+                # The same keystore path set again: reload a file rewritten in place.
+                merged = {**self.dynamic_default, **self.dynamic}
+                self._apply_tls(self.listener_tls, merged, reload)
         if topic_writes:
             topic_writer = self.topic_config_writer
             for index, (name, configs) in topic_writes.items():
@@ -338,6 +347,10 @@ class ConfigsApi:
         """A broker entity's dynamic configs changed in ZooKeeper (or were written here)."""
         known = {k: v for k, v in configs.items() if dynamic_broker_config_type(k) is not None}
         if entity == DEFAULT_ENTITY:
+            per_broker = sorted(k for k in known if listener_ssl_config(k) is not None)
+            if per_broker:  # Kafka ignores them there too
+                log.warning("ignoring per-broker configs in the cluster default: %s", per_broker)
+                known = {k: v for k, v in known.items() if k not in per_broker}
             if known == self.dynamic_default:
                 return
             self.dynamic_default = known
@@ -392,7 +405,7 @@ class ConfigsApi:
         ctx: RequestContext,
         req: Any,
         topic_writes: dict[int, tuple[str, dict[str, str]]],
-        broker_writes: dict[int, tuple[str, dict[str, str]]] | None = None,
+        broker_writes: dict[int, _BrokerWrite] | None = None,
     ) -> dict[str, Any]:
         """Validate every resource and apply broker configs; topic writes are returned."""
         responses: list[dict[str, Any]] = []
@@ -414,9 +427,9 @@ class ConfigsApi:
                     if not req.validate_only:
                         topic_writes[len(responses)] = (res.resource_name, configs)
                 elif res.resource_type == BROKER and self.broker_config_writer is not None:
-                    entity, configs = self._alter_cluster_broker(res.resource_name, res.configs)
+                    write = self._alter_cluster_broker(res.resource_name, res.configs)
                     if not req.validate_only and broker_writes is not None:
-                        broker_writes[len(responses)] = (entity, configs)
+                        broker_writes[len(responses)] = write
                 elif res.resource_type == BROKER:
                     self._check_broker(res.resource_name)
                     self._alter_broker(res.configs, req.validate_only)
@@ -466,8 +479,9 @@ class ConfigsApi:
             {**self.dynamic_default, **self.dynamic}, base=self.static.cleaner
         )
 
-    def _alter_cluster_broker(self, name: str, ops: Any) -> tuple[str, dict[str, str]]:
-        """(entity, its new map), validated: "" is the cluster default (Kafka's rule)."""
+    def _alter_cluster_broker(self, name: str, ops: Any) -> _BrokerWrite:
+        """(entity, its new map, the listeners whose SSL keys it sets), validated: ""
+        is the cluster default (Kafka's rule)."""
         if name == "":
             entity, current = DEFAULT_ENTITY, self.dynamic_default
             merged_with = self.dynamic
@@ -486,11 +500,20 @@ class ConfigsApi:
             new = {**configs, **merged_with}
         else:
             new = {**self.dynamic_default, **configs}
+        reload = frozenset(
+            parsed[0] for op in ops if (parsed := listener_ssl_config(op.name)) is not None
+        )
         self._resolve(new)  # raises on a bad value, or a keystore that does not load
-        self._check_change({**self.dynamic_default, **self.dynamic}, new)
-        return entity, configs
+        self._tls_changes(new, reload)  # a keystore rewritten in place must load too
+        self._check_change({**self.dynamic_default, **self.dynamic}, new, reload)
+        return _BrokerWrite(entity, configs, reload)
 
-    def _check_change(self, current: Mapping[str, str], new: Mapping[str, str]) -> None:
+    def _check_change(
+        self,
+        current: Mapping[str, str],
+        new: Mapping[str, str],
+        reload: frozenset[str] = frozenset(),
+    ) -> None:
         """What the broker that receives an alter checks against its running values, as
         Kafka's reconfigurables validate: the fetcher count may at most halve or double
         (``DynamicThreadPool``), a listener keystore keeps its certificate's subject and
@@ -500,12 +523,13 @@ class ConfigsApi:
         for listener in self._tls_listeners():
             old_cfg = self._listener_tls_config(listener, current)
             new_cfg = self._listener_tls_config(listener, new)
-            if new_cfg == old_cfg:
+            if new_cfg == old_cfg and not self._tls_files_changed(listener, reload):
                 continue
+            serving = self.listener_tls.identity(listener) if self.listener_tls else None
             allow = self.static.security.for_listener(listener).raw
             try:
                 check_same_identity(
-                    old_cfg,
+                    serving or keystore_identity(old_cfg),
                     new_cfg,
                     allow_dn_changes=_true(allow.get("ssl.allow.dn.changes")),
                     allow_san_changes=_true(allow.get("ssl.allow.san.changes")),
@@ -537,10 +561,21 @@ class ConfigsApi:
             security = SecurityConfig.from_properties({**security.raw, **own})
         return security.for_listener(listener).tls
 
-    def _tls_changes(self, dynamic: Mapping[str, str]) -> dict[str, tuple[TlsConfig, Any]]:
-        """Listeners whose TLS settings differ from those serving now, with the new
-        context of each; raises ValueError naming the listener whose keystore or
-        truststore does not load (the old context then stays)."""
+    def _tls_files_changed(self, listener: str, reload: frozenset[str]) -> bool:
+        """An alter set ``listener``'s SSL keys again and its files were rewritten."""
+        return (
+            listener.lower() in reload
+            and self.listener_tls is not None
+            and self.listener_tls.files_changed(listener)
+        )
+
+    def _tls_changes(
+        self, dynamic: Mapping[str, str], reload: frozenset[str] = frozenset()
+    ) -> dict[str, tuple[TlsConfig, Any]]:
+        """Listeners whose TLS settings differ from those serving now (or, in
+        ``reload``, whose files were rewritten), with the new context of each;
+        raises ValueError naming the listener whose keystore or truststore does
+        not load (the old context then stays)."""
         unknown = sorted(
             k
             for k in dynamic
@@ -549,13 +584,15 @@ class ConfigsApi:
         )
         if unknown:
             raise ValueError(
-                f"broker {self.static.node_id} has no TLS listener for {', '.join(unknown)}"
+                f"broker {self.static.node_id} has no TLS listener for {', '.join(unknown)} "
+                "(listener names are in lower case there)"
             )
         changes = {}
         for listener in self._tls_listeners():
             cfg = self._listener_tls_config(listener, dynamic)
             serving = self.listener_tls.config(listener) if self.listener_tls else None
-            if cfg == (serving or self.static.security.for_listener(listener).tls):
+            same = cfg == (serving or self.static.security.for_listener(listener).tls)
+            if same and not self._tls_files_changed(listener, reload):
                 continue
             try:
                 changes[listener] = (cfg, server_context(cfg))
@@ -615,11 +652,16 @@ class ConfigsApi:
         if self.listener_tls is not None:
             self._apply_tls(self.listener_tls, dynamic)
 
-    def _apply_tls(self, contexts: ListenerTlsContexts, dynamic: Mapping[str, str]) -> None:
+    def _apply_tls(
+        self,
+        contexts: ListenerTlsContexts,
+        dynamic: Mapping[str, str],
+        reload: frozenset[str] = frozenset(),
+    ) -> None:
         """New keystores for new connections; one that does not load leaves the old
         context serving (it was checked when altered, but a file may go meanwhile)."""
         try:
-            changes = self._tls_changes(dynamic)
+            changes = self._tls_changes(dynamic, reload)
         except ValueError as exc:
             log.error("keeping the current TLS keystores: %s", exc)
             return
@@ -692,6 +734,15 @@ def _broker_type(key: str) -> ConfigType:
             int(E.invalid_config), f"{key!r} cannot be updated dynamically on this broker"
         )
     return kind
+
+
+class _BrokerWrite(NamedTuple):
+    """A validated alter of a broker entity, to write to ZooKeeper."""
+
+    entity: str
+    configs: dict[str, str]
+    #: Listeners whose SSL keys the alter sets (a rewritten keystore reloads).
+    reload: frozenset[str]
 
 
 class _Op(NamedTuple):
