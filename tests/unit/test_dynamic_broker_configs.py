@@ -162,6 +162,19 @@ def test_a_listener_keystore_is_replaced_for_new_connections(
     ]
 
 
+def test_a_static_fetcher_count_is_described_and_bounds_the_change(tmp_path: Path) -> None:
+    config = BrokerConfig.from_properties(
+        {"log.dirs": str(tmp_path), "broker.id": "1", "num.replica.fetchers": "4"}
+    )
+    logs = LogDirectory(tmp_path, LogConfig())
+    logs.open()
+    api = ConfigsApi(config, logs, ConnectionRegistry(config.connections))
+    assert _describe(api, "num.replica.fetchers") == ("4", ConfigSource.STATIC_BROKER_CONFIG)
+    code, message = _alter_broker(api, "1", num_replica_fetchers="1")
+    assert code == 40 and "at least half the current value 4" in (message or "")
+    assert _alter_broker(api, "1", num_replica_fetchers="2") == (0, None)
+
+
 def test_passwords_are_sensitive(tmp_path: Path, certs: tuple[Certs, Certs]) -> None:
     api = _tls_api(tmp_path, certs[0])
     api.on_broker_configs("1", {"listener.name.ssl.ssl.key.password": "secret"})

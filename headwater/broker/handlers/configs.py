@@ -248,6 +248,7 @@ class ConfigsApi:
                 "log.dirs": str(c.data_dir),
                 "node.id": str(c.node_id),
                 "num.partitions": str(c.num_partitions),
+                "num.replica.fetchers": str(c.num_replica_fetchers),
                 "queued.max.request.bytes": str(limits.queued_max_request_bytes),
                 "socket.request.max.bytes": str(c.socket_request_max_bytes),
                 "transaction.state.log.num.partitions": str(c.transaction_state_log_num_partitions),
