@@ -187,21 +187,33 @@ def test_passwords_are_sensitive(tmp_path: Path, certs: tuple[Certs, Certs]) -> 
 
 
 @pytest.mark.parametrize(
-    ("entity", "value", "message"),
+    ("entity", "key", "value", "message"),
     [
-        ("1", "/nonexistent/keystore.pem", "listener SSL: cannot load the TLS keystore"),
-        ("", "KEYSTORE_TWO", "Cannot update these configs at default cluster level"),
+        ("1", KEYSTORE, "/nonexistent/keystore.pem", "listener SSL: cannot load the TLS keystore"),
+        ("", KEYSTORE, "KEYSTORE_TWO", "Cannot update these configs at default cluster level"),
+        (
+            "1",
+            "listener.name.ssl.ssl.truststore.location",
+            "/nonexistent/ca.pem",
+            "listener SSL: cannot load ssl.truststore.location",
+        ),
+        (
+            "1",
+            "listener.name.ssl.ssl.keystore.password",
+            "secret",
+            "a PEM keystore has no store password",
+        ),
     ],
 )
 def test_a_bad_or_cluster_wide_keystore_is_refused_and_the_old_one_kept(
-    tmp_path: Path, certs: tuple[Certs, Certs], entity: str, value: str, message: str
+    tmp_path: Path, certs: tuple[Certs, Certs], entity: str, key: str, value: str, message: str
 ) -> None:
     one, two = certs
     api = _tls_api(tmp_path, one)
     assert api.listener_tls is not None
     before = api.listener_tls.context("SSL")
     value = str(two.server_keystore) if value == "KEYSTORE_TWO" else value
-    code, error = _alter_broker(api, entity, **{KEYSTORE: value})
+    code, error = _alter_broker(api, entity, **{key: value})
     assert code == 40 and message in (error or ""), error
     api.on_broker_configs("1", {KEYSTORE: "/nonexistent/keystore.pem"})  # a file gone
     assert api.listener_tls.context("SSL") is before
