@@ -29,6 +29,7 @@ from headwater.security.authorizer import Authorizer
 from headwater.security.listeners import Listener, SecurityProtocol
 from headwater.security.principal import principal_from_certificate
 from headwater.security.quotas import ClientQuotaManager
+from headwater.security.tls import ListenerTlsContexts
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +94,10 @@ class ClientAcceptor:
         self._sasl_mechanisms: dict[str, tuple[str, ...]] = {}
 
     async def accept_loop(
-        self, sock: socket.socket, listener: Listener, tls: ssl.SSLContext | None
+        self, sock: socket.socket, listener: Listener, tls: ListenerTlsContexts
     ) -> None:
+        """Accept on ``listener``; a TLS connection takes the listener's context of the
+        moment (a dynamic keystore change applies to the next connection)."""
         loop = asyncio.get_running_loop()
         registry = self.connections
         while True:
@@ -122,7 +125,9 @@ class ClientAcceptor:
                 continue
             client.setblocking(False)
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn, stream = self._connection(client, f"{addr[0]}:{addr[1]}", listener, tls)
+            conn, stream = self._connection(
+                client, f"{addr[0]}:{addr[1]}", listener, tls.context(listener.name)
+            )
             # Counted now, before the next accept: the limits see every connection.
             registry.add(conn)
             self._spawn(self._serve(conn, stream), f"conn-{conn.connection_id}")

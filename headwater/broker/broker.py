@@ -75,7 +75,7 @@ from headwater.security.credentials import CredentialStore, FileCredentialStore
 from headwater.security.inter_broker import inter_broker_settings
 from headwater.security.listeners import Listener, SecurityProtocol
 from headwater.security.quotas import ClientQuotaManager, FileQuotaStore, QuotaKey, QuotaStore
-from headwater.security.tls import server_context
+from headwater.security.tls import ListenerTlsContexts
 from headwater.txn.markers import TxnMarkerWriter
 
 log = logging.getLogger(__name__)
@@ -181,6 +181,7 @@ class Broker(HandlerTable):
         self.configs.topic_config_writer = cluster.store.set_topic_configs
         self.configs.broker_config_writer = cluster.store.set_broker_configs
         self.configs.throttle_setter = cluster.replicas.throttles.set_rates
+        self.configs.replica_fetchers_setter = cluster.replicas.resize_fetchers
         self.register_kio(ApiKey.DESCRIBE_CONFIGS, self.configs.describe_configs)
         self.register_kio(ApiKey.INCREMENTAL_ALTER_CONFIGS, self.configs.incremental_alter_configs)
         self.register_kio(ApiKey.ALTER_CONFIGS, self.configs.alter_configs)
@@ -419,12 +420,16 @@ class Broker(HandlerTable):
         # later ones are frozen as they come (headwater.gc_policy).
         COLLECTOR.enable()
         COLLECTOR.freeze(collect=True)
-        # One TLS context per TLS listener: its ``listener.name.<l>.ssl.*`` keys win.
-        tls = {
-            listener.name: server_context(self.config.security.for_listener(listener.name).tls)
-            for listener in self.config.all_listeners
-            if listener.protocol.uses_tls
-        }
+        # One TLS context per TLS listener: its ``listener.name.<l>.ssl.*`` keys win;
+        # a dynamic keystore change replaces it (ConfigsApi).
+        tls = ListenerTlsContexts(
+            {
+                listener.name: self.config.security.for_listener(listener.name).tls
+                for listener in self.config.all_listeners
+                if listener.protocol.uses_tls
+            }
+        )
+        self.configs.listener_tls = tls
         bound: list[tuple[socket.socket, Listener]] = []
         for listener in self.config.all_listeners:
             sock = listen(listener.host, listener.port)
@@ -468,7 +473,7 @@ class Broker(HandlerTable):
         )
         for sock, listener in bound:
             self._spawn(
-                acceptor.accept_loop(sock, listener, tls.get(listener.name)),
+                acceptor.accept_loop(sock, listener, tls),
                 f"accept-{listener.name}",
             )
         self._spawn(housekeeping(self.config, self.logs), "housekeeping")

@@ -143,7 +143,41 @@ DYNAMIC_BROKER_CONFIGS: dict[str, ConfigType] = {
     # KIP-73 replication throttles (bytes/s), applied to the replica fetchers at once.
     "leader.replication.throttled.rate": ConfigType.LONG,
     "follower.replication.throttled.rate": ConfigType.LONG,
+    # fetchers per leader (headwater.cluster.fetcher_assignment), resized live as in Kafka
+    "num.replica.fetchers": ConfigType.INT,
 }
+
+#: A listener's SSL keys Kafka reloads without a restart, per broker only, as
+#: ``listener.name.<listener>.<key>``: the keystore and truststore, applied to
+#: the listener's new connections (headwater.security.tls.ListenerTlsContexts).
+LISTENER_SSL_CONFIGS: dict[str, ConfigType] = {
+    "ssl.keystore.location": ConfigType.STRING,
+    "ssl.keystore.password": ConfigType.PASSWORD,
+    "ssl.key.password": ConfigType.PASSWORD,
+    "ssl.keystore.key": ConfigType.PASSWORD,
+    "ssl.keystore.certificate.chain": ConfigType.PASSWORD,
+    "ssl.truststore.location": ConfigType.STRING,
+}
+LISTENER_PREFIX = "listener.name."
+
+
+def listener_ssl_config(name: str) -> tuple[str, str] | None:
+    """(listener, ssl key) of a dynamic listener SSL config name, else None."""
+    if not name.startswith(LISTENER_PREFIX):
+        return None
+    listener, _, key = name[len(LISTENER_PREFIX) :].partition(".")
+    if not listener or key not in LISTENER_SSL_CONFIGS:
+        return None
+    return listener, key
+
+
+def dynamic_broker_config_type(name: str) -> ConfigType | None:
+    """The type of a broker config that can be altered dynamically, else None."""
+    kind = DYNAMIC_BROKER_CONFIGS.get(name)
+    if kind is None and (parsed := listener_ssl_config(name)) is not None:
+        kind = LISTENER_SSL_CONFIGS[parsed[1]]
+    return kind
+
 
 #: Read-only broker configs DescribeConfigs also reports, with their types.
 STATIC_BROKER_CONFIGS: dict[str, ConfigType] = {
@@ -165,9 +199,15 @@ STATIC_BROKER_CONFIGS: dict[str, ConfigType] = {
     "transaction.remove.expired.transaction.cleanup.interval.ms": ConfigType.INT,
 }
 
-#: Names whose values are secrets: described with a null value and is_sensitive.
-SENSITIVE_MARKERS = ("password", "secret", "sasl.jaas.config", "ssl.key")
+#: Names whose values are secrets: described with a null value and is_sensitive
+#: (Kafka's PASSWORD-typed configs; a keystore's location is not one).
+SENSITIVE_MARKERS = ("password", "secret", "sasl.jaas.config")
+SENSITIVE_SUFFIXES = (
+    "ssl.keystore.key",
+    "ssl.keystore.certificate.chain",
+    "ssl.truststore.certificates",
+)
 
 
 def is_sensitive(name: str) -> bool:
-    return any(marker in name for marker in SENSITIVE_MARKERS)
+    return any(marker in name for marker in SENSITIVE_MARKERS) or name.endswith(SENSITIVE_SUFFIXES)

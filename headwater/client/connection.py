@@ -188,16 +188,17 @@ class BrokerConnection:
         loop = asyncio.get_running_loop()
         tls = security.ssl_context if security is not None and security.uses_tls else None
         try:
-            _, protocol = await asyncio.wait_for(
-                loop.create_connection(
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for loses a cancellation
+            # that arrives as the connect fails, and a stopped replica fetcher whose
+            # leader refuses connections then retried forever (its stop never ended).
+            async with asyncio.timeout(connect_timeout_s):
+                _, protocol = await loop.create_connection(
                     lambda: _StreamProtocol(conn),
                     host,
                     port,
                     ssl=tls,
                     server_hostname=host if tls is not None else None,
-                ),
-                connect_timeout_s,
-            )
+                )
         except (OSError, TimeoutError) as exc:
             raise KafkaConnectionError(f"cannot connect to {host}:{port}: {exc}") from exc
         conn._protocol = protocol

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from headwater.cluster.cluster_view import ClusterChange, ClusterView
+from headwater.cluster.fetcher_assignment import fetcher_index, resize_plan
 from headwater.cluster.inter_broker import InterBrokerConnector
 from headwater.cluster.partition import PartitionReplica, ReplicaAssignment
 from headwater.cluster.produce_purgatory import ProducePurgatory, await_acks
@@ -98,6 +99,8 @@ class ReplicaManager:
         self.purgatory = ProducePurgatory()
         self.replicas: dict[PartitionKey, PartitionReplica] = {}
         self.fetchers: dict[tuple[int, int], ReplicaFetcher] = {}
+        #: Fetchers per leader (``num.replica.fetchers``, dynamic: see ``resize_fetchers``).
+        self.num_replica_fetchers = config.num_replica_fetchers
         self.leadership_listeners: list[LeadershipListener] = []
         #: Told of led partitions with a replica outside the ISR, so that the
         #: follower's fetch session reads them again (see ``_nudge_out_of_sync``).
@@ -520,7 +523,7 @@ class ReplicaManager:
     # -- fetchers ------------------------------------------------------------------------
 
     def _fetcher_for(self, leader: int, key: PartitionKey) -> ReplicaFetcher:
-        index = hash(key) % max(1, self.config.num_replica_fetchers)
+        index = fetcher_index(key[0], key[1], self.num_replica_fetchers)
         fetcher = self.fetchers.get((leader, index))
         if fetcher is None:
             fetcher = ReplicaFetcher(
@@ -539,11 +542,54 @@ class ReplicaManager:
         for fetcher_key, fetcher in list(self.fetchers.items()):
             if key in fetcher.partitions:
                 fetcher.remove(key)
-                if not len(fetcher):
-                    del self.fetchers[fetcher_key]
-                    stopping = asyncio.ensure_future(fetcher.stop())
-                    self._stopping.add(stopping)
-                    stopping.add_done_callback(self._stopping.discard)
+                self._stop_if_empty(fetcher_key)
+
+    def _stop_if_empty(self, fetcher_key: tuple[int, int]) -> None:
+        fetcher = self.fetchers.get(fetcher_key)
+        if fetcher is None or len(fetcher):
+            return
+        del self.fetchers[fetcher_key]
+        stopping = asyncio.ensure_future(fetcher.stop())
+        self._stopping.add(stopping)
+        stopping.add_done_callback(self._stopping.discard)
+
+    def resize_fetchers(self, count: int) -> None:
+        """``num.replica.fetchers`` changed: re-home each followed partition whose
+        fetcher index changes (Kafka's ``resizeThreadPool``), stop emptied fetchers.
+
+        A moved partition keeps its place: the new fetcher fetches from the
+        local log's end, as the old one would have next, and an answer the old
+        one still has in flight is dropped on arrival (``remove``), so no record
+        is appended twice or skipped. It runs between two turns of the event
+        loop, so no fetch is applied half-way through a move.
+        """
+        count = max(1, count)
+        if count == self.num_replica_fetchers:
+            return
+        placements = {
+            key: fetcher_key
+            for fetcher_key, fetcher in self.fetchers.items()
+            for key in fetcher.partitions
+        }
+        moves = resize_plan(placements, count)
+        self.num_replica_fetchers = count
+        for key, (leader, _) in moves.items():
+            old_key = placements[key]
+            replica = self.fetchers[old_key].partitions[key]
+            self.fetchers[old_key].remove(key)
+            self._fetcher_for(leader, key).add(replica)
+        for fetcher_key in list(self.fetchers):
+            self._stop_if_empty(fetcher_key)
+        running: dict[int, int] = {}
+        for leader, _ in self.fetchers:
+            running[leader] = running.get(leader, 0) + 1
+        log.info(
+            "resized replica fetchers to %d per leader: moved %d partitions; running %s",
+            count,
+            len(moves),
+            ", ".join(f"{n} from broker {leader}" for leader, n in sorted(running.items()))
+            or "none",
+        )
 
     def _topic_configs(self, topic: str) -> dict[str, str]:
         assignment = self.view.topics.get(topic)

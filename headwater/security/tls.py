@@ -5,6 +5,13 @@ Kafka's ``ssl.keystore.key`` and ``ssl.keystore.certificate.chain`` hold PEM
 are accepted (a value starting with ``-----BEGIN`` is text, anything else a
 path). Python's ``ssl`` loads keys only from files, so inline PEM goes
 through a private temporary file that is removed at once.
+
+A listener's keystore and truststore are dynamic broker configs, as in
+Kafka: :class:`ListenerTlsContexts` holds each TLS listener's context and
+replaces it for new connections (open ones keep their session), and
+:func:`check_same_identity` is Kafka's rule that a new keystore's
+certificate keeps the old one's subject and SANs unless
+``ssl.allow.dn.changes`` / ``ssl.allow.san.changes`` say otherwise.
 """
 
 from __future__ import annotations
@@ -13,7 +20,10 @@ import contextlib
 import os
 import ssl
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from cryptography import x509
 
 from headwater.security.config import TlsConfig
 
@@ -104,3 +114,117 @@ def _load_keystore(ctx: ssl.SSLContext, cfg: TlsConfig) -> None:
                 ctx.load_cert_chain(chain, key, password=cfg.key_password)
     except (ssl.SSLError, OSError) as exc:
         raise ValueError(f"cannot load the TLS keystore: {exc}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class CertificateIdentity:
+    """What a client checks of a server certificate: its subject and its SANs."""
+
+    subject: str
+    subject_alt_names: frozenset[str]
+
+
+def keystore_identity(cfg: TlsConfig) -> CertificateIdentity:
+    """The identity of the keystore's (first, the server's own) certificate.
+
+    Raises ValueError when the keystore holds no readable certificate.
+    """
+    try:
+        if cfg.keystore_location:
+            if cfg.keystore_location.lstrip().startswith("-----BEGIN"):
+                pem = cfg.keystore_location.encode()
+            else:
+                with open(cfg.keystore_location, "rb") as f:
+                    pem = f.read()
+        else:
+            pem = (cfg.keystore_certificate_chain or "").encode()
+        cert = x509.load_pem_x509_certificates(pem)[0]
+    except (OSError, ValueError, IndexError) as exc:
+        raise ValueError(f"cannot read the keystore's certificate: {exc}") from None
+    try:
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        names = frozenset(f"{type(n).__name__}:{n.value}" for n in sans)
+    except x509.ExtensionNotFound:
+        names = frozenset()
+    return CertificateIdentity(cert.subject.rfc4514_string(), names)
+
+
+def check_same_identity(
+    before: CertificateIdentity,
+    new: TlsConfig,
+    *,
+    allow_dn_changes: bool,
+    allow_san_changes: bool,
+) -> None:
+    """Kafka's ``SslFactory`` check of a reloaded keystore: clients that pinned or
+    verified the broker's name must still accept it. Raises ValueError."""
+    if allow_dn_changes and allow_san_changes:
+        return
+    after = keystore_identity(new)
+    if not allow_dn_changes and before.subject != after.subject:
+        raise ValueError(
+            f"the new keystore's certificate subject {after.subject!r} differs from the "
+            f"current {before.subject!r} (set ssl.allow.dn.changes=true to allow it)"
+        )
+    if not allow_san_changes and before.subject_alt_names != after.subject_alt_names:
+        raise ValueError(
+            "the new keystore's certificate subject alternative names "
+            f"{sorted(after.subject_alt_names)} differ from the current "
+            f"{sorted(before.subject_alt_names)} (set ssl.allow.san.changes=true to allow it)"
+        )
+
+
+def _file_stamps(cfg: TlsConfig) -> tuple[int, ...]:
+    """Modification times of the keystore and truststore files (-1: none, or inline)."""
+    stamps = []
+    for value in (cfg.keystore_location, cfg.truststore_location):
+        try:
+            if not value or value.lstrip().startswith("-----BEGIN"):
+                raise OSError
+            stamps.append(os.stat(value).st_mtime_ns)
+        except OSError:
+            stamps.append(-1)
+    return tuple(stamps)
+
+
+class ListenerTlsContexts:
+    """The server context of each TLS listener, replaceable while the broker runs.
+
+    The accept loop asks for a listener's context at each new connection, so
+    a replaced keystore serves new connections at once; connections already
+    open keep the session they negotiated (Kafka's ``SslFactory`` reload).
+    """
+
+    def __init__(self, configs: Mapping[str, TlsConfig]) -> None:
+        self._configs: dict[str, TlsConfig] = {}
+        self._contexts: dict[str, ssl.SSLContext] = {}
+        self._identities: dict[str, CertificateIdentity] = {}
+        self._stamps: dict[str, tuple[int, ...]] = {}
+        for name, cfg in configs.items():
+            self.replace(name, cfg, server_context(cfg))
+
+    def context(self, listener: str) -> ssl.SSLContext | None:
+        return self._contexts.get(listener)
+
+    def config(self, listener: str) -> TlsConfig | None:
+        return self._configs.get(listener)
+
+    def identity(self, listener: str) -> CertificateIdentity | None:
+        """The serving certificate's identity, read when it was loaded."""
+        return self._identities.get(listener)
+
+    def files_changed(self, listener: str) -> bool:
+        """The keystore or truststore file was rewritten since it was loaded (Kafka
+        reloads a keystore updated in place when its unchanged path is set again)."""
+        cfg = self._configs.get(listener)
+        return cfg is not None and _file_stamps(cfg) != self._stamps.get(listener)
+
+    def replace(self, listener: str, cfg: TlsConfig, ctx: ssl.SSLContext) -> None:
+        """Serve ``listener``'s new connections with ``ctx`` (built from ``cfg``)."""
+        self._stamps[listener] = _file_stamps(cfg)
+        self._configs[listener] = cfg
+        self._contexts[listener] = ctx
+        try:
+            self._identities[listener] = keystore_identity(cfg)
+        except ValueError:  # a keystore cryptography cannot read: no identity check
+            self._identities.pop(listener, None)

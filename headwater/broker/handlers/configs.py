@@ -34,20 +34,32 @@ from kio.schema.errors import ErrorCode as E
 from headwater.broker.config import BrokerConfig
 from headwater.broker.config_catalog import (
     DYNAMIC_BROKER_CONFIGS,
+    LISTENER_PREFIX,
+    LISTENER_SSL_CONFIGS,
     STATIC_BROKER_CONFIGS,
     TOPIC_CONFIG_BY_NAME,
     TOPIC_CONFIGS,
     ConfigSource,
     ConfigType,
+    dynamic_broker_config_type,
     is_sensitive,
+    listener_ssl_config,
 )
 from headwater.broker.connection import RequestContext
 from headwater.broker.connection_limits import ConnectionRegistry
+from headwater.cluster.fetcher_assignment import check_thread_count_change
 from headwater.log.cleaner_manager import CleanerConfig
 from headwater.log.config import LogConfig
 from headwater.log.errors import KafkaApiError
 from headwater.log.log_directory import LogDirectory, TopicInfo
 from headwater.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from headwater.security.config import SecurityConfig, TlsConfig
+from headwater.security.tls import (
+    ListenerTlsContexts,
+    check_same_identity,
+    keystore_identity,
+    server_context,
+)
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +94,10 @@ class ConfigsApi:
         self.dynamic_default: dict[str, str] = {}
         #: Cluster mode: sets the replication throttles' (leader, follower) rates.
         self.throttle_setter: Callable[[float | None, float | None], None] | None = None
+        #: Cluster mode: resizes the replica fetchers (``num.replica.fetchers``).
+        self.replica_fetchers_setter: Callable[[int], None] | None = None
+        #: The TLS listeners' contexts, replaced on a dynamic keystore change.
+        self.listener_tls: ListenerTlsContexts | None = None
         self._path = Path(config.data_dir) / DYNAMIC_CONFIG_FILE
         self.dynamic: dict[str, str] = self._load()
         if self.dynamic:
@@ -173,10 +189,33 @@ class ConfigsApi:
             layers = self._broker_layers(name, static.get(name), default)
             read_only = name not in DYNAMIC_BROKER_CONFIGS
             out.append(_entry(name, kind, layers, synonyms, read_only=read_only))
+        out += self._describe_listener_ssl(synonyms)
         for name, value in sorted(self.static.extra.items()):
             layers = [(name, value, ConfigSource.STATIC_BROKER_CONFIG)]
             out.append(_entry(name, ConfigType.UNKNOWN, layers, synonyms, read_only=True))
         return out
+
+    def _describe_listener_ssl(self, synonyms: bool) -> list[dict[str, Any]]:
+        """Each TLS listener's dynamic SSL keys that have a value: the dynamic one, the
+        static listener-prefixed one, then the static unprefixed one (Kafka's synonyms)."""
+        raw = self.static.security.raw
+        out = []
+        for listener in self._tls_listeners():
+            for key, kind in LISTENER_SSL_CONFIGS.items():
+                name = f"{LISTENER_PREFIX}{listener.lower()}.{key}"
+                layers = []
+                if name in self.dynamic:
+                    layers.append((name, self.dynamic[name], ConfigSource.DYNAMIC_BROKER_CONFIG))
+                if name in raw:
+                    layers.append((name, raw[name], ConfigSource.STATIC_BROKER_CONFIG))
+                if key in raw:
+                    layers.append((key, raw[key], ConfigSource.STATIC_BROKER_CONFIG))
+                if layers:
+                    out.append(_entry(name, kind, layers, synonyms, read_only=False))
+        return out
+
+    def _tls_listeners(self) -> list[str]:
+        return [lst.name for lst in self.static.all_listeners if lst.protocol.uses_tls]
 
     def _static_broker_values(self) -> dict[str, str]:
         c = self.static
@@ -209,6 +248,7 @@ class ConfigsApi:
                 "log.dirs": str(c.data_dir),
                 "node.id": str(c.node_id),
                 "num.partitions": str(c.num_partitions),
+                "num.replica.fetchers": str(c.num_replica_fetchers),
                 "queued.max.request.bytes": str(limits.queued_max_request_bytes),
                 "socket.request.max.bytes": str(c.socket_request_max_bytes),
                 "transaction.state.log.num.partitions": str(c.transaction_state_log_num_partitions),
@@ -234,7 +274,7 @@ class ConfigsApi:
         self, ctx: RequestContext, req: Any
     ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
         topic_writes: dict[int, tuple[str, dict[str, str]]] = {}
-        broker_writes: dict[int, tuple[str, dict[str, str]]] = {}
+        broker_writes: dict[int, _BrokerWrite] = {}
         response = self._alter(ctx, req, topic_writes, broker_writes)
         if broker_writes:
             return self._write_broker_configs(response, topic_writes, broker_writes)
@@ -269,14 +309,14 @@ class ConfigsApi:
         self,
         response: dict[str, Any],
         topic_writes: dict[int, tuple[str, dict[str, str]]],
-        broker_writes: dict[int, tuple[str, dict[str, str]]],
+        broker_writes: dict[int, _BrokerWrite],
     ) -> dict[str, Any]:
         """Cluster mode: each broker entity's new map goes to ZooKeeper; this broker
         applies it at once, the others from their watches within a moment."""
         loop = asyncio.get_running_loop()
         writer = self.broker_config_writer
         assert writer is not None
-        for index, (entity, configs) in broker_writes.items():
+        for index, (entity, configs, reload) in broker_writes.items():
             entry = response["responses"][index]
             try:
                 await loop.run_in_executor(None, writer, entity, configs)
@@ -286,6 +326,10 @@ class ConfigsApi:
                 entry["error_message"] = f"could not write broker configs: {exc}"
                 continue
             self.on_broker_configs(entity, configs)
+            if self.listener_tls is not None and reload:
+                # The same keystore path set again: reload a file rewritten in place.
+                merged = {**self.dynamic_default, **self.dynamic}
+                self._apply_tls(self.listener_tls, merged, reload)
         if topic_writes:
             topic_writer = self.topic_config_writer
             for index, (name, configs) in topic_writes.items():
@@ -302,8 +346,12 @@ class ConfigsApi:
 
     def on_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
         """A broker entity's dynamic configs changed in ZooKeeper (or were written here)."""
-        known = {k: v for k, v in configs.items() if k in DYNAMIC_BROKER_CONFIGS}
+        known = {k: v for k, v in configs.items() if dynamic_broker_config_type(k) is not None}
         if entity == DEFAULT_ENTITY:
+            per_broker = sorted(k for k in known if listener_ssl_config(k) is not None)
+            if per_broker:  # Kafka ignores them there too
+                log.warning("ignoring per-broker configs in the cluster default: %s", per_broker)
+                known = {k: v for k, v in known.items() if k not in per_broker}
             if known == self.dynamic_default:
                 return
             self.dynamic_default = known
@@ -358,7 +406,7 @@ class ConfigsApi:
         ctx: RequestContext,
         req: Any,
         topic_writes: dict[int, tuple[str, dict[str, str]]],
-        broker_writes: dict[int, tuple[str, dict[str, str]]] | None = None,
+        broker_writes: dict[int, _BrokerWrite] | None = None,
     ) -> dict[str, Any]:
         """Validate every resource and apply broker configs; topic writes are returned."""
         responses: list[dict[str, Any]] = []
@@ -380,9 +428,9 @@ class ConfigsApi:
                     if not req.validate_only:
                         topic_writes[len(responses)] = (res.resource_name, configs)
                 elif res.resource_type == BROKER and self.broker_config_writer is not None:
-                    entity, configs = self._alter_cluster_broker(res.resource_name, res.configs)
+                    write = self._alter_cluster_broker(res.resource_name, res.configs)
                     if not req.validate_only and broker_writes is not None:
-                        broker_writes[len(responses)] = (entity, configs)
+                        broker_writes[len(responses)] = write
                 elif res.resource_type == BROKER:
                     self._check_broker(res.resource_name)
                     self._alter_broker(res.configs, req.validate_only)
@@ -419,6 +467,7 @@ class ConfigsApi:
         dynamic = _apply_ops(dict(self.dynamic), ops, _broker_type, default=None)
         log_config, limits = self._resolve(dynamic)  # raises on a bad value
         del log_config, limits
+        self._check_change(self.dynamic, dynamic)
         if not validate_only:
             self._apply_dynamic(dynamic)
             self.dynamic = dynamic
@@ -431,8 +480,9 @@ class ConfigsApi:
             {**self.dynamic_default, **self.dynamic}, base=self.static.cleaner
         )
 
-    def _alter_cluster_broker(self, name: str, ops: Any) -> tuple[str, dict[str, str]]:
-        """(entity, its new map), validated: "" is the cluster default (Kafka's rule)."""
+    def _alter_cluster_broker(self, name: str, ops: Any) -> _BrokerWrite:
+        """(entity, its new map, the listeners whose SSL keys it sets), validated: ""
+        is the cluster default (Kafka's rule)."""
         if name == "":
             entity, current = DEFAULT_ENTITY, self.dynamic_default
             merged_with = self.dynamic
@@ -442,10 +492,114 @@ class ConfigsApi:
             merged_with = {}
         configs = _apply_ops(dict(current), ops, _broker_type, default=None)
         if entity == DEFAULT_ENTITY:
-            self._resolve({**configs, **merged_with})
+            per_broker = sorted(k for k in configs if listener_ssl_config(k) is not None)
+            if per_broker:
+                raise ValueError(
+                    "Cannot update these configs at default cluster level, broker id must "
+                    f"be specified: {', '.join(per_broker)}"
+                )
+            new = {**configs, **merged_with}
         else:
-            self._resolve({**self.dynamic_default, **configs})
-        return entity, configs
+            new = {**self.dynamic_default, **configs}
+        reload = frozenset(
+            parsed[0] for op in ops if (parsed := listener_ssl_config(op.name)) is not None
+        )
+        self._resolve(new)  # raises on a bad value, or a keystore that does not load
+        self._tls_changes(new, reload)  # a keystore rewritten in place must load too
+        self._check_change({**self.dynamic_default, **self.dynamic}, new, reload)
+        return _BrokerWrite(entity, configs, reload)
+
+    def _check_change(
+        self,
+        current: Mapping[str, str],
+        new: Mapping[str, str],
+        reload: frozenset[str] = frozenset(),
+    ) -> None:
+        """What the broker that receives an alter checks against its running values, as
+        Kafka's reconfigurables validate: the fetcher count may at most halve or double
+        (``DynamicThreadPool``), a listener keystore keeps its certificate's subject and
+        SANs (``SslFactory``). Raises ValueError."""
+        old_count, new_count = self._replica_fetchers(current), self._replica_fetchers(new)
+        check_thread_count_change("num.replica.fetchers", old_count, new_count)
+        for listener in self._tls_listeners():
+            old_cfg = self._listener_tls_config(listener, current)
+            new_cfg = self._listener_tls_config(listener, new)
+            if new_cfg == old_cfg and not self._tls_files_changed(listener, reload):
+                continue
+            serving = self.listener_tls.identity(listener) if self.listener_tls else None
+            allow = self.static.security.for_listener(listener).raw
+            try:
+                check_same_identity(
+                    serving or keystore_identity(old_cfg),
+                    new_cfg,
+                    allow_dn_changes=_true(allow.get("ssl.allow.dn.changes")),
+                    allow_san_changes=_true(allow.get("ssl.allow.san.changes")),
+                )
+            except ValueError as exc:
+                raise ValueError(f"listener {listener}: {exc}") from None
+
+    def _replica_fetchers(self, dynamic: Mapping[str, str]) -> int:
+        value = dynamic.get("num.replica.fetchers")
+        if value is None:
+            return self.static.num_replica_fetchers
+        count = int(value)  # ValueError: INVALID_CONFIG
+        if count < 1:
+            raise ValueError(f"num.replica.fetchers must be at least 1, got {count}")
+        return count
+
+    def _listener_tls_config(self, listener: str, dynamic: Mapping[str, str]) -> TlsConfig:
+        """A listener's TLS settings: its dynamic ``listener.name.<l>.ssl.*`` keys over
+        the static ones."""
+        prefix = f"{LISTENER_PREFIX}{listener.lower()}."
+        own = {k: v for k, v in dynamic.items() if k.startswith(prefix)}
+        if own.get(prefix + "ssl.keystore.password"):
+            raise ValueError(
+                f"{prefix}ssl.keystore.password: a PEM keystore has no store password, "
+                "only ssl.key.password (the private key's)"
+            )
+        security = self.static.security
+        if own:
+            security = SecurityConfig.from_properties({**security.raw, **own})
+        return security.for_listener(listener).tls
+
+    def _tls_files_changed(self, listener: str, reload: frozenset[str]) -> bool:
+        """An alter set ``listener``'s SSL keys again and its files were rewritten."""
+        return (
+            listener.lower() in reload
+            and self.listener_tls is not None
+            and self.listener_tls.files_changed(listener)
+        )
+
+    def _tls_changes(
+        self, dynamic: Mapping[str, str], reload: frozenset[str] = frozenset()
+    ) -> dict[str, tuple[TlsConfig, Any]]:
+        """Listeners whose TLS settings differ from those serving now (or, in
+        ``reload``, whose files were rewritten), with the new context of each;
+        raises ValueError naming the listener whose keystore or truststore does
+        not load (the old context then stays)."""
+        unknown = sorted(
+            k
+            for k in dynamic
+            if (parsed := listener_ssl_config(k)) is not None
+            and parsed[0] not in {n.lower() for n in self._tls_listeners()}
+        )
+        if unknown:
+            raise ValueError(
+                f"broker {self.static.node_id} has no TLS listener for {', '.join(unknown)} "
+                "(listener names are in lower case there)"
+            )
+        changes = {}
+        for listener in self._tls_listeners():
+            cfg = self._listener_tls_config(listener, dynamic)
+            serving = self.listener_tls.config(listener) if self.listener_tls else None
+            same = cfg == (serving or self.static.security.for_listener(listener).tls)
+            if same and not self._tls_files_changed(listener, reload):
+                continue
+            try:
+                changes[listener] = (cfg, server_context(cfg))
+            except ValueError as exc:
+                raise ValueError(f"listener {listener}: {exc}") from None
+        return changes
 
     def _throttle_rates(self, dynamic: Mapping[str, str]) -> tuple[float | None, float | None]:
         """(leader, follower) replication throttle rates: dynamic, else static (None: off)."""
@@ -466,12 +620,17 @@ class ConfigsApi:
                 rates.append(static)
         return rates[0], rates[1]
 
-    def _resolve(self, dynamic: Mapping[str, str]) -> tuple[LogConfig, Any]:
+    def _resolve(self, dynamic: Mapping[str, str], *, tls: bool = True) -> tuple[LogConfig, Any]:
         self._throttle_rates(dynamic)
+        self._replica_fetchers(dynamic)
+        if tls:
+            self._tls_changes(dynamic)
         log_keys = {
             k: v
             for k, v in dynamic.items()
-            if k not in _CONNECTION_KEYS and k not in _THROTTLE_KEYS
+            if k not in _CONNECTION_KEYS
+            and k not in _THROTTLE_KEYS
+            and listener_ssl_config(k) is None
         }
         conn_keys = {k: v for k, v in dynamic.items() if k in _CONNECTION_KEYS}
         log_config = LogConfig.from_properties(log_keys, base=self.static.log)
@@ -482,13 +641,38 @@ class ConfigsApi:
         return log_config, limits
 
     def _apply_dynamic(self, dynamic: Mapping[str, str]) -> None:
-        log_config, limits = self._resolve(dynamic)
+        log_config, limits = self._resolve(dynamic, tls=False)
         self.logs.alter_base_config(log_config)
         self.connections.limits = limits
         if self.on_cleaner_config is not None:
             self.on_cleaner_config(CleanerConfig.from_properties(dynamic, base=self.static.cleaner))
         if self.throttle_setter is not None:
             self.throttle_setter(*self._throttle_rates(dynamic))
+        if self.replica_fetchers_setter is not None:
+            self.replica_fetchers_setter(self._replica_fetchers(dynamic))
+        if self.listener_tls is not None:
+            self._apply_tls(self.listener_tls, dynamic)
+
+    def _apply_tls(
+        self,
+        contexts: ListenerTlsContexts,
+        dynamic: Mapping[str, str],
+        reload: frozenset[str] = frozenset(),
+    ) -> None:
+        """New keystores for new connections; one that does not load leaves the old
+        context serving (it was checked when altered, but a file may go meanwhile)."""
+        try:
+            changes = self._tls_changes(dynamic, reload)
+        except ValueError as exc:
+            log.error("keeping the current TLS keystores: %s", exc)
+            return
+        for listener, (cfg, ctx) in changes.items():
+            contexts.replace(listener, cfg, ctx)
+            log.info(
+                "listener %s: new connections use the keystore %s",
+                listener,
+                cfg.keystore_location or "given inline",
+            )
 
     def _check_broker(self, name: str) -> None:
         if name not in ("", str(self.static.node_id)):
@@ -519,6 +703,7 @@ _DEFAULTS = {
     "max.connection.creation.rate": str(2**31 - 1),
     "leader.replication.throttled.rate": str(2**63 - 1),
     "follower.replication.throttled.rate": str(2**63 - 1),
+    "num.replica.fetchers": "1",
     **{d.broker_name: d.default for d in TOPIC_CONFIGS},
     **CleanerConfig().as_properties(),
 }
@@ -539,13 +724,26 @@ def _topic_default(key: str) -> str:
     return TOPIC_CONFIG_BY_NAME[key].default
 
 
+def _true(value: str | None) -> bool:
+    return (value or "").strip().lower() == "true"
+
+
 def _broker_type(key: str) -> ConfigType:
-    kind = DYNAMIC_BROKER_CONFIGS.get(key)
+    kind = dynamic_broker_config_type(key)
     if kind is None:
         raise ConfigError(
             int(E.invalid_config), f"{key!r} cannot be updated dynamically on this broker"
         )
     return kind
+
+
+class _BrokerWrite(NamedTuple):
+    """A validated alter of a broker entity, to write to ZooKeeper."""
+
+    entity: str
+    configs: dict[str, str]
+    #: Listeners whose SSL keys the alter sets (a rewritten keystore reloads).
+    reload: frozenset[str]
 
 
 class _Op(NamedTuple):
