@@ -179,7 +179,8 @@ class ClientAcceptor:
                 listener = conn.security.listener
                 timeout = self.config.security.tls.handshake_timeout_ms / 1000
                 try:
-                    await asyncio.wait_for(stream.handshake(), timeout)
+                    async with asyncio.timeout(timeout):
+                        await stream.handshake()
                 except (TimeoutError, ssl.SSLError, OSError) as exc:
                     log.info(
                         "TLS handshake with %s on %s failed: %s", conn.peer, listener.name, exc

@@ -560,7 +560,8 @@ class Broker(HandlerTable):
             if service is None:
                 continue
             try:
-                await asyncio.wait_for(service.stop(), STOP_TASKS_S)
+                async with asyncio.timeout(STOP_TASKS_S):
+                    await service.stop()
             except TimeoutError:
                 log.warning("stopping: the %s coordinator did not stop within %.0f s; going on",
                             name, STOP_TASKS_S)  # fmt: skip

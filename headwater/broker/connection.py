@@ -377,7 +377,8 @@ class Connection:
                     # The last response (a failed authentication) goes out first.
                     await self._queue.put(None)
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._writer_done.wait(), 30)
+                        async with asyncio.timeout(30):
+                            await self._writer_done.wait()
                     return
             del frames, data
             await self._account(completed > 0)

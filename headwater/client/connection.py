@@ -357,7 +357,8 @@ class BrokerConnection:
         """Await a response; a timeout breaks the stream, so it closes the connection."""
         timeout = (self.request_timeout_ms + extra_ms) / 1000
         try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout)
+            async with asyncio.timeout(timeout):
+                return await asyncio.shield(future)
         except TimeoutError:
             self.close(f"timed out after {timeout:.1f} s waiting for a response")
             raise KafkaTimeoutError(

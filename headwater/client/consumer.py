@@ -275,7 +275,8 @@ class AsyncConsumer:
                 return []
             self._data.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._data.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._data.wait()
 
     async def poll_arrow(
         self,
@@ -307,7 +308,8 @@ class AsyncConsumer:
                 return schema.empty_table()
             self._data.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._data.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._data.wait()
 
     def _drain_columns(self, include_headers: bool, limit: int | None) -> list[pa.RecordBatch]:
         """``_drain`` for columns: buffered fetches as record batches, frees fetch budget."""
@@ -720,7 +722,8 @@ class AsyncConsumer:
                 waits.append(conn.send_fetch(req))
         if waits:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.gather(*waits, return_exceptions=True), 1.0)
+                async with asyncio.timeout(1.0):
+                    await asyncio.gather(*waits, return_exceptions=True)
 
 
 class Consumer:

@@ -744,7 +744,8 @@ class AsyncProducer:
             if remaining <= 0:
                 raise KafkaTimeoutError("buffer.memory stayed full for max.block.ms")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._space_freed.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await self._space_freed.wait()
 
     def _block_for_space(self) -> None:
         """Blocking side of buffer.memory, for ``Producer.send`` (never on the loop)."""
@@ -778,7 +779,8 @@ class AsyncProducer:
             self._accumulator.begin_flush()
         self._wake()
         try:
-            await asyncio.wait_for(self._wait_all_done(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self._wait_all_done()
         finally:
             with self._lock:
                 self._accumulator.end_flush()
@@ -804,7 +806,8 @@ class AsyncProducer:
             # As Kafka's producer: an unfinished transaction is aborted on a clean close.
             log.info("aborting the open transaction of %r on close", txn.transactional_id)
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.abort_transaction(), timeout_s)
+                async with asyncio.timeout(timeout_s):
+                    await self.abort_transaction()
         try:
             if self._sender is not None:
                 with contextlib.suppress(TimeoutError):
@@ -848,7 +851,8 @@ class AsyncProducer:
                 if wait is None:
                     await self._wakeup.wait()
                 else:
-                    await asyncio.wait_for(self._wakeup.wait(), max(wait, 0.001))
+                    async with asyncio.timeout(max(wait, 0.001)):
+                        await self._wakeup.wait()
             except TimeoutError:
                 pass
 

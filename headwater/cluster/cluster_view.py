@@ -196,7 +196,8 @@ class ClusterView:
             else:  # the topic went away meanwhile
                 handle.cancel()
         try:
-            await asyncio.wait_for(self._initial_done.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self._initial_done.wait()
         except TimeoutError:
             self.stop()
             raise ClusterStoreUnavailableError(

@@ -366,9 +366,8 @@ class ClusterNode:
         otherwise each wait out every retry for the others to take over)."""
         loop = asyncio.get_running_loop()
         try:
-            stopping = await asyncio.wait_for(
-                loop.run_in_executor(None, self.store.controlled_shutdowns), STOP_STEP_TIMEOUT_S
-            )
+            async with asyncio.timeout(STOP_STEP_TIMEOUT_S):
+                stopping = await loop.run_in_executor(None, self.store.controlled_shutdowns)
         except (ClusterStoreError, TimeoutError):
             return frozenset()
         return frozenset(stopping) - {self.broker_id}
@@ -412,12 +411,10 @@ class ClusterNode:
                 attempt, attempts, len(movable) + len(stuck), self.broker_id,
             )  # fmt: skip
             try:
-                await asyncio.wait_for(
-                    loop.run_in_executor(
+                async with asyncio.timeout(STOP_STEP_TIMEOUT_S):
+                    await loop.run_in_executor(
                         None, self.store.request_controlled_shutdown, self.broker_id
-                    ),
-                    STOP_STEP_TIMEOUT_S,
-                )
+                    )
             except (ClusterStoreError, TimeoutError) as exc:
                 log.warning("controlled shutdown: cannot reach ZooKeeper (%s)", exc)
             else:

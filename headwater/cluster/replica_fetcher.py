@@ -143,7 +143,8 @@ class ReplicaFetcher:
         if isinstance(request, Idle):
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), request.wait_s)
+                async with asyncio.timeout(request.wait_s):
+                    await self._changed.wait()
             return
         response = await self.endpoint.fetch(request)
         outcome = state.on_response(response, time.monotonic())

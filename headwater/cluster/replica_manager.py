@@ -695,7 +695,8 @@ class ReplicaManager:
         waiters = self._low_watermark_waiters.setdefault(replica.key, [])
         waiters.append((offset, future))
         try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                return await asyncio.shield(future)
         except TimeoutError:
             return ErrorCode.request_timed_out
         finally:

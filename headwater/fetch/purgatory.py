@@ -41,7 +41,8 @@ class FetchWaiter:
 
     async def wait(self, timeout_s: float) -> bool:
         try:
-            await asyncio.wait_for(self._event.wait(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                await self._event.wait()
         except TimeoutError:
             return False
         self._event.clear()
