@@ -77,6 +77,8 @@ class Workload:
     def __init__(self) -> None:
         self.stopping = threading.Event()
         self.notes: list[str] = []
+        #: What the thread is doing now (and since when): named when it does not stop.
+        self.doing = "starting"
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
 
     def start(self) -> None:
@@ -86,7 +88,10 @@ class Workload:
         self.stopping.set()
         self._thread.join(timeout)
         if self._thread.is_alive():
-            self.notes.append("did not stop in time")
+            self.notes.append(f"did not stop in time; it was {self.doing}")
+
+    def now_doing(self, what: str) -> None:
+        self.doing = f"{what} (since {time.strftime('%H:%M:%S')})"
 
     def _run(self) -> None:
         try:
@@ -240,6 +245,15 @@ class TransactionalWriter(Workload):
         self.notes.append(f"transaction {txn} never settled")
 
 
+#: How long the copy loop's new producer may take to initialise (a fence during
+#: faults waits for the coordinator's abort to complete: seconds, not minutes).
+REINIT_S = 120.0
+
+
+class ReinitFailed(Exception):
+    """The copy loop's new producer never got through init_transactions."""
+
+
 class CopyLoop(Workload):
     """read_committed ``src`` -> ``dst`` (value ``copy:<n>``), exactly once."""
 
@@ -265,10 +279,15 @@ class CopyLoop(Workload):
             }
         )
         self.consumer.subscribe(["src"])
+        #: Every error a re-init got, with its time (for the report).
+        self.reinit_errors: list[str] = []
         self.producer = self._producer()
         self.caught_up = threading.Event()
 
     def _producer(self) -> Producer:
+        """A new producer of ``campaign-copy`` (after a fence), initialised within
+        ``REINIT_S``. Every error on the way is logged with its time and kept, so a
+        copy loop that cannot get its producer back says which answer kept it out."""
         producer = Producer(
             {
                 "bootstrap.servers": self.bootstrap,
@@ -278,14 +297,35 @@ class CopyLoop(Workload):
                 "log_level": 2,
             }
         )
+        started = time.monotonic()
+        self.now_doing("init_transactions of a new producer")
+        errors: list[str] = []
         while True:
+            left = started + REINIT_S - time.monotonic()
+            if left <= 0:
+                raise ReinitFailed(
+                    f"init_transactions did not succeed in {REINIT_S:.0f} s; "
+                    f"{len(errors)} errors: {errors}"
+                )
             try:
-                producer.init_transactions(30)
-                return producer
+                producer.init_transactions(min(30, left))
             except KafkaException as exc:
+                error = exc.args[0]
+                entry = f"{time.strftime('%H:%M:%S')} {error.name()}: {error.str()}"
+                errors.append(entry)
+                self.reinit_errors.append(entry)
+                log(f"copy-loop: init_transactions failed: {entry}")
                 if is_fatal(exc):
                     raise
                 time.sleep(0.5)
+                continue
+            if errors:
+                log(
+                    f"copy-loop: producer re-initialised after {time.monotonic() - started:.1f} s "
+                    f"and {len(errors)} errors"
+                )
+            self.now_doing("copying")
+            return producer
 
     def _rewind(self) -> None:
         """Back to the committed offsets: the aborted batch is read again."""
@@ -312,6 +352,7 @@ class CopyLoop(Workload):
                     return
                 continue
             try:
+                self.now_doing(f"copying {len(msgs)} records in a transaction")
                 self.producer.begin_transaction()
                 for m in msgs:
                     self.producer.produce(
@@ -338,6 +379,7 @@ class CopyLoop(Workload):
                     self.producer = self._producer()
                 else:
                     self._abort()
+                self.now_doing("rewinding to the committed offsets")
                 self._rewind()
 
     def _commit(self) -> None:
@@ -352,15 +394,17 @@ class CopyLoop(Workload):
                     time.sleep(0.2)
                     continue
                 raise
-        raise KafkaException("commit never finished")
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "commit never finished"))
 
     def _abort(self) -> None:
-        for _ in range(10):
+        for attempt in range(10):
+            self.now_doing(f"abort_transaction, attempt {attempt + 1}")
             try:
                 self.producer.abort_transaction(30)
                 return
             except KafkaException as exc:
                 self.errors[f"{exc.args[0].name()} (abort)"] += 1
+                log(f"copy-loop: abort_transaction failed: {exc.args[0].name()}: {exc}")
                 if is_fatal(exc):
                     self.fatal += 1
                     self.producer = self._producer()
