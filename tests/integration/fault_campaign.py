@@ -29,6 +29,7 @@ version and a long run share it; the length and seed come from the caller.
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import signal
 import threading
@@ -254,6 +255,42 @@ class ReinitFailed(Exception):
     """The copy loop's new producer never got through init_transactions."""
 
 
+#: librdkafka (2.16 here) can block in send_offsets_to_transaction far past its
+#: timeout: its group-coordinator request waits for a broker state change that a
+#: healed cluster never makes (confluentinc/librdkafka#5456: the coordinator
+#: request's timeout is never checked). Seen in this campaign after a broker was
+#: frozen: the broker side was done (the transaction CompleteAbort, TxnOffsetCommit
+#: answered), the call never returned, and only dropping the client's
+#: connections woke it. Past this, the copy loop gives that producer up.
+CLIENT_HANG_S = 60.0
+
+
+class ClientHung(Exception):
+    """A librdkafka call did not return in ``CLIENT_HANG_S``."""
+
+
+def bounded_call(call: Callable[[], Any], limit_s: float, what: str) -> Any:
+    """``call()`` on a helper thread, waited for at most ``limit_s`` (a blocked C
+    call cannot be interrupted: the thread is left to it)."""
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"copy-loop {what}", daemon=True).start()
+    if not done.wait(limit_s):
+        raise ClientHung(f"{what} did not return in {limit_s:.0f} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
 class CopyLoop(Workload):
     """read_committed ``src`` -> ``dst`` (value ``copy:<n>``), exactly once."""
 
@@ -281,6 +318,8 @@ class CopyLoop(Workload):
         self.consumer.subscribe(["src"])
         #: Every error a re-init got, with its time (for the report).
         self.reinit_errors: list[str] = []
+        #: Producers given up while blocked in librdkafka: kept, never destroyed mid-call.
+        self.abandoned: list[Producer] = []
         self.producer = self._producer()
         self.caught_up = threading.Event()
 
@@ -358,13 +397,28 @@ class CopyLoop(Workload):
                     self.producer.produce(
                         "dst", value=b"copy:" + m.value(), partition=m.partition()
                     )
-                self.producer.send_offsets_to_transaction(
-                    self.consumer.position(self.consumer.assignment()),
-                    self.consumer.consumer_group_metadata(),
-                    30,
+                positions = self.consumer.position(self.consumer.assignment())
+                group = self.consumer.consumer_group_metadata()
+                self.now_doing("send_offsets_to_transaction")
+                bounded_call(
+                    functools.partial(
+                        self.producer.send_offsets_to_transaction, positions, group, 30
+                    ),
+                    CLIENT_HANG_S,
+                    "send_offsets_to_transaction",
                 )
                 self._commit()
                 self.commits += 1
+            except ClientHung as hung:
+                # A new producer of the id fences the blocked one and aborts its
+                # transaction (records and offsets alike): nothing of it can count.
+                self.aborts += 1
+                self.errors["client call hung (librdkafka#5456)"] += 1
+                log(f"copy-loop: {hung}; replacing its producer")
+                self.abandoned.append(self.producer)
+                self.producer = self._producer()
+                self.now_doing("rewinding to the committed offsets")
+                self._rewind()
             except KafkaException as exc:
                 self.aborts += 1
                 self.errors[exc.args[0].name()] += 1
