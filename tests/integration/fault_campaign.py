@@ -246,6 +246,19 @@ class TransactionalWriter(Workload):
         self.notes.append(f"transaction {txn} never settled")
 
 
+#: Answers of a group coordinator that is moving (librdkafka does not always mark
+#: them retriable on OffsetFetch).
+COORDINATOR_MOVING = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+    }
+)
+
 #: How long the copy loop's new producer may take to initialise (a fence during
 #: faults waits for the coordinator's abort to complete: seconds, not minutes).
 REINIT_S = 120.0
@@ -367,11 +380,25 @@ class CopyLoop(Workload):
             return producer
 
     def _rewind(self) -> None:
-        """Back to the committed offsets: the aborted batch is read again."""
+        """Back to the committed offsets: the aborted batch is read again. The
+        group's coordinator may be moving (NOT_COORDINATOR...): retried, bounded."""
         assignment = self.consumer.assignment()
         if not assignment:
             return
-        for tp in self.consumer.committed(assignment, timeout=30):
+        deadline = time.monotonic() + REINIT_S
+        while True:
+            try:
+                committed = self.consumer.committed(assignment, timeout=30)
+                break
+            except KafkaException as exc:
+                error = exc.args[0]
+                self.errors[f"{error.name()} (committed offsets)"] += 1
+                log(f"copy-loop: reading the committed offsets failed: {error.name()}")
+                transient = error.retriable() or error.code() in COORDINATOR_MOVING
+                if is_fatal(exc) or not transient or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        for tp in committed:
             offset = tp.offset if tp.offset >= 0 else 0
             self.consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
 
@@ -470,7 +497,11 @@ class CopyLoop(Workload):
         if len(assignment) < PARTITIONS:
             return False
         for tp in self.consumer.position(assignment):
-            _low, high = self.consumer.get_watermark_offsets(tp, timeout=10)
+            try:
+                _low, high = self.consumer.get_watermark_offsets(tp, timeout=10)
+            except KafkaException as exc:  # a leader moving: ask again next round
+                log(f"copy-loop: high watermark of src-{tp.partition}: {exc.args[0].name()}")
+                return False
             if tp.offset < high:
                 return False
         return True
