@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -66,8 +67,11 @@ class MarkerSender:
         connector: InterBrokerConnector | None = None,
         backoff_ms: int = 100,
         max_backoff_ms: int = 2000,
+        report_after_s: float = 15.0,
     ) -> None:
-        """Without ``leader_of`` (a single broker) every partition is local."""
+        """Without ``leader_of`` (a single broker) every partition is local.
+        A marker still unwritten after ``report_after_s`` (and every period after)
+        is logged with what each partition last answered."""
         self._local_id = local_id
         self._writer = writer
         self._leader_of = leader_of
@@ -75,6 +79,7 @@ class MarkerSender:
         self._connector = connector
         self._backoff_ms = backoff_ms
         self._max_backoff_ms = max_backoff_ms
+        self._report_after_s = report_after_s
         self._connections: dict[int, BrokerConnection] = {}
 
     async def close(self) -> None:
@@ -87,6 +92,10 @@ class MarkerSender:
         ``wanted()`` says the coordinator resigned (the next one sends them)."""
         remaining = set(marker.partitions)
         backoff = self._backoff_ms
+        started = time.monotonic()
+        report_at = started + self._report_after_s
+        #: Why each unwritten partition is still unwritten (for the report).
+        why: dict[TopicPartition, str] = {}
         while remaining:
             if not wanted():
                 return False
@@ -100,7 +109,8 @@ class MarkerSender:
             results: dict[TopicPartition, int] = {}
             for leader, partitions in by_leader.items():
                 if leader is None:
-                    continue  # no leader right now: next round
+                    why.update(dict.fromkeys(partitions, "no leader"))
+                    continue  # parked until the metadata names a leader (Kafka does too)
                 part = replace(marker, partitions=tuple(partitions))
                 results.update(await self._send_to(leader, part))
             for tp, error in results.items():
@@ -113,6 +123,7 @@ class MarkerSender:
                             error,
                         )
                     remaining.discard(tp)
+                    why.pop(tp, None)
                 elif error in _FENCED:
                     log.info(
                         "marker for producer %d on %s fenced (error %d); stop sending",
@@ -121,7 +132,22 @@ class MarkerSender:
                         error,
                     )
                     return False
+                else:
+                    why[tp] = _error_name(error)
             if remaining:
+                now = time.monotonic()
+                if now >= report_at:
+                    report_at = now + self._report_after_s
+                    log.warning(
+                        "%s marker of producer %d (epoch %d) still unwritten after %.0f s: %s",
+                        "COMMIT" if marker.commit else "ABORT",
+                        marker.producer_id,
+                        marker.producer_epoch,
+                        now - started,
+                        ", ".join(
+                            f"{t}-{p}: {why.get((t, p), 'pending')}" for t, p in sorted(remaining)
+                        ),
+                    )
                 await asyncio.sleep(backoff / 1000)
                 backoff = min(backoff * 2, self._max_backoff_ms)
         return True
@@ -178,3 +204,10 @@ class MarkerSender:
                 for p in topic.partitions:
                     results[(topic.name, p.partition_index)] = int(p.error_code)
         return results
+
+
+def _error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name.upper()
+    except ValueError:
+        return f"error {code}"

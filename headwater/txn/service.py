@@ -381,6 +381,16 @@ class TransactionCoordinatorService:
         )
         written = await self.markers.send(marker, lambda: self._still_owner(partition, loaded))
         if not written:
+            if self._still_owner(partition, loaded):
+                # As Kafka: a fenced marker means a newer coordinator or producer
+                # epoch owns the transaction; this one waits to be unloaded.
+                log.warning(
+                    "markers of %r (producer %d, epoch %d) were fenced; it stays %s here",
+                    meta.transactional_id,
+                    marker.producer_id,
+                    marker.producer_epoch,
+                    meta.state.display_name,
+                )
             return
         backoff = 0.05
         while self._still_owner(partition, loaded) and meta.state in (

@@ -29,6 +29,7 @@ version and a long run share it; the length and seed come from the caller.
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import signal
 import threading
@@ -77,6 +78,8 @@ class Workload:
     def __init__(self) -> None:
         self.stopping = threading.Event()
         self.notes: list[str] = []
+        #: What the thread is doing now (and since when): named when it does not stop.
+        self.doing = "starting"
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
 
     def start(self) -> None:
@@ -86,7 +89,10 @@ class Workload:
         self.stopping.set()
         self._thread.join(timeout)
         if self._thread.is_alive():
-            self.notes.append("did not stop in time")
+            self.notes.append(f"did not stop in time; it was {self.doing}")
+
+    def now_doing(self, what: str) -> None:
+        self.doing = f"{what} (since {time.strftime('%H:%M:%S')})"
 
     def _run(self) -> None:
         try:
@@ -240,6 +246,64 @@ class TransactionalWriter(Workload):
         self.notes.append(f"transaction {txn} never settled")
 
 
+#: Answers of a group coordinator that is moving (librdkafka does not always mark
+#: them retriable on OffsetFetch).
+COORDINATOR_MOVING = frozenset(
+    {
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+        KafkaError.REQUEST_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+    }
+)
+
+#: How long the copy loop's new producer may take to initialise (a fence during
+#: faults waits for the coordinator's abort to complete: seconds, not minutes).
+REINIT_S = 120.0
+
+
+class ReinitFailed(Exception):
+    """The copy loop's new producer never got through init_transactions."""
+
+
+#: librdkafka (2.16 here) can block in send_offsets_to_transaction far past its
+#: timeout: its group-coordinator request waits for a broker state change that a
+#: healed cluster never makes (confluentinc/librdkafka#5456: the coordinator
+#: request's timeout is never checked). Seen in this campaign after a broker was
+#: frozen: the broker side was done (the transaction CompleteAbort, TxnOffsetCommit
+#: answered), the call never returned, and only dropping the client's
+#: connections woke it. Past this, the copy loop gives that producer up.
+CLIENT_HANG_S = 60.0
+
+
+class ClientHung(Exception):
+    """A librdkafka call did not return in ``CLIENT_HANG_S``."""
+
+
+def bounded_call(call: Callable[[], Any], limit_s: float, what: str) -> Any:
+    """``call()`` on a helper thread, waited for at most ``limit_s`` (a blocked C
+    call cannot be interrupted: the thread is left to it)."""
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name=f"copy-loop {what}", daemon=True).start()
+    if not done.wait(limit_s):
+        raise ClientHung(f"{what} did not return in {limit_s:.0f} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
 class CopyLoop(Workload):
     """read_committed ``src`` -> ``dst`` (value ``copy:<n>``), exactly once."""
 
@@ -265,10 +329,17 @@ class CopyLoop(Workload):
             }
         )
         self.consumer.subscribe(["src"])
+        #: Every error a re-init got, with its time (for the report).
+        self.reinit_errors: list[str] = []
+        #: Producers given up while blocked in librdkafka: kept, never destroyed mid-call.
+        self.abandoned: list[Producer] = []
         self.producer = self._producer()
         self.caught_up = threading.Event()
 
     def _producer(self) -> Producer:
+        """A new producer of ``campaign-copy`` (after a fence), initialised within
+        ``REINIT_S``. Every error on the way is logged with its time and kept, so a
+        copy loop that cannot get its producer back says which answer kept it out."""
         producer = Producer(
             {
                 "bootstrap.servers": self.bootstrap,
@@ -278,21 +349,56 @@ class CopyLoop(Workload):
                 "log_level": 2,
             }
         )
+        started = time.monotonic()
+        self.now_doing("init_transactions of a new producer")
+        errors: list[str] = []
         while True:
+            left = started + REINIT_S - time.monotonic()
+            if left <= 0:
+                raise ReinitFailed(
+                    f"init_transactions did not succeed in {REINIT_S:.0f} s; "
+                    f"{len(errors)} errors: {errors}"
+                )
             try:
-                producer.init_transactions(30)
-                return producer
+                producer.init_transactions(min(30, left))
             except KafkaException as exc:
+                error = exc.args[0]
+                entry = f"{time.strftime('%H:%M:%S')} {error.name()}: {error.str()}"
+                errors.append(entry)
+                self.reinit_errors.append(entry)
+                log(f"copy-loop: init_transactions failed: {entry}")
                 if is_fatal(exc):
                     raise
                 time.sleep(0.5)
+                continue
+            if errors:
+                log(
+                    f"copy-loop: producer re-initialised after {time.monotonic() - started:.1f} s "
+                    f"and {len(errors)} errors"
+                )
+            self.now_doing("copying")
+            return producer
 
     def _rewind(self) -> None:
-        """Back to the committed offsets: the aborted batch is read again."""
+        """Back to the committed offsets: the aborted batch is read again. The
+        group's coordinator may be moving (NOT_COORDINATOR...): retried, bounded."""
         assignment = self.consumer.assignment()
         if not assignment:
             return
-        for tp in self.consumer.committed(assignment, timeout=30):
+        deadline = time.monotonic() + REINIT_S
+        while True:
+            try:
+                committed = self.consumer.committed(assignment, timeout=30)
+                break
+            except KafkaException as exc:
+                error = exc.args[0]
+                self.errors[f"{error.name()} (committed offsets)"] += 1
+                log(f"copy-loop: reading the committed offsets failed: {error.name()}")
+                transient = error.retriable() or error.code() in COORDINATOR_MOVING
+                if is_fatal(exc) or not transient or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+        for tp in committed:
             offset = tp.offset if tp.offset >= 0 else 0
             self.consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
 
@@ -312,18 +418,34 @@ class CopyLoop(Workload):
                     return
                 continue
             try:
+                self.now_doing(f"copying {len(msgs)} records in a transaction")
                 self.producer.begin_transaction()
                 for m in msgs:
                     self.producer.produce(
                         "dst", value=b"copy:" + m.value(), partition=m.partition()
                     )
-                self.producer.send_offsets_to_transaction(
-                    self.consumer.position(self.consumer.assignment()),
-                    self.consumer.consumer_group_metadata(),
-                    30,
+                positions = self.consumer.position(self.consumer.assignment())
+                group = self.consumer.consumer_group_metadata()
+                self.now_doing("send_offsets_to_transaction")
+                bounded_call(
+                    functools.partial(
+                        self.producer.send_offsets_to_transaction, positions, group, 30
+                    ),
+                    CLIENT_HANG_S,
+                    "send_offsets_to_transaction",
                 )
                 self._commit()
                 self.commits += 1
+            except ClientHung as hung:
+                # A new producer of the id fences the blocked one and aborts its
+                # transaction (records and offsets alike): nothing of it can count.
+                self.aborts += 1
+                self.errors["client call hung (librdkafka#5456)"] += 1
+                log(f"copy-loop: {hung}; replacing its producer")
+                self.abandoned.append(self.producer)
+                self.producer = self._producer()
+                self.now_doing("rewinding to the committed offsets")
+                self._rewind()
             except KafkaException as exc:
                 self.aborts += 1
                 self.errors[exc.args[0].name()] += 1
@@ -338,6 +460,7 @@ class CopyLoop(Workload):
                     self.producer = self._producer()
                 else:
                     self._abort()
+                self.now_doing("rewinding to the committed offsets")
                 self._rewind()
 
     def _commit(self) -> None:
@@ -352,15 +475,17 @@ class CopyLoop(Workload):
                     time.sleep(0.2)
                     continue
                 raise
-        raise KafkaException("commit never finished")
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "commit never finished"))
 
     def _abort(self) -> None:
-        for _ in range(10):
+        for attempt in range(10):
+            self.now_doing(f"abort_transaction, attempt {attempt + 1}")
             try:
                 self.producer.abort_transaction(30)
                 return
             except KafkaException as exc:
                 self.errors[f"{exc.args[0].name()} (abort)"] += 1
+                log(f"copy-loop: abort_transaction failed: {exc.args[0].name()}: {exc}")
                 if is_fatal(exc):
                     self.fatal += 1
                     self.producer = self._producer()
@@ -372,7 +497,11 @@ class CopyLoop(Workload):
         if len(assignment) < PARTITIONS:
             return False
         for tp in self.consumer.position(assignment):
-            _low, high = self.consumer.get_watermark_offsets(tp, timeout=10)
+            try:
+                _low, high = self.consumer.get_watermark_offsets(tp, timeout=10)
+            except KafkaException as exc:  # a leader moving: ask again next round
+                log(f"copy-loop: high watermark of src-{tp.partition}: {exc.args[0].name()}")
+                return False
             if tp.offset < high:
                 return False
         return True
