@@ -71,8 +71,9 @@ from headwater.protocol.apis import ApiKey
 from headwater.records.validation import prepare as prepare_record_validation
 from headwater.security.acl_store import AclStore, FileAclStore
 from headwater.security.authorizer import AclAuthorizer, AllowAllAuthorizer, Authorizer
+from headwater.security.config import TlsConfig
 from headwater.security.credentials import CredentialStore, FileCredentialStore
-from headwater.security.inter_broker import inter_broker_settings
+from headwater.security.inter_broker import inter_broker_settings, with_new_keystore
 from headwater.security.listeners import Listener, SecurityProtocol
 from headwater.security.quotas import ClientQuotaManager, FileQuotaStore, QuotaKey, QuotaStore
 from headwater.security.tls import ListenerTlsContexts
@@ -430,6 +431,7 @@ class Broker(HandlerTable):
             }
         )
         self.configs.listener_tls = tls
+        tls.replaced.append(self._refresh_inter_broker_tls)
         bound: list[tuple[socket.socket, Listener]] = []
         for listener in self.config.all_listeners:
             sock = listen(listener.host, listener.port)
@@ -519,6 +521,19 @@ class Broker(HandlerTable):
                 attempts * attempt + (attempts - 1) * c.controlled_shutdown_retry_backoff_ms / 1000
             )
         return budget
+
+    def _refresh_inter_broker_tls(self, listener: str, tls: TlsConfig) -> None:
+        """The inter-broker listener's keystore changed: new connections to peers
+        (replica fetchers, marker senders) present and trust the new keys."""
+        connector = self.cluster.replicas.connector
+        if connector.security is None or listener != connector.listener:
+            return
+        try:
+            connector.use(listener, with_new_keystore(connector.security, tls))
+        except ValueError as exc:
+            log.error("keeping the inter-broker TLS keys: %s", exc)
+            return
+        log.info("inter-broker connections on %s use the new TLS keys", listener)
 
     async def stop(self) -> None:
         """Controlled shutdown first (a cluster member moves its leaderships away while

@@ -40,7 +40,8 @@ class InterBrokerConnector:
         self.listener = listener
 
     def use(self, listener: str | None, security: ClientSecurity | None) -> None:
-        """Set the inter-broker listener and credentials (before the first ``open``)."""
+        """Set the inter-broker listener and credentials: at start, and when the
+        listener's keystore changes (connections opened after it use them)."""
         self.listener = listener
         self.security = security
 

@@ -23,10 +23,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from headwater.security.client_security import ClientSecurity, jaas_credentials
-from headwater.security.config import SecurityConfig
+from headwater.security.config import SecurityConfig, TlsConfig
 from headwater.security.listeners import Listener
 from headwater.security.tls import client_context
 
@@ -94,3 +94,19 @@ def inter_broker_settings(
         listener,
         ClientSecurity(protocol.value, context, mechanism, username, password, check_hostname),
     )
+
+
+def with_new_keystore(security: ClientSecurity, tls: TlsConfig) -> ClientSecurity:
+    """The inter-broker credentials after the inter-broker listener's keystore or
+    truststore changed (a dynamic ``listener.name.<l>.ssl.*`` update).
+
+    Kafka reconfigures its inter-broker client's SSL factory along with the
+    listener's: a peer rotated to a certificate of a new CA is trusted once this
+    broker's truststore has that CA, and a peer requiring client certificates sees
+    the new one. Connections already open keep their session. ValueError if the
+    keystore does not load (it was checked when altered; a file may go meanwhile).
+    """
+    if not security.uses_tls:
+        return security
+    context = client_context(tls, check_hostname=security.check_hostname)
+    return replace(security, ssl_context=context)

@@ -20,7 +20,7 @@ import contextlib
 import os
 import ssl
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from cryptography import x509
@@ -193,6 +193,8 @@ class ListenerTlsContexts:
     The accept loop asks for a listener's context at each new connection, so
     a replaced keystore serves new connections at once; connections already
     open keep the session they negotiated (Kafka's ``SslFactory`` reload).
+    Whoever else builds on a listener's keys (the broker's own client context
+    toward its peers on the inter-broker listener) subscribes to replacements.
     """
 
     def __init__(self, configs: Mapping[str, TlsConfig]) -> None:
@@ -200,6 +202,8 @@ class ListenerTlsContexts:
         self._contexts: dict[str, ssl.SSLContext] = {}
         self._identities: dict[str, CertificateIdentity] = {}
         self._stamps: dict[str, tuple[int, ...]] = {}
+        #: Called with (listener, new config) after each replacement.
+        self.replaced: list[Callable[[str, TlsConfig], None]] = []
         for name, cfg in configs.items():
             self.replace(name, cfg, server_context(cfg))
 
@@ -228,3 +232,5 @@ class ListenerTlsContexts:
             self._identities[listener] = keystore_identity(cfg)
         except ValueError:  # a keystore cryptography cannot read: no identity check
             self._identities.pop(listener, None)
+        for subscriber in self.replaced:
+            subscriber(listener, cfg)

@@ -249,3 +249,38 @@ def test_a_listener_keystore_is_replaced_for_new_connections_only(
     # Kept in the broker's metadata: a restart serves the new keystore from the start.
     broker.restart()
     assert _served_certificate(ssl_port) == _der(two)
+
+
+def test_the_inter_broker_client_takes_the_new_keys_of_its_listener(
+    tmp_path: Path, two_cas: tuple[Certs, Certs]
+) -> None:
+    """The inter-broker listener's keystore and truststore change: the broker's own
+    client context toward its peers is rebuilt from them (new fetcher and marker
+    connections present and trust the new keys), as Kafka reconfigures its
+    inter-broker SSL factory. The handshakes themselves are in
+    tests/unit/test_inter_broker_tls_reload.py."""
+    one, two = two_cas
+    port, ssl_port = free_port(), free_port()
+    broker = BrokerProcess(tmp_path / "data", port=port, overrides=[
+        f"listeners=PLAINTEXT://127.0.0.1:{port},SSL://127.0.0.1:{ssl_port}",
+        "inter.broker.listener.name=SSL",
+        f"ssl.keystore.location={one.server_keystore}",
+        f"ssl.truststore.location={one.ca}",
+    ]).start()  # fmt: skip
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        res = ConfigResource(ConfigResource.Type.BROKER, "0", incremental_configs=[
+            ConfigEntry(KEYSTORE, str(two.server_keystore),
+                        incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry("listener.name.ssl.ssl.truststore.location", str(two.ca),
+                        incremental_operation=AlterConfigOpType.SET),
+        ])  # fmt: skip
+        admin.incremental_alter_configs([res])[res].result(30)
+        wait_for(
+            lambda: any("inter-broker connections on SSL use the new TLS keys" in line
+                        for line in broker.lines),
+            timeout=15, what="the inter-broker client context rebuilt",
+        )  # fmt: skip
+        assert _served_certificate(ssl_port) == _der(two)
+    finally:
+        broker.stop()
