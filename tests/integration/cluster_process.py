@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.broker_process import BrokerProcess, free_port
@@ -172,3 +173,42 @@ class Cluster:
         proc = self.brokers[broker_id].proc
         assert proc is not None
         proc.send_signal(signal.SIGCONT)
+
+
+def read_committed(
+    bootstrap: str,
+    topic: str,
+    expected: int,
+    timeout: float = 60,
+    settle_s: float = 1.5,
+    **config: Any,
+) -> list[bytes]:
+    """Every committed value of ``topic`` as a read_committed consumer sees it: up to
+    ``expected`` within ``timeout``, then ``settle_s`` more, so that a duplicate or an
+    aborted record arriving late is counted too. ``config``: more consumer settings."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{time.monotonic_ns()}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            **config,
+        }
+    )
+    consumer.subscribe([topic])
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(values) < expected and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and not msg.error():
+                values.append(msg.value())
+        end = time.monotonic() + settle_s
+        while time.monotonic() < end:
+            msg = consumer.poll(0.3)
+            if msg is not None and not msg.error():
+                values.append(msg.value())
+    finally:
+        consumer.close()
+    return values

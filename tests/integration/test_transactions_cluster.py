@@ -3,15 +3,14 @@ and the kill -9 of a transaction coordinator mid-transaction."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import KafkaException, Producer
 
 from headwater.client.admin import AdminClient
-from tests.integration.cluster_process import Cluster, wait_for
+from tests.integration.cluster_process import Cluster, read_committed, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -28,34 +27,6 @@ def cluster(tmp_path: Path, zk_connect: str) -> Iterator[Cluster]:
         yield c
     finally:
         c.stop()
-
-
-def read_committed(bootstrap: str, topic: str, expected: int, timeout: float = 60) -> list[bytes]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{time.monotonic_ns()}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-        }
-    )
-    consumer.subscribe([topic])
-    values: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(values) < expected and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and not msg.error():
-                values.append(msg.value())
-        end = time.monotonic() + 1.5  # anything more would be a duplicate or an abort
-        while time.monotonic() < end:
-            msg = consumer.poll(0.3)
-            if msg is not None and not msg.error():
-                values.append(msg.value())
-    finally:
-        consumer.close()
-    return values
 
 
 def coordinator_of(cluster: Cluster, transactional_id: str) -> int:

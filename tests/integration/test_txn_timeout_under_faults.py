@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from headwater.client.admin import AdminClient
 from headwater.cluster.zookeeper_server import ZooKeeperServer
 from tests.integration.broker_process import free_port
-from tests.integration.cluster_process import Cluster, wait_for
+from tests.integration.cluster_process import Cluster, read_committed, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -81,35 +81,6 @@ def transactional_producer(cluster: Cluster) -> Producer:
             "log_level": 2,
         }
     )
-
-
-def read_committed(bootstrap: str, topic: str, expected: int, timeout: float = 60) -> list[bytes]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"reader-{time.monotonic_ns()}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "log_level": 2,
-        }
-    )
-    consumer.subscribe([topic])
-    values: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(values) < expected and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and not msg.error():
-                values.append(msg.value())
-        end = time.monotonic() + 2  # anything more would be a duplicate or an abort
-        while time.monotonic() < end:
-            msg = consumer.poll(0.3)
-            if msg is not None and not msg.error():
-                values.append(msg.value())
-    finally:
-        consumer.close()
-    return values
 
 
 def offsets_at(offset: int) -> list[TopicPartition]:
@@ -214,7 +185,7 @@ def test_a_transaction_timed_out_while_zookeeper_is_down_lets_the_next_producer_
         timeout=30,
         what="the successor's transaction complete",
     )
-    values = read_committed(cluster.bootstrap, "out", 60)
+    values = read_committed(cluster.bootstrap, "out", 60, settle_s=2, log_level=2)
     assert sorted(values) == sorted(
         [b"first-%d" % i for i in range(30)] + [b"second-%d" % i for i in range(30)]
     )
