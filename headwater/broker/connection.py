@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 from headwater.broker.connection_security import ConnectionSecurity
 from headwater.broker.memory_pool import MemoryPool
+from headwater.broker.socket_reader import SocketReader
 from headwater.broker.socket_writer import Part, SocketWriter
 from headwater.protocol.fetch_codec import EncodedBody
 from headwater.protocol.frame import FrameDecoder
@@ -205,22 +206,29 @@ class ByteStream(Protocol):
 
     async def write(self, parts: Sequence[Part]) -> None: ...
 
+    def close(self) -> None:
+        """Stop watching the socket; called just before it is closed."""
+        ...
+
 
 class PlainStream:
-    """The socket as it is: ``sock_recv_into`` in, ``SocketWriter`` (sendfile) out."""
+    """The socket as it is: ``SocketReader`` in, ``SocketWriter`` (sendfile) out."""
 
     def __init__(self, sock: socket.socket, *, zero_copy: bool) -> None:
-        self._sock = sock
+        self._reader = SocketReader(sock)
         self._writer = SocketWriter(sock, zero_copy=zero_copy)
 
     async def recv(self, size: int) -> bytes:
-        return await asyncio.get_running_loop().sock_recv(self._sock, size)
+        return await self._reader.recv(size)
 
     async def recv_into(self, buf: bytearray) -> int:
-        return await asyncio.get_running_loop().sock_recv_into(self._sock, buf)
+        return await self._reader.recv_into(buf)
 
     async def write(self, parts: Sequence[Part]) -> None:
         await self._writer.write(parts)
+
+    def close(self) -> None:
+        self._reader.close()
 
 
 Dispatch = Callable[[RequestContext, memoryview, int], "Response | Awaitable[Response]"]
@@ -299,6 +307,7 @@ class Connection:
 
     def close_socket(self) -> None:
         """Close a connection that never ran (its TLS handshake failed)."""
+        self._stream.close()
         self._sock.close()
 
     async def run(self) -> None:
@@ -352,6 +361,7 @@ class Connection:
         self._reserved = 0
         self._decoder = FrameDecoder(0)
         self.frame_started = self.busy_since = None
+        self._stream.close()
         self._sock.close()
 
     async def _read_loop(self) -> None:

@@ -1,6 +1,6 @@
 """TLS over a non-blocking socket with ``ssl.SSLObject`` and memory BIOs.
 
-The connection drives raw sockets itself (``sock_recv_into``, ``sendfile``),
+The connection drives raw sockets itself (``SocketReader``, ``sendfile``),
 so TLS is layered the sans-I/O way: ciphertext moves between the socket and
 two ``MemoryBIO`` s, and ``SSLObject`` turns it into plaintext. Record data
 cannot be ``sendfile``-d through TLS, so file slices are read into memory
@@ -18,6 +18,7 @@ import ssl
 from collections.abc import Sequence
 from typing import Any
 
+from headwater.broker.socket_reader import SocketReader
 from headwater.broker.socket_writer import Part, SocketWriter
 from headwater.protocol.file_slice import FileSlice
 
@@ -35,6 +36,7 @@ class TlsStream:
         self._outgoing = ssl.MemoryBIO()
         self._ssl = context.wrap_bio(self._incoming, self._outgoing, server_side=True)
         self._raw = SocketWriter(sock, zero_copy=False)
+        self._reader = SocketReader(sock)
         self._recv_buf = bytearray(_RECV_SIZE)
         self._send_buf = bytearray(_WRITE_CHUNK)
         self._send_view = memoryview(self._send_buf)
@@ -53,6 +55,10 @@ class TlsStream:
                     raise ConnectionError("peer closed during the TLS handshake") from None
         await self._flush()
 
+    def close(self) -> None:
+        """Stop watching the socket; called just before it is closed."""
+        self._reader.close()
+
     def peer_certificate(self) -> dict[str, Any] | None:
         cert = self._ssl.getpeercert()
         return cert if cert else None
@@ -62,8 +68,7 @@ class TlsStream:
         return self._ssl.version()
 
     async def _fill(self) -> bool:
-        loop = asyncio.get_running_loop()
-        n = await loop.sock_recv_into(self._sock, self._recv_buf)
+        n = await self._reader.recv_into(self._recv_buf)
         if n == 0:
             self._incoming.write_eof()
             return False
