@@ -20,9 +20,13 @@ small and noisy, so the figures that matter are ratios):
 5. **Side by side** (``--only compare``, issue 21): per checkout given with
    ``--tree NAME=PATH`` (its brokers run with that PYTHONPATH) a cluster of
    its own, rounds alternating: idempotent ``acks=all`` p50/p99 at 2 MB/s of
-   1 KB records with ``linger.ms=0``, then full-speed produce with the
-   brokers' and the client's CPU per GB, RF 1 against RF 3. Prints the
-   targets with the figures.
+   1 KB records with ``linger.ms=0``, the leader's and a follower's CPU per
+   GB (user and system apart) on one RF 3 partition, then full-speed produce
+   with the brokers' and the client's CPU per GB, RF 1 against RF 3 of every
+   checkout in alternating turns. Topics are fresh each round and the page
+   cache is settled before each timed phase (``brokers.settle_page_cache``:
+   this VM's fresh memory is slow). Prints the targets with the figures;
+   the CPU and throughput ratios are medians of per-round ratios.
 
 Run: ``.venv/bin/python bench/bench_replication.py`` (defaults: a few
 minutes); ``--help`` for sizes. Prints a table, writes
@@ -42,7 +46,15 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from brokers import Headwater, ScratchDir, cpu_seconds, free_port, machine_info
+from brokers import (
+    Headwater,
+    ScratchDir,
+    cpu_seconds,
+    free_port,
+    machine_info,
+    settle_page_cache,
+    user_and_system_seconds,
+)
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
@@ -122,6 +134,19 @@ class LocalCluster:
             time.sleep(0.5)
         raise RuntimeError(f"topic {name} never got all its leaders and ISRs")
 
+    def delete_topics(self, names: list[str]) -> None:
+        """Delete and wait until the metadata no longer lists them (their files go with them)."""
+        admin = self.admin()
+        for future in admin.delete_topics(names, request_timeout=60).values():
+            future.result(60)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            listed = self.admin().list_topics(timeout=30).topics
+            if not any(name in listed for name in names):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"topics {names} still listed 60 s after their deletion")
+
     def metric(self, name: str) -> float:
         """The sum of one metric over every live broker."""
         total = 0.0
@@ -137,14 +162,17 @@ class LocalCluster:
     def cpu_seconds(self) -> float:
         return sum(cpu_seconds(b.pid) for b in self.brokers if b.proc is not None)
 
+    def user_and_system_seconds(self) -> tuple[float, float]:
+        split = [user_and_system_seconds(b.pid) for b in self.brokers if b.proc is not None]
+        return sum(u for u, _ in split), sum(s for _, s in split)
+
 
 # -- 1. and 2.: throughput and latency, RF 1 against RF 3 -----------------------------
 
 
-def produce_throughput(
-    bootstrap: str, topic: str, count: int, size: int, partitions: int = 6
-) -> float:
-    producer = Producer(
+def throughput_producer(bootstrap: str) -> Producer:
+    """The full-speed producer of the throughput figures: idempotent acks=all, 1 MB batches."""
+    return Producer(
         {
             "bootstrap.servers": bootstrap,
             "acks": "all",
@@ -154,6 +182,19 @@ def produce_throughput(
             "queue.buffering.max.kbytes": 1 << 20,
         }
     )
+
+
+def produce_throughput(
+    bootstrap: str,
+    topic: str,
+    count: int,
+    size: int,
+    partitions: int = 6,
+    producer: Producer | None = None,
+) -> float:
+    """Records per second of ``count`` records, all acknowledged (a fresh producer unless given)."""
+    if producer is None:
+        producer = throughput_producer(bootstrap)
     value = b"x" * size
     failed: list[KafkaError] = []
 
@@ -392,35 +433,82 @@ def paced_ack_latencies(
     }
 
 
-def produce_cost(cluster: LocalCluster, topic: str, count: int, size: int) -> dict[str, float]:
-    """Throughput of :func:`produce_throughput` with the brokers' and the client's CPU per GB."""
-    broker_before = cluster.cpu_seconds()
-    client_before = time.process_time()
-    rate = produce_throughput(cluster.bootstrap, topic, count, size)
-    broker = cluster.cpu_seconds() - broker_before
-    client = time.process_time() - client_before
-    gb = count * size / 1e9
-    return {
-        "records_per_s": rate,
-        "mb_per_s": rate * size / MB,
-        "broker_cpu_s_per_gb": broker / gb,
-        "client_cpu_s_per_gb": client / gb,
-    }
+Target = tuple[LocalCluster, str]
+"""A cluster and a topic to produce to."""
+
+
+def interleaved_produce_costs(
+    targets: dict[str, Target], count: int, size: int, turns: int
+) -> dict[str, dict[str, float]]:
+    """Throughput and brokers' and client's CPU per GB of several clusters and topics,
+    produced by :func:`produce_throughput` in alternating turns.
+
+    Why: this host's speed changes between runs tens of seconds apart (the
+    same tree's RF 1 ran at 1.1 or at 3.8 broker CPU-s per GB), so RF 1 and
+    RF 3, or two checkouts, measured one after the other compare two
+    different machines. In turns of ``count / turns`` records, order flipped
+    each turn, all targets see the same spells of fast and slow, and their
+    sums make the ratios.
+    """
+    producers = {k: throughput_producer(c.bootstrap) for k, (c, _) in targets.items()}
+    for key, (cluster, topic) in targets.items():  # connected, with a producer id
+        produce_throughput(cluster.bootstrap, topic, 600, size, producer=producers[key])
+    spent = {k: {"seconds": 0.0, "user": 0.0, "system": 0.0, "client": 0.0} for k in targets}
+    per_turn = max(1, count // turns)
+    keys = list(targets)
+    for turn in range(turns):
+        for key in keys if turn % 2 == 0 else keys[::-1]:
+            cluster, topic = targets[key]
+            settle_page_cache()
+            (user, system), client = cluster.user_and_system_seconds(), time.process_time()
+            rate = produce_throughput(
+                cluster.bootstrap, topic, per_turn, size, producer=producers[key]
+            )
+            user_after, system_after = cluster.user_and_system_seconds()
+            spent[key]["seconds"] += per_turn / rate
+            spent[key]["user"] += user_after - user
+            spent[key]["system"] += system_after - system
+            spent[key]["client"] += time.process_time() - client
+    gb = per_turn * turns * size / 1e9
+    out: dict[str, dict[str, float]] = {}
+    for key, s in spent.items():
+        rate = per_turn * turns / s["seconds"]
+        out[key] = {
+            "records_per_s": rate,
+            "mb_per_s": rate * size / MB,
+            "broker_cpu_s_per_gb": (s["user"] + s["system"]) / gb,
+            "broker_user_s_per_gb": s["user"] / gb,
+            "broker_system_s_per_gb": s["system"] / gb,
+            "client_cpu_s_per_gb": s["client"] / gb,
+        }
+    return out
 
 
 def role_cost(cluster: LocalCluster, topic: str, count: int, size: int) -> dict[str, float]:
-    """CPU per GB of the leader and of each follower (mean) of a one-partition topic."""
+    """CPU per GB of the leader and of each follower (mean) of a one-partition topic.
+
+    User and system time apart: the system part is the kernel's copies and
+    loopback TCP (on loopback the sender's ``sendfile`` also runs the
+    receiving side of the TCP stack), which no Python change removes.
+    """
     leader = cluster.admin().list_topics(topic, timeout=30).topics[topic].partitions[0].leader
     pids = [b.pid for b in cluster.brokers]
-    before = [cpu_seconds(pid) for pid in pids]
+    settle_page_cache()
+    before = [user_and_system_seconds(pid) for pid in pids]
     rate = produce_throughput(cluster.bootstrap, topic, count, size, partitions=1)
-    spent = [cpu_seconds(pid) - b for pid, b in zip(pids, before, strict=True)]
+    after = [user_and_system_seconds(pid) for pid in pids]
     gb = count * size / 1e9
-    followers = [s for i, s in enumerate(spent) if i != leader]
+    user = [(a[0] - b[0]) / gb for a, b in zip(after, before, strict=True)]
+    system = [(a[1] - b[1]) / gb for a, b in zip(after, before, strict=True)]
+    followers = [i for i in range(len(pids)) if i != leader]
     return {
         "mb_per_s": rate * size / MB,
-        "leader_cpu_s_per_gb": spent[leader] / gb,
-        "follower_cpu_s_per_gb": statistics.mean(followers) / gb,
+        "leader_cpu_s_per_gb": user[leader] + system[leader],
+        "follower_cpu_s_per_gb": statistics.mean(user[i] + system[i] for i in followers),
+        "leader_user_s_per_gb": user[leader],
+        "leader_system_s_per_gb": system[leader],
+        "follower_user_s_per_gb": statistics.mean(user[i] for i in followers),
+        "follower_system_s_per_gb": statistics.mean(system[i] for i in followers),
     }
 
 
@@ -443,8 +531,10 @@ def bench_compare(args: argparse.Namespace) -> dict[str, Any]:
     """Each checkout gets its own three-broker cluster; rounds alternate between them.
 
     Per round and checkout: paced acks=all latency on RF 1 then RF 3 (1
-    partition each), then full-speed produce with CPU on RF 1 then RF 3 (6
-    partitions each). Medians over the rounds.
+    partition each) and the per-role cost on one RF 3 partition; then
+    full-speed produce with CPU to RF 1 and RF 3 (6 partitions each) of every
+    checkout, in alternating turns (:func:`interleaved_produce_costs`).
+    Medians over the rounds.
     """
     trees = parse_trees(args.tree)
     rate = args.compare_mb_per_s * MB / args.size
@@ -459,16 +549,20 @@ def bench_compare(args: argparse.Namespace) -> dict[str, Any]:
             clusters[name] = cluster
             cluster.create_topic("lat1", 1, 1)
             cluster.create_topic("lat3", 1, 3, **{"min.insync.replicas": "2"})
-            cluster.create_topic("thr1", 6, 1)
-            cluster.create_topic("thr3", 6, 3, **{"min.insync.replicas": "2"})
-            cluster.create_topic("role3", 1, 3, **{"min.insync.replicas": "2"})
-            for topic in ("thr1", "thr3"):
-                produce_throughput(cluster.bootstrap, topic, args.records // 10, args.size)
-            produce_throughput(cluster.bootstrap, "role3", args.records // 10, args.size, 1)
         for n in range(args.rounds):
             order = list(clusters.items())
             if n % 2:
                 order.reverse()
+            # Fresh topics each round, deleted at its end: this VM touches memory
+            # it never used before about 4x slower (see the Machine section of
+            # docs/benchmarks.md), so page cache that only grew would turn later
+            # rounds slow. Deleted files give their pages back for the next round.
+            thr1, thr3, role3 = f"thr1-r{n}", f"thr3-r{n}", f"role3-r{n}"
+            for _, cluster in order:
+                cluster.create_topic(thr1, 6, 1)
+                cluster.create_topic(thr3, 6, 3, **{"min.insync.replicas": "2"})
+                cluster.create_topic(role3, 1, 3, **{"min.insync.replicas": "2"})
+                produce_throughput(cluster.bootstrap, role3, args.records // 10, args.size, 1)
             for name, cluster in order:
                 load = os.getloadavg()[0]
                 for rf in ("1", "3"):
@@ -483,28 +577,43 @@ def bench_compare(args: argparse.Namespace) -> dict[str, Any]:
                         f"{lat['over_200ms']:.0f} over 200 ms (load {load:.1f})",
                         flush=True,
                     )
-                for rf in ("1", "3"):
-                    cost = produce_cost(cluster, f"thr{rf}", args.records, args.size)
-                    rounds[name][f"thr{rf}"].append(cost)
-                    print(
-                        f"  round {n + 1} {name} RF {rf}: {cost['mb_per_s']:.1f} MB/s, "
-                        f"brokers {cost['broker_cpu_s_per_gb']:.2f} CPU-s/GB, "
-                        f"client {cost['client_cpu_s_per_gb']:.2f} CPU-s/GB",
-                        flush=True,
-                    )
-                roles = role_cost(cluster, "role3", args.records, args.size)
+                roles = role_cost(cluster, role3, args.records, args.size)
                 rounds[name]["roles"].append(roles)
                 print(
                     f"  round {n + 1} {name} RF 3, 1 partition: leader "
-                    f"{roles['leader_cpu_s_per_gb']:.2f}, each follower "
-                    f"{roles['follower_cpu_s_per_gb']:.2f} CPU-s/GB",
+                    f"{roles['leader_cpu_s_per_gb']:.2f} (user {roles['leader_user_s_per_gb']:.2f}"
+                    f" + system {roles['leader_system_s_per_gb']:.2f}), each follower "
+                    f"{roles['follower_cpu_s_per_gb']:.2f} (user "
+                    f"{roles['follower_user_s_per_gb']:.2f} + system "
+                    f"{roles['follower_system_s_per_gb']:.2f}) CPU-s/GB",
                     flush=True,
                 )
+            # Full-speed produce: every checkout's RF 1 and RF 3 in alternating turns.
+            targets = {
+                f"{name} {rf}": (cluster, topic)
+                for name, cluster in order
+                for rf, topic in (("1", thr1), ("3", thr3))
+            }
+            costs = interleaved_produce_costs(targets, args.records, args.size, args.turns)
+            for key, cost in costs.items():
+                name, rf = key.rsplit(" ", 1)
+                rounds[name][f"thr{rf}"].append(cost)
+                print(
+                    f"  round {n + 1} {name} RF {rf}: {cost['mb_per_s']:.1f} MB/s, "
+                    f"brokers {cost['broker_cpu_s_per_gb']:.2f} CPU-s/GB (user "
+                    f"{cost['broker_user_s_per_gb']:.2f} + system "
+                    f"{cost['broker_system_s_per_gb']:.2f}), "
+                    f"client {cost['client_cpu_s_per_gb']:.2f} CPU-s/GB",
+                    flush=True,
+                )
+            for _, cluster in order:
+                cluster.delete_topics([thr1, thr3, role3])
     out: dict[str, Any] = {
         "record_size": args.size,
         "latency_rate_mb_per_s": args.compare_mb_per_s,
         "latency_seconds": args.compare_seconds,
         "throughput_records": args.records,
+        "throughput_turns": args.turns,
         "trees": trees,
         "targets": {
             "acks_all_p50_ms": LATENCY_TARGET_MS["p50"],
@@ -516,11 +625,23 @@ def bench_compare(args: argparse.Namespace) -> dict[str, Any]:
     for name, r in rounds.items():
         summary = {k: _median_of(v) for k, v in r.items()}
         summary["rounds"] = r  # type: ignore[assignment]
-        summary["rf3_cpu_over_rf1"] = {
-            "ratio": summary["thr3"]["broker_cpu_s_per_gb"] / summary["thr1"]["broker_cpu_s_per_gb"]
+        # Per round: RF 1 and RF 3 ran in alternating turns, so their ratio
+        # holds even when the host's speed changed between rounds.
+        cpu_ratios = [
+            r3["broker_cpu_s_per_gb"] / r1["broker_cpu_s_per_gb"]
+            for r1, r3 in zip(r["thr1"], r["thr3"], strict=True)
+        ]
+        rate_ratios = [
+            r3["records_per_s"] / r1["records_per_s"]
+            for r1, r3 in zip(r["thr1"], r["thr3"], strict=True)
+        ]
+        summary["rf3_cpu_over_rf1"] = {  # type: ignore[assignment]
+            "ratio": statistics.median(cpu_ratios),
+            "per_round": cpu_ratios,
         }
-        summary["rf3_throughput_over_rf1"] = {
-            "ratio": summary["thr3"]["records_per_s"] / summary["thr1"]["records_per_s"]
+        summary["rf3_throughput_over_rf1"] = {  # type: ignore[assignment]
+            "ratio": statistics.median(rate_ratios),
+            "per_round": rate_ratios,
         }
         out[name] = summary
     return out
@@ -551,8 +672,11 @@ def print_compare(result: dict[str, Any]) -> None:
             f"(client {thr1['client_cpu_s_per_gb']:.2f}), "
             f"RF 3 {thr3['mb_per_s']:.1f} MB/s at {thr3['broker_cpu_s_per_gb']:.2f} "
             f"(client {thr3['client_cpu_s_per_gb']:.2f}); "
-            f"CPU ratio {r['rf3_cpu_over_rf1']['ratio']:.2f}x, "
-            f"throughput ratio {r['rf3_throughput_over_rf1']['ratio']:.0%}"
+            f"CPU ratio {r['rf3_cpu_over_rf1']['ratio']:.2f}x (per round "
+            + ", ".join(f"{x:.2f}" for x in r["rf3_cpu_over_rf1"]["per_round"])
+            + f"), throughput ratio {r['rf3_throughput_over_rf1']['ratio']:.0%} (per round "
+            + ", ".join(f"{x:.0%}" for x in r["rf3_throughput_over_rf1"]["per_round"])
+            + ")"
         )
 
 
@@ -561,6 +685,12 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=100_000, help="per throughput round")
     parser.add_argument("--size", type=int, default=1000, help="record size in bytes")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--turns",
+        type=int,
+        default=2,
+        help="compare: --records is produced in this many alternating turns per topic",
+    )
     parser.add_argument("--latency-records", type=int, default=2000)
     parser.add_argument("--latency-rate", type=float, default=500.0, help="records/s")
     parser.add_argument("--idle-partitions", type=int, default=10_000)

@@ -43,9 +43,34 @@ def cpu_seconds(pid: int) -> float:
     Fields 14 and 15 of /proc/PID/stat; the command name (field 2) may hold
     spaces, so split after its closing parenthesis.
     """
+    user, system = user_and_system_seconds(pid)
+    return user + system
+
+
+def settle_page_cache() -> bool:
+    """Write back dirty pages and drop the clean page cache, if allowed (root).
+
+    Why: this VM touches memory it never used before about 4x slower (see
+    the Machine section of docs/benchmarks.md). A phase that writes after
+    earlier phases filled the page cache gets fresh pages, and its CPU per
+    GB doubles or triples for reasons that have nothing to do with what it
+    measures. Dropped pages are reused first, so each phase starts alike.
+    Also keeps one phase's writeback out of the next. False when the cache
+    could not be dropped (not root): only the sync was done.
+    """
+    os.sync()
+    try:
+        Path("/proc/sys/vm/drop_caches").write_text("1\n")
+    except OSError:
+        return False
+    return True
+
+
+def user_and_system_seconds(pid: int) -> tuple[float, float]:
+    """utime and stime apart: Python's work against the kernel's (copies, loopback TCP)."""
     text = Path(f"/proc/{pid}/stat").read_text()
     fields = text[text.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+    return int(fields[11]) / _CLK_TCK, int(fields[12]) / _CLK_TCK
 
 
 class ProcessCpuClock:
