@@ -436,9 +436,53 @@ def paced_ack_latencies(
 Target = tuple[LocalCluster, str]
 """A cluster and a topic to produce to."""
 
+#: The clients the throughput turns can use: confluent-kafka's per-record
+#: ``produce()`` (the issue's client), or Headwater's own producer sending
+#: Arrow columns, which costs about a third as much CPU per GB, so the
+#: brokers rather than the client fill the two cores.
+CLIENTS = ("confluent", "headwater-arrow")
+ARROW_ROWS = 16_384
+
+
+def arrow_producer(bootstrap: str) -> Any:
+    """Headwater's producer with the settings of :func:`throughput_producer`."""
+    from headwater.client.producer import Producer as HeadwaterProducer
+
+    return HeadwaterProducer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "batch.size": 1 << 20,
+        }
+    )
+
+
+def arrow_throughput(
+    producer: Any, topic: str, count: int, size: int, partitions: int = 6
+) -> float:
+    """Records per second of ``count`` records sent as Arrow columns, all acknowledged."""
+    import pyarrow as pa
+
+    values = pa.array([b"x" * size] * ARROW_ROWS, pa.binary())
+    per_partition = count // partitions
+    start = time.perf_counter()
+    futures = []
+    for partition in range(partitions):
+        left = per_partition
+        while left > 0:
+            take = min(ARROW_ROWS, left)
+            futures += producer.send_arrow(topic, partition, values[:take])
+            left -= take
+    producer.flush(300)
+    for future in futures:
+        future.result()
+    return per_partition * partitions / (time.perf_counter() - start)
+
 
 def interleaved_produce_costs(
-    targets: dict[str, Target], count: int, size: int, turns: int
+    targets: dict[str, Target], count: int, size: int, turns: int, client: str = "confluent"
 ) -> dict[str, dict[str, float]]:
     """Throughput and brokers' and client's CPU per GB of several clusters and topics,
     produced by :func:`produce_throughput` in alternating turns.
@@ -450,9 +494,17 @@ def interleaved_produce_costs(
     each turn, all targets see the same spells of fast and slow, and their
     sums make the ratios.
     """
-    producers = {k: throughput_producer(c.bootstrap) for k, (c, _) in targets.items()}
+    arrow = client == "headwater-arrow"
+    make = arrow_producer if arrow else throughput_producer
+    producers = {k: make(c.bootstrap) for k, (c, _) in targets.items()}
+
+    def produce(key: str, cluster: LocalCluster, topic: str, records: int) -> float:
+        if arrow:
+            return arrow_throughput(producers[key], topic, records, size)
+        return produce_throughput(cluster.bootstrap, topic, records, size, producer=producers[key])
+
     for key, (cluster, topic) in targets.items():  # connected, with a producer id
-        produce_throughput(cluster.bootstrap, topic, 600, size, producer=producers[key])
+        produce(key, cluster, topic, 600)
     spent = {k: {"seconds": 0.0, "user": 0.0, "system": 0.0, "client": 0.0} for k in targets}
     per_turn = max(1, count // turns)
     keys = list(targets)
@@ -461,14 +513,15 @@ def interleaved_produce_costs(
             cluster, topic = targets[key]
             settle_page_cache()
             (user, system), client = cluster.user_and_system_seconds(), time.process_time()
-            rate = produce_throughput(
-                cluster.bootstrap, topic, per_turn, size, producer=producers[key]
-            )
+            rate = produce(key, cluster, topic, per_turn)
             user_after, system_after = cluster.user_and_system_seconds()
             spent[key]["seconds"] += per_turn / rate
             spent[key]["user"] += user_after - user
             spent[key]["system"] += system_after - system
             spent[key]["client"] += time.process_time() - client
+    if arrow:
+        for producer in producers.values():
+            producer.close()
     gb = per_turn * turns * size / 1e9
     out: dict[str, dict[str, float]] = {}
     for key, s in spent.items():
@@ -594,7 +647,9 @@ def bench_compare(args: argparse.Namespace) -> dict[str, Any]:
                 for name, cluster in order
                 for rf, topic in (("1", thr1), ("3", thr3))
             }
-            costs = interleaved_produce_costs(targets, args.records, args.size, args.turns)
+            costs = interleaved_produce_costs(
+                targets, args.records, args.size, args.turns, args.client
+            )
             for key, cost in costs.items():
                 name, rf = key.rsplit(" ", 1)
                 rounds[name][f"thr{rf}"].append(cost)
@@ -614,6 +669,7 @@ def bench_compare(args: argparse.Namespace) -> dict[str, Any]:
         "latency_seconds": args.compare_seconds,
         "throughput_records": args.records,
         "throughput_turns": args.turns,
+        "throughput_client": args.client,
         "trees": trees,
         "targets": {
             "acks_all_p50_ms": LATENCY_TARGET_MS["p50"],
@@ -685,6 +741,12 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=100_000, help="per throughput round")
     parser.add_argument("--size", type=int, default=1000, help="record size in bytes")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--client",
+        choices=CLIENTS,
+        default="confluent",
+        help="compare: the client of the full-speed produce turns",
+    )
     parser.add_argument(
         "--turns",
         type=int,
