@@ -170,15 +170,21 @@ class LocalCluster:
 # -- 1. and 2.: throughput and latency, RF 1 against RF 3 -----------------------------
 
 
+#: The full-speed producers' settings, whichever the client: idempotent acks=all, 1 MB batches.
+THROUGHPUT_SETTINGS: dict[str, Any] = {
+    "acks": "all",
+    "enable.idempotence": True,
+    "linger.ms": 5,
+    "batch.size": 1 << 20,
+}
+
+
 def throughput_producer(bootstrap: str) -> Producer:
-    """The full-speed producer of the throughput figures: idempotent acks=all, 1 MB batches."""
+    """The confluent-kafka producer of the throughput figures."""
     return Producer(
         {
             "bootstrap.servers": bootstrap,
-            "acks": "all",
-            "enable.idempotence": True,
-            "linger.ms": 5,
-            "batch.size": 1 << 20,
+            **THROUGHPUT_SETTINGS,
             "queue.buffering.max.kbytes": 1 << 20,
         }
     )
@@ -448,15 +454,7 @@ def arrow_producer(bootstrap: str) -> Any:
     """Headwater's producer with the settings of :func:`throughput_producer`."""
     from headwater.client.producer import Producer as HeadwaterProducer
 
-    return HeadwaterProducer(
-        {
-            "bootstrap.servers": bootstrap,
-            "acks": "all",
-            "enable.idempotence": True,
-            "linger.ms": 5,
-            "batch.size": 1 << 20,
-        }
-    )
+    return HeadwaterProducer({"bootstrap.servers": bootstrap, **THROUGHPUT_SETTINGS})
 
 
 def arrow_throughput(
