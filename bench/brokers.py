@@ -162,7 +162,11 @@ class BrokerUnderTest:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
+            # PYTHONSAFEPATH: ``python -m`` would otherwise put the working
+            # directory first on sys.path, and a run started in one checkout
+            # would import that checkout whatever PYTHONPATH names (every
+            # --tree comparison then measured one tree against itself).
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1", **self.env},
         )
         proc = self.proc
 
