@@ -6,11 +6,18 @@ the socket itself: ``socket.send`` for bytes and ``os.sendfile`` for
 ``FileSlice`` parts, parking on ``loop.add_writer`` only when the kernel
 buffer is full. This works on both event loops and keeps record data out of
 the Python heap (the chapter's zero-copy path).
+
+A fetch response is bytes, file slices and bytes again (each partition's and
+topic's tagged fields come after its records). ``sendfile`` pushes what it
+sends at once, so the last few bytes used to leave as a segment of their own,
+and the fetcher woke twice per response. A response that has bytes after a
+slice is therefore sent with ``TCP_CORK`` set, and uncorking pushes it whole.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 from collections.abc import Sequence
@@ -32,8 +39,24 @@ class SocketWriter:
         self._fd = sock.fileno()
         self.zero_copy = zero_copy
         self.bytes_sent = 0
+        #: False once the socket refused TCP_CORK (not TCP: a Unix socket in tests).
+        self._can_cork = sock.family in (socket.AF_INET, socket.AF_INET6)
 
     async def write(self, parts: Sequence[Part]) -> None:
+        cork = self.zero_copy and self._can_cork and _bytes_after_a_slice(parts)
+        if cork:
+            try:
+                self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+            except OSError:
+                self._can_cork = cork = False
+        try:
+            await self._write(parts)
+        finally:
+            if cork:
+                with contextlib.suppress(OSError):  # the connection may be gone
+                    self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 0)
+
+    async def _write(self, parts: Sequence[Part]) -> None:
         pending: list[bytes | bytearray | memoryview] = []
         pending_size = 0
         for part in parts:
@@ -98,3 +121,14 @@ class SocketWriter:
             offset += n
             remaining -= n
             self.bytes_sent += n
+
+
+def _bytes_after_a_slice(parts: Sequence[Part]) -> bool:
+    """Whether bytes follow a file slice: what ``sendfile`` alone would send apart."""
+    seen_slice = False
+    for part in parts:
+        if isinstance(part, FileSlice):
+            seen_slice = True
+        elif seen_slice and len(part):
+            return True
+    return False

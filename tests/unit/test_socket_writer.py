@@ -1,0 +1,98 @@
+"""SocketWriter: a response with bytes after a file slice is corked, so it leaves whole."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from headwater.broker.socket_writer import Part, SocketWriter
+from headwater.protocol.file_slice import FileSlice
+
+
+class RecordingSocket(socket.socket):
+    """A TCP socket that remembers every TCP_CORK change."""
+
+    corks: list[int]
+
+    def setsockopt(self, level: int, option: int, value: Any, *args: Any) -> None:
+        if level == socket.IPPROTO_TCP and option == socket.TCP_CORK:
+            self.corks.append(value)
+        super().setsockopt(level, option, value, *args)
+
+
+@pytest.fixture
+def tcp_pair() -> Iterator[tuple[RecordingSocket, socket.socket]]:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        peer = socket.create_connection(server.getsockname())
+        accepted, _ = server.accept()
+        sender = RecordingSocket(accepted.family, accepted.type, accepted.proto, accepted.detach())
+        sender.corks = []
+        sender.setblocking(False)
+        sender.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        yield sender, peer
+        sender.close()
+        peer.close()
+
+
+@pytest.fixture
+def segment_file() -> Iterator[Any]:
+    with tempfile.TemporaryFile() as f:
+        f.write(bytes(range(256)) * 64)  # 16 KiB
+        f.flush()
+        yield f
+
+
+def receive(peer: socket.socket, size: int) -> bytes:
+    peer.settimeout(10)
+    got = b""
+    while len(got) < size:
+        chunk = peer.recv(size - len(got))
+        assert chunk, "the connection ended early"
+        got += chunk
+    return got
+
+
+def test_bytes_after_a_slice_are_corked_with_it_and_the_cork_is_lifted(
+    tcp_pair: tuple[RecordingSocket, socket.socket], segment_file: Any
+) -> None:
+    sender, peer = tcp_pair
+    parts: list[Part] = [b"head", FileSlice(segment_file, 100, 5000), b"\x00tail"]
+    asyncio.run(SocketWriter(sender).write(parts))
+    expected = b"head" + (bytes(range(256)) * 64)[100:5100] + b"\x00tail"
+    assert receive(peer, len(expected)) == expected
+    assert sender.corks == [1, 0]
+    assert sender.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK) == 0
+
+
+def test_a_response_ending_with_its_slice_needs_no_cork(
+    tcp_pair: tuple[RecordingSocket, socket.socket], segment_file: Any
+) -> None:
+    sender, peer = tcp_pair
+    parts: list[Part] = [b"head", FileSlice(segment_file, 0, 4096)]
+    asyncio.run(SocketWriter(sender).write(parts))
+    assert receive(peer, 4100) == b"head" + (bytes(range(256)) * 64)[:4096]
+    assert sender.corks == []
+
+
+def test_without_zero_copy_nothing_is_corked(
+    tcp_pair: tuple[RecordingSocket, socket.socket], segment_file: Any
+) -> None:
+    sender, peer = tcp_pair
+    parts: list[Part] = [b"head", FileSlice(segment_file, 0, 10), b"tail"]
+    asyncio.run(SocketWriter(sender, zero_copy=False).write(parts))
+    assert receive(peer, 18) == b"head" + bytes(range(10)) + b"tail"
+    assert sender.corks == []
+
+
+def test_a_unix_socket_is_written_without_a_cork(segment_file: Any) -> None:
+    a, b = socket.socketpair()
+    with a, b:
+        a.setblocking(False)
+        parts: list[Part] = [b"head", FileSlice(segment_file, 0, 10), b"tail"]
+        asyncio.run(SocketWriter(a).write(parts))
+        assert receive(b, 18) == b"head" + bytes(range(10)) + b"tail"
