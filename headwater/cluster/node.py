@@ -82,6 +82,10 @@ class ControlledShutdownConfig:
 #: broker must never hang on ZooKeeper or the controller.
 STOP_STEP_TIMEOUT_S = 10.0
 
+#: How long a controlled shutdown trusts its watched view before it reads the
+#: states it still waits on from ZooKeeper (then again at this interval).
+FRESH_STATES_AFTER_S = 0.5
+
 
 class ClusterNode:
     """Store, registration, controller, view and replica manager of one broker."""
@@ -384,6 +388,35 @@ class ClusterNode:
                 return True
         return False
 
+    async def _read_fresh_states(self, keys: list[tuple[str, int]]) -> None:
+        """Read the states a controlled shutdown waits on from ZooKeeper itself.
+
+        The controller's decision is what counts (Kafka's broker reads it in the
+        ControlledShutdown response, not in its metadata cache). The view
+        follows ZooKeeper through watches; should one fall behind, the
+        shutdown would otherwise wait out every attempt for a change the
+        controller had already written.
+        """
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(STOP_STEP_TIMEOUT_S):
+                fresh = await loop.run_in_executor(None, self.store.partition_states, keys)
+        except (ClusterStoreError, TimeoutError):
+            return
+        current = self.view.partition_states
+        behind = [
+            k
+            for k, state in fresh.items()
+            if k in current and current[k] != state and current[k].zk_version < state.zk_version
+        ]
+        if behind:
+            log.warning(
+                "controlled shutdown: this broker's view of %d partition(s) was behind "
+                "ZooKeeper: %s; taking the stored states",
+                len(behind), _names(sorted(behind)),
+            )  # fmt: skip
+        self.view.refresh_partition_states(fresh)
+
     async def controlled_shutdown(self, config: ControlledShutdownConfig) -> bool:
         """Kafka's controlled shutdown through ZooKeeper; True when nothing is left here.
 
@@ -420,6 +453,7 @@ class ClusterNode:
             else:
                 stopping = await self._stopping_brokers()
                 deadline = time.monotonic() + config.attempt_timeout_ms / 1000
+                fresh_read_at = time.monotonic() + FRESH_STATES_AFTER_S
                 while time.monotonic() < deadline:
                     movable, stuck = self.leaderships_to_move(stopping)
                     if not movable and not stuck:
@@ -430,6 +464,10 @@ class ClusterNode:
                         return True
                     if not movable and stuck:
                         break  # the controller did what it could
+                    if time.monotonic() >= fresh_read_at:
+                        await self._read_fresh_states(movable + stuck)
+                        fresh_read_at = time.monotonic() + FRESH_STATES_AFTER_S
+                        continue
                     await asyncio.sleep(0.01)
             movable, stuck = self.leaderships_to_move(stopping)
             if not movable and not stuck:
