@@ -113,8 +113,13 @@ def _fail_quietly(future: asyncio.Future[Any], error: BaseException) -> None:
         future.exception()
 
 
-class _StreamProtocol(asyncio.Protocol):
-    """Feeds received bytes to the connection; tracks write back-pressure."""
+#: The buffer small responses and the first bytes of large ones are received
+#: into; the rest of a large response goes straight into its own frame.
+RECEIVE_CHUNK: Final = 64 * 1024
+
+
+class _StreamProtocol(asyncio.BufferedProtocol):
+    """Receives into the connection's buffers; tracks write back-pressure."""
 
     def __init__(self, conn: BrokerConnection) -> None:
         self.conn = conn
@@ -126,8 +131,11 @@ class _StreamProtocol(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
 
-    def data_received(self, data: bytes) -> None:
-        self.conn._data_received(data)
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.conn._receive_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.conn._buffer_updated(nbytes)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.can_write.set()
@@ -166,6 +174,8 @@ class BrokerConnection:
         self.versions: dict[int, int] = {}  # api key -> version this link uses
         self.broker_versions: dict[int, tuple[int, int]] = {}
         self._decoder = FrameDecoder(max_response_bytes, min_frame_bytes=4, preallocate=True)
+        self._chunk = memoryview(bytearray(RECEIVE_CHUNK))
+        self._into_frame = False
         self._pending: collections.deque[_Pending] = collections.deque()
         self._correlation = 0
         self._protocol: _StreamProtocol | None = None
@@ -425,12 +435,26 @@ class BrokerConnection:
 
     # -- receiving ---------------------------------------------------------------
 
-    def _data_received(self, data: bytes) -> None:
+    def _receive_buffer(self) -> memoryview:
+        direct = self._decoder.receive_buffer()
+        self._into_frame = direct is not None
+        return self._chunk if direct is None else direct
+
+    def _buffer_updated(self, nbytes: int) -> None:
+        if self._into_frame:
+            self._frames_received(self._decoder.received(nbytes))
+        else:
+            self._data_received(self._chunk[:nbytes])
+
+    def _data_received(self, data: bytes | memoryview) -> None:
         try:
             frames = self._decoder.feed(data)
         except ProtocolError as exc:
             self.close(f"sent an invalid frame: {exc}")
             return
+        self._frames_received(frames)
+
+    def _frames_received(self, frames: list[memoryview]) -> None:
         for frame in frames:
             if not self._pending:
                 self.close("sent a response nobody asked for")

@@ -65,6 +65,28 @@ class FrameDecoder:
         """The declared length of the frame being assembled; None between frames."""
         return self._expected if self._body is not None else None
 
+    def receive_buffer(self) -> memoryview | None:
+        """Where the next bytes may be received directly, or None (``feed`` a chunk).
+
+        The unfilled rest of a preallocated frame: what the peer sends next
+        belongs to it, up to its end. Follow a receive into it with
+        :meth:`received`.
+        """
+        body = self._body
+        if body is None or not self.preallocate:
+            return None
+        return memoryview(body)[self._filled : self._expected]
+
+    def received(self, n: int) -> list[memoryview]:
+        """``n`` bytes were written at the start of :meth:`receive_buffer`'s view."""
+        body = self._body
+        assert body is not None and 0 < n <= self._expected - self._filled
+        self._filled += n
+        if self._filled < self._expected:
+            return []
+        self._body = None
+        return [memoryview(body).toreadonly()]
+
     def feed(self, data: bytes | bytearray | memoryview) -> list[memoryview]:
         """Take the next chunk of the stream; return the frames it completes."""
         if not isinstance(data, bytes):

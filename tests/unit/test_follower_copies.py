@@ -65,3 +65,42 @@ def test_a_broker_side_decoder_does_not_allocate_what_a_peer_only_claims() -> No
     decoder.feed(INT32.pack(100 << 20) + b"x" * 10)
     assert decoder.buffered == 10
     assert decoder._body is not None and len(decoder._body) == 10
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    frames=st.lists(st.binary(min_size=4, max_size=3000), min_size=1, max_size=6),
+    chunk=st.integers(min_value=1, max_value=900),
+    direct=st.integers(min_value=1, max_value=900),
+)
+def test_a_client_receiving_straight_into_its_frames_gets_them_whole(
+    frames: list[bytes], chunk: int, direct: int
+) -> None:
+    """What the client connection does: chunks while no frame is open, then the
+    socket writes into the rest of the open frame (``BufferedProtocol``)."""
+    stream = memoryview(b"".join(INT32.pack(len(f)) + f for f in frames))
+    decoder = FrameDecoder(1 << 20, min_frame_bytes=4, preallocate=True)
+    got: list[bytes] = []
+    pos = 0
+    straight = 0
+    while pos < len(stream):
+        target = decoder.receive_buffer()
+        if target is None:
+            n = min(chunk, len(stream) - pos)
+            got += [bytes(f) for f in decoder.feed(stream[pos : pos + n])]
+        else:
+            assert len(target) > 0
+            n = min(direct, len(target), len(stream) - pos)
+            target[:n] = stream[pos : pos + n]  # what recv_into does
+            got += [bytes(f) for f in decoder.received(n)]
+            straight += n
+        pos += n
+    assert got == frames and decoder.buffered == 0
+    # Only the chunks that open frames (length prefix split over chunks at worst) are copied.
+    assert len(stream) - straight <= len(frames) * (chunk + 4)
+
+
+def test_a_broker_side_decoder_never_offers_its_buffer_to_the_socket() -> None:
+    decoder = FrameDecoder(100 << 20)
+    decoder.feed(INT32.pack(1000) + b"x" * 10)
+    assert decoder.receive_buffer() is None
