@@ -98,6 +98,7 @@ class ClusterView:
         self.store = store
         self._brokers: dict[int, BrokerRegistration] = {}
         self._controller_id: int | None = None
+        self._in_controlled_shutdown: frozenset[int] = frozenset()
         self._topics: dict[str, TopicAssignment] = {}
         self._states: dict[TopicPartition, PartitionState] = {}
         self._listeners: list[ChangeListener] = []
@@ -120,6 +121,13 @@ class ClusterView:
     @property
     def controller_id(self) -> int | None:
         return self._controller_id
+
+    @property
+    def brokers_in_controlled_shutdown(self) -> frozenset[int]:
+        """Brokers asking the controller to move everything off them now: a leader
+        must not take them into an ISR (Kafka's KIP-841), or it undoes what the
+        controller just did and the broker's shutdown waits for nothing."""
+        return self._in_controlled_shutdown
 
     @property
     def topics(self) -> Mapping[str, TopicAssignment]:
@@ -209,6 +217,9 @@ class ClusterView:
             self.store.watch_brokers(lambda b: self._post(self._apply_brokers, b)),
             self.store.watch_controller(lambda c: self._post(self._apply_controller, c)),
             self.store.watch_topics(lambda t: self._post(self._apply_topic_names, t)),
+            self.store.watch_controlled_shutdowns(
+                lambda ids: self._post(self._apply_controlled_shutdowns, ids)
+            ),
         ]
         for topic in topics.values():
             self._watch_topic(topic.name)
@@ -318,6 +329,9 @@ class ClusterView:
         if controller_id != self._controller_id:
             self._controller_id = controller_id
             self._change().controller_changed = True
+
+    def _apply_controlled_shutdowns(self, ids: frozenset[int]) -> None:
+        self._in_controlled_shutdown = ids
 
     def _apply_topic_names(self, names: frozenset[str]) -> None:
         for name in sorted(set(self._topics) - names):

@@ -24,7 +24,7 @@ ZooKeeper session ends.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Container
 from dataclasses import dataclass, field
 
 from headwater.log.log import Log
@@ -196,14 +196,23 @@ class PartitionReplica:
             return None
         return tuple(r for r in self.isr if r not in lagging)
 
-    def isr_to_expand(self, replica_id: int) -> tuple[int, ...] | None:
+    def isr_to_expand(
+        self, replica_id: int, ineligible: Container[int] = ()
+    ) -> tuple[int, ...] | None:
         """The ISR plus ``replica_id`` if it has caught up, or None.
 
         Kafka's rule: a follower out of the ISR rejoins once it has reached the
         high watermark and the start of the current leader epoch, so that it
-        holds every record the ISR acknowledged.
+        holds every record the ISR acknowledged. Brokers in ``ineligible`` (gone,
+        or in controlled shutdown: KIP-841) never rejoin, however caught up
+        their last fetch left them.
         """
-        if not self.is_leader or self.pending_isr is not None or replica_id in self.isr:
+        if (
+            not self.is_leader
+            or self.pending_isr is not None
+            or replica_id in self.isr
+            or replica_id in ineligible
+        ):
             return None
         follower = self.followers.get(replica_id)
         if follower is None or replica_id not in self.replicas:

@@ -94,6 +94,7 @@ class ReplicaManager:
         self.local_id = local_id
         self.logs = logs
         self.view = view
+        self._isr_ineligible = IsrIneligible(view)
         self.store = store
         self.config = config
         self.purgatory = ProducePurgatory()
@@ -728,7 +729,7 @@ class ReplicaManager:
             replica.update_follower(replica_id, p.fetch_offset, now, p.log_start_offset)
             if replica.key in self._low_watermark_waiters:
                 self._check_low_watermark(replica)
-            expanded = replica.isr_to_expand(replica_id)
+            expanded = replica.isr_to_expand(replica_id, self._isr_ineligible)
             if expanded is not None:
                 self._propose_isr(replica, expanded, "expand")
             self._high_watermark_may_move(replica)
@@ -781,7 +782,18 @@ class ReplicaManager:
         def done(f: asyncio.Future[Any]) -> None:
             self._isr_writes.discard(f)
             if replica.pending_isr != isr:
-                return  # a newer state arrived from ZooKeeper meanwhile
+                # A newer state arrived from ZooKeeper meanwhile (often this very
+                # write, through the watch): say what was written all the same.
+                if not f.cancelled() and f.exception() is None and f.result() is not None:
+                    log.info(
+                        "ISR of %s-%d: -> %s (%s; applied from ZooKeeper)",
+                        replica.topic, replica.partition, list(isr), why,
+                    )  # fmt: skip
+                    if why == "shrink":
+                        self.isr_shrinks += 1
+                    else:
+                        self.isr_expands += 1
+                return
             replica.pending_isr = None
             try:
                 version = f.result()
@@ -825,12 +837,31 @@ class ReplicaManager:
             # in (one write at a time); an idle partition's follower may not fetch it
             # again, so look now (a reassignment's new replicas waited forever).
             for follower in replica.followers:
-                expanded = replica.isr_to_expand(follower)
+                expanded = replica.isr_to_expand(follower, self._isr_ineligible)
                 if expanded is not None:
                     self._propose_isr(replica, expanded, "expand")
                     break
 
         future.add_done_callback(done)
+
+
+class IsrIneligible:
+    """The brokers no ISR may take in now (Kafka's KIP-841): those in controlled
+    shutdown and those not registered (gone), read from the view when asked.
+
+    Without it a stopping follower whose last fetch had caught up was taken back
+    into the ISR the controller had just taken it out of, at the leader's next
+    expansion, and its controlled shutdown waited out every attempt.
+    """
+
+    __slots__ = ("view",)
+
+    def __init__(self, view: ClusterView) -> None:
+        self.view = view
+
+    def __contains__(self, broker_id: object) -> bool:
+        view = self.view
+        return broker_id in view.brokers_in_controlled_shutdown or broker_id not in view.brokers
 
 
 def _now_ms() -> int:

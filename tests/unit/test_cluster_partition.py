@@ -119,6 +119,18 @@ def test_a_follower_rejoins_once_it_reaches_the_high_watermark(tmp_path: Path) -
     assert replica.isr_to_expand(2) == (0, 1, 2)  # in assignment order
 
 
+def test_a_caught_up_follower_that_is_stopping_or_gone_does_not_rejoin(tmp_path: Path) -> None:
+    """KIP-841: a broker in controlled shutdown (or unregistered) is never taken
+    into the ISR, however caught up its last fetch left it."""
+    replica = leader(tmp_path, isr=(0, 1))
+    append(replica, 1, records=4)
+    replica.update_follower(1, 4, now_ms=2)
+    replica.update_follower(2, 4, now_ms=2)
+    replica.maybe_increment_high_watermark()
+    assert replica.isr_to_expand(2, ineligible={2}) is None
+    assert replica.isr_to_expand(2, ineligible={7}) == (0, 1, 2)
+
+
 def test_zookeeper_state_with_the_same_epoch_only_moves_the_isr(tmp_path: Path) -> None:
     replica = leader(tmp_path)
     role = replica.apply_state(ReplicaAssignment((0, 1, 2), 0, 3, (0, 1), 6), now_ms=5)

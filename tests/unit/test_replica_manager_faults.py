@@ -18,6 +18,7 @@ from typing import Any
 from headwater.broker.config import BrokerConfig
 from headwater.broker.handlers.fetch import FetchApi
 from headwater.broker.metrics import BrokerMetrics
+from headwater.cluster import zk_layout
 from headwater.cluster.cluster_view import ClusterView
 from headwater.cluster.replica_manager import ReplicaManager, ReplicationConfig
 from headwater.cluster.store import BrokerRegistration, PartitionState, PartitionStateWrite
@@ -202,6 +203,44 @@ def test_a_lagging_follower_is_not_taken_back_by_a_nudge(tmp_path: Path) -> None
             assert c.state().isr == (1,)
             await c.follower_fetch(4, session_id=session.id, epoch=3)  # caught up now
             assert await eventually(lambda: c.state().isr == (1, 2))
+
+    asyncio.run(main())
+
+
+def test_a_follower_in_controlled_shutdown_is_not_taken_back(tmp_path: Path) -> None:
+    """The controller took stopping broker 2 out of the ISR; its last fetch had
+    caught up, and it fetches once more (a fetch in flight when it stopped
+    following). The leader does not take it back while its controlled shutdown
+    lasts (KIP-841), nor once it is gone; it does once it has registered again."""
+
+    async def main() -> None:
+        async with leading(tmp_path) as c:
+            replica = c.replicas.replicas[KEY]
+            replica.log.append(batch(2), 0)
+            await c.follower_fetch(0)
+            (session,) = c.sessions.sessions()
+            await c.follower_fetch(2, session_id=session.id, epoch=1)
+            assert await eventually(lambda: replica.log.high_watermark == 2)
+            c.admin.request_controlled_shutdown(2)
+            assert await eventually(lambda: c.view.brokers_in_controlled_shutdown == {2})
+            c.set_state(isr=(1,))
+            assert await eventually(lambda: replica.isr == (1,))
+            await c.follower_fetch(2, session_id=session.id, epoch=2)  # caught up
+            assert replica.pending_isr is None and not c.replicas._isr_writes
+            assert c.state().isr == (1,)
+            # Gone (its registration ended with its session): still not taken in.
+            stopped = c.view.brokers[2]
+            c.admin.withdraw_controlled_shutdown(2)
+            assert c.admin.delete_znode(zk_layout.broker_path(2))
+            assert await eventually(lambda: 2 not in c.view.brokers)
+            assert not c.view.brokers_in_controlled_shutdown
+            await c.follower_fetch(2, session_id=session.id, epoch=3)
+            assert replica.pending_isr is None and not c.replicas._isr_writes
+            # Back: registered again, its next fetch takes it in.
+            c.admin.register_broker(stopped)
+            assert await eventually(lambda: 2 in c.view.brokers)
+            await c.follower_fetch(2, session_id=session.id, epoch=4)
+            assert await eventually(lambda: c.state().isr == (1, 2)), c.state()
 
     asyncio.run(main())
 
