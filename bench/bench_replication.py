@@ -668,6 +668,7 @@ def bench_compare(args: argparse.Namespace) -> dict[str, Any]:
         "throughput_records": args.records,
         "throughput_turns": args.turns,
         "throughput_client": args.client,
+        "throughput_settings": dict(THROUGHPUT_SETTINGS),
         "trees": trees,
         "targets": {
             "acks_all_p50_ms": LATENCY_TARGET_MS["p50"],
@@ -734,6 +735,16 @@ def print_compare(result: dict[str, Any]) -> None:
         )
 
 
+def _setting_value(text: str) -> bool | int | str:
+    """A producer setting from the command line: true/false and integers typed."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=100_000, help="per throughput round")
@@ -769,8 +780,19 @@ def main() -> int:
     )
     parser.add_argument("--compare-mb-per-s", type=float, default=2.0, help="latency rate")
     parser.add_argument("--compare-seconds", type=float, default=5.0, help="per latency run")
+    parser.add_argument(
+        "--producer-setting",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override one of the full-speed producers' THROUGHPUT_SETTINGS, for both "
+        "factors (e.g. enable.idempotence=false: librdkafka's idempotent producer "
+        "busy-polls while it waits for acks, see docs/benchmarks.md)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    for setting in args.producer_setting or []:
+        key, _, value = setting.partition("=")
+        THROUGHPUT_SETTINGS[key] = _setting_value(value)
     only = set(args.only or ["rf", "idle", "failover"])
     result: dict[str, Any] = {}
     if args.only and args.out.exists():
