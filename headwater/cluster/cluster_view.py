@@ -381,9 +381,13 @@ class ClusterView:
         self._topics[name] = TopicAssignment(topic.name, topic.topic_id, topic.replicas, configs)
         self._change().configs_changed.add(name)
 
-    def refresh_partition_states(self, states: Mapping[TopicPartition, PartitionState]) -> None:
-        """States just read from ZooKeeper (after a session was restored) replace
-        cached ones, unless a watch already delivered a newer version."""
+    def refresh_partition_states(
+        self, states: Mapping[TopicPartition, PartitionState]
+    ) -> list[TopicPartition]:
+        """States just read from ZooKeeper (after a session was restored, or by a
+        controlled shutdown) replace cached ones, unless a watch already delivered
+        a newer version; returns the partitions whose cached state was replaced."""
+        replaced: list[TopicPartition] = []
         for key, state in states.items():
             if key not in self._partition_watches:
                 continue
@@ -392,6 +396,8 @@ class ClusterView:
                 continue
             self._states[key] = state
             self._change().partitions_changed.add(key)
+            replaced.append(key)
+        return replaced
 
     def _apply_state(self, update: tuple[TopicPartition, PartitionState | None]) -> None:
         key, state = update

@@ -403,19 +403,13 @@ class ClusterNode:
                 fresh = await loop.run_in_executor(None, self.store.partition_states, keys)
         except (ClusterStoreError, TimeoutError):
             return
-        current = self.view.partition_states
-        behind = [
-            k
-            for k, state in fresh.items()
-            if k in current and current[k] != state and current[k].zk_version < state.zk_version
-        ]
+        behind = self.view.refresh_partition_states(fresh)
         if behind:
             log.warning(
                 "controlled shutdown: this broker's view of %d partition(s) was behind "
                 "ZooKeeper: %s; taking the stored states",
                 len(behind), _names(sorted(behind)),
             )  # fmt: skip
-        self.view.refresh_partition_states(fresh)
 
     async def controlled_shutdown(self, config: ControlledShutdownConfig) -> bool:
         """Kafka's controlled shutdown through ZooKeeper; True when nothing is left here.

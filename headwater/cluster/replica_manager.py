@@ -785,14 +785,7 @@ class ReplicaManager:
                 # A newer state arrived from ZooKeeper meanwhile (often this very
                 # write, through the watch): say what was written all the same.
                 if not f.cancelled() and f.exception() is None and f.result() is not None:
-                    log.info(
-                        "ISR of %s-%d: -> %s (%s; applied from ZooKeeper)",
-                        replica.topic, replica.partition, list(isr), why,
-                    )  # fmt: skip
-                    if why == "shrink":
-                        self.isr_shrinks += 1
-                    else:
-                        self.isr_expands += 1
+                    self._isr_changed(replica, None, isr, why)
                 return
             replica.pending_isr = None
             try:
@@ -817,18 +810,7 @@ class ReplicaManager:
                 return
             if replica.leader_epoch != epoch or not replica.is_leader:
                 return
-            log.info(
-                "ISR of %s-%d: %s -> %s (%s)",
-                replica.topic,
-                replica.partition,
-                list(replica.isr),
-                list(isr),
-                why,
-            )
-            if why == "shrink":
-                self.isr_shrinks += 1
-            else:
-                self.isr_expands += 1
+            self._isr_changed(replica, replica.isr, isr, why)
             replica.isr = isr
             replica.zk_version = version
             self._high_watermark_may_move(replica)
@@ -843,6 +825,26 @@ class ReplicaManager:
                     break
 
         future.add_done_callback(done)
+
+    def _isr_changed(
+        self,
+        replica: PartitionReplica,
+        old: tuple[int, ...] | None,
+        isr: tuple[int, ...],
+        why: str,
+    ) -> None:
+        """Log and count one ISR write of this leader that took effect (``old`` None:
+        its state reached the leader through the watch before the write's answer)."""
+        if old is None:
+            log.info("ISR of %s-%d: -> %s (%s; applied from ZooKeeper)",
+                     replica.topic, replica.partition, list(isr), why)  # fmt: skip
+        else:
+            log.info("ISR of %s-%d: %s -> %s (%s)",
+                     replica.topic, replica.partition, list(old), list(isr), why)  # fmt: skip
+        if why == "shrink":
+            self.isr_shrinks += 1
+        else:
+            self.isr_expands += 1
 
 
 class IsrIneligible:
