@@ -27,6 +27,20 @@ def _registered(zk: FakeZooKeeper, broker_id: int) -> InMemoryClusterStore:
     return store
 
 
+def _three_brokers(tmp_path: Path, replicas: list[int]) -> tuple[Controller, ClusterNode]:
+    """Brokers 2 (the controller), 3 and ME, topic ``t`` with one partition on
+    ``replicas``; ME's node, not yet started."""
+    zk = FakeZooKeeper()
+    other = _registered(zk, 2)
+    controller = Controller(other, 2)
+    controller.start()
+    _registered(zk, 3)
+    mine = _registered(zk, ME)
+    create_topic(other, "t", 1, 3, replica_assignment={0: replicas})
+    assert controller.wait_idle()
+    return controller, _member(tmp_path, mine)
+
+
 def _member(tmp_path: Path, store: InMemoryClusterStore) -> ClusterNode:
     """Broker ME of a three-broker cluster, its ZooKeeper replaced by the in-memory one."""
     logs = LogDirectory(tmp_path, LogConfig())
@@ -56,15 +70,7 @@ def test_a_follower_whose_view_fell_behind_reads_the_controllers_decision(
     """The controller takes this follower out of the ISR, but the watch that would
     tell its view is lost: the shutdown reads the state from ZooKeeper and ends at
     once, instead of waiting out every attempt (it once stopped 25 s late)."""
-    zk = FakeZooKeeper()
-    other = _registered(zk, 2)
-    controller = Controller(other, 2)
-    controller.start()
-    _registered(zk, 3)
-    mine = _registered(zk, ME)
-    create_topic(other, "t", 1, 3, replica_assignment={0: [2, ME, 3]})
-    assert controller.wait_idle()
-    node = _member(tmp_path, mine)
+    controller, node = _three_brokers(tmp_path, [2, ME, 3])
 
     async def main() -> bool:
         await node.view.start()
@@ -91,15 +97,7 @@ def test_a_follower_whose_view_fell_behind_reads_the_controllers_decision(
 def test_a_view_that_keeps_up_needs_no_read(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    zk = FakeZooKeeper()
-    other = _registered(zk, 2)
-    controller = Controller(other, 2)
-    controller.start()
-    _registered(zk, 3)
-    mine = _registered(zk, ME)
-    create_topic(other, "t", 1, 3, replica_assignment={0: [ME, 2, 3]})
-    assert controller.wait_idle()
-    node = _member(tmp_path, mine)
+    controller, node = _three_brokers(tmp_path, [ME, 2, 3])
 
     async def main() -> bool:
         await node.view.start()

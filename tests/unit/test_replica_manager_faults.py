@@ -23,6 +23,7 @@ from headwater.cluster.cluster_view import ClusterView
 from headwater.cluster.replica_manager import ReplicaManager, ReplicationConfig
 from headwater.cluster.store import BrokerRegistration, PartitionState, PartitionStateWrite
 from headwater.fetch.purgatory import FetchPurgatory
+from headwater.fetch.session import FetchSession
 from headwater.fetch.session_cache import FetchSessionCache
 from headwater.log.config import LogConfig
 from headwater.log.log_directory import LogDirectory
@@ -88,6 +89,18 @@ class Leader:
             controller_epoch=old.controller_epoch,
         )
         assert self.admin.update_partition_state(*KEY, new, old.zk_version) is not None
+
+    async def caught_up_session(self, records: int) -> FetchSession:
+        """``records`` appended, then broker 2's full fetch (its session, epoch 0) and
+        an incremental one at the log end (epoch 1): the high watermark is there."""
+        replica = self.replicas.replicas[KEY]
+        replica.log.append(batch(records), 0)
+        end = replica.log.log_end_offset
+        await self.follower_fetch(0)  # broker 2's full fetch creates its session
+        (session,) = self.sessions.sessions()
+        await self.follower_fetch(end, session_id=session.id, epoch=1)  # it has it all
+        assert await eventually(lambda: replica.log.high_watermark == end)
+        return session
 
     async def follower_fetch(
         self, fetch_offset: int | None, *, session_id: int = 0, epoch: int = 0
@@ -155,12 +168,7 @@ def test_a_caught_up_follower_rejoins_the_isr_of_an_idle_partition(tmp_path: Pat
         async with leading(tmp_path) as c:
             replica = c.replicas.replicas[KEY]
             assert replica.is_leader and replica.isr == (1, 2)
-            replica.log.append(batch(3), 0)
-            end = replica.log.log_end_offset
-            await c.follower_fetch(0)  # broker 2's full fetch creates its session
-            (session,) = c.sessions.sessions()
-            await c.follower_fetch(end, session_id=session.id, epoch=1)  # it has it all
-            assert await eventually(lambda: replica.log.high_watermark == end)
+            session = await c.caught_up_session(3)
             await c.follower_fetch(None, session_id=session.id, epoch=2)
             read_before = session.partitions_read_total
 
@@ -190,11 +198,7 @@ def test_a_lagging_follower_is_not_taken_back_by_a_nudge(tmp_path: Path) -> None
     async def main() -> None:
         async with leading(tmp_path) as c:
             replica = c.replicas.replicas[KEY]
-            replica.log.append(batch(2), 0)
-            await c.follower_fetch(0)
-            (session,) = c.sessions.sessions()
-            await c.follower_fetch(2, session_id=session.id, epoch=1)
-            assert await eventually(lambda: replica.log.high_watermark == 2)
+            session = await c.caught_up_session(2)
             c.set_state(isr=(1,))
             assert await eventually(lambda: replica.isr == (1,))
             replica.log.append(batch(2), 0)  # acknowledged by the ISR {1} alone
@@ -216,11 +220,7 @@ def test_a_follower_in_controlled_shutdown_is_not_taken_back(tmp_path: Path) -> 
     async def main() -> None:
         async with leading(tmp_path) as c:
             replica = c.replicas.replicas[KEY]
-            replica.log.append(batch(2), 0)
-            await c.follower_fetch(0)
-            (session,) = c.sessions.sessions()
-            await c.follower_fetch(2, session_id=session.id, epoch=1)
-            assert await eventually(lambda: replica.log.high_watermark == 2)
+            session = await c.caught_up_session(2)
             c.admin.request_controlled_shutdown(2)
             assert await eventually(lambda: c.view.brokers_in_controlled_shutdown == {2})
             c.set_state(isr=(1,))
