@@ -787,8 +787,7 @@ class GroupCoordinator:
             if (
                 group.state is not GroupState.EMPTY
                 or group.pending_members
-                or self.offsets.has_offsets(group.group_id)
-                or self._store.pending_txn.has_group(group.group_id)
+                or self._store.holds_offsets(group.group_id)
             ):
                 continue
             never_used = group.generation_id == 0 and not group.persisted

@@ -10,6 +10,7 @@ next deletion).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator
 
 from kio.schema.errors import ErrorCode
@@ -56,6 +57,21 @@ class GroupStore:
         self.offsets = OffsetStore(log, partition_exists, max_metadata_bytes=max_metadata_bytes)
         self.pending_txn = PendingTxnOffsets()
         self.groups: dict[str, Group] = {}
+        # Commits written but not yet replicated, per group: Kafka's pending offset
+        # commits, which make a group hold offsets before any is visible.
+        self.commits_replicating: Counter[str] = Counter()
+
+    def holds_offsets(self, group_id: str) -> bool:
+        """Kafka's GroupMetadata.hasOffsets: committed, replicating or awaiting a marker.
+
+        An empty group that holds offsets is not idle, so a tick must not forget
+        it while its first commit is still replicating.
+        """
+        return (
+            self.offsets.has_offsets(group_id)
+            or self.commits_replicating[group_id] > 0
+            or self.pending_txn.has_group(group_id)
+        )
 
     def complete_txn(self, producer_id: int, committed: bool) -> None:
         """The producer's marker is on this offsets partition: its TxnOffsetCommits
@@ -100,6 +116,7 @@ class GroupStore:
         self.groups.clear()
         self.offsets.clear()
         self.pending_txn.clear()
+        self.commits_replicating = Counter()  # a commit still answering counts in the old one
 
     def live_records(self) -> Iterator[LogEntry]:
         """The current state as records: what a compacted offsets log would hold."""

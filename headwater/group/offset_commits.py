@@ -184,8 +184,13 @@ class OffsetCommits:
         errors = [next(stored) if e is ErrorCode.none else e for e in partition_errors]
         if appended.end_offset is None:
             return Pending.completed(errors)
+        replicating = self._store.commits_replicating
+        replicating[group_id] += 1
 
         def answer(replication_error: ErrorCode) -> list[ErrorCode]:
+            replicating[group_id] -= 1
+            if not replicating[group_id]:
+                del replicating[group_id]
             if replication_error is ErrorCode.none:
                 on_replicated(appended.accepted)
                 return errors

@@ -478,6 +478,41 @@ def test_a_commit_that_fails_to_replicate_maps_the_error(
     assert coordinator.fetch_offsets("g", [("orders", 0)])[0][2] is None
 
 
+def test_a_group_whose_first_commit_is_replicating_is_not_removed_as_idle() -> None:
+    """Kafka counts pending commits as offsets (GroupMetadata.hasOffsets): a tick
+    while the commit replicates must not forget the group it created."""
+    coordinator, replication, _ = replicated_coordinator()
+    pending = coordinator.commit_offsets(
+        0,
+        group_id="g",
+        generation_id=-1,
+        member_id="",
+        entries=[OffsetCommitEntry("orders", 0, 9)],
+        timestamp_ms=0,
+    )
+    coordinator.tick(1)
+    replication.resolve()
+    assert pending.result() == [ErrorCode.none]
+    assert [g.group_id for g in coordinator.list_groups()] == ["g"]
+    coordinator.tick(2)
+    assert [g.group_id for g in coordinator.list_groups()] == ["g"]
+
+
+def test_a_group_whose_only_commit_failed_to_replicate_is_removed_as_idle() -> None:
+    coordinator, replication, _ = replicated_coordinator()
+    coordinator.commit_offsets(
+        0,
+        group_id="g",
+        generation_id=-1,
+        member_id="",
+        entries=[OffsetCommitEntry("orders", 0, 9)],
+        timestamp_ms=0,
+    )
+    replication.resolve(ErrorCode.not_enough_replicas)
+    coordinator.tick(1)
+    assert coordinator.list_groups() == []
+
+
 def test_the_leaders_assignment_is_answered_once_replicated() -> None:
     coordinator, replication, _ = replicated_coordinator()
     members = two_members_completing_rebalance(coordinator)
