@@ -510,17 +510,8 @@ class Broker(HandlerTable):
         task.add_done_callback(self._tasks.discard)
 
     def stop_budget_s(self) -> float:
-        """The longest a stop may take: the controlled shutdown's attempts and backoffs,
-        then a bounded drain (what the shutdown watchdog allows before it exits)."""
-        c = self.config
-        budget = STOP_DRAIN_S
-        if c.controlled_shutdown_enable:
-            attempts = max(1, c.controlled_shutdown_max_retries)
-            attempt = ControlledShutdownConfig().attempt_timeout_ms / 1000 + STOP_STEP_TIMEOUT_S
-            budget += (
-                attempts * attempt + (attempts - 1) * c.controlled_shutdown_retry_backoff_ms / 1000
-            )
-        return budget
+        """See `stop_budget_s`: this broker's, from its configuration."""
+        return stop_budget_s(self.config)
 
     def _refresh_inter_broker_tls(self, listener: str, tls: TlsConfig) -> None:
         """The inter-broker listener's keystore changed: new connections to peers
@@ -593,3 +584,20 @@ class Broker(HandlerTable):
         self.stop_phase = "process exit (worker threads)"
         COLLECTOR.disable()
         log.info("stopped")
+
+
+def stop_budget_s(config: BrokerConfig) -> float:
+    """The longest a stop may take: the controlled shutdown's attempts and backoffs,
+    then a bounded drain (what the shutdown watchdog allows before it exits).
+
+    A function of the configuration alone, so that whoever waits for a broker
+    to stop (the shutdown watchdog, a test harness) waits as long as it may take.
+    """
+    budget = STOP_DRAIN_S
+    if config.controlled_shutdown_enable:
+        attempts = max(1, config.controlled_shutdown_max_retries)
+        attempt = ControlledShutdownConfig().attempt_timeout_ms / 1000 + STOP_STEP_TIMEOUT_S
+        budget += (
+            attempts * attempt + (attempts - 1) * config.controlled_shutdown_retry_backoff_ms / 1000
+        )
+    return budget

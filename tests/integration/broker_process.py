@@ -17,6 +17,13 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from headwater.broker.broker import stop_budget_s
+from headwater.broker.config import BrokerConfig
+
+# The broker's shutdown watchdog exits it after its stop budget (85 s with the
+# default controlled-shutdown settings); a few seconds more for the exit itself.
+STOP_TIMEOUT_S = stop_budget_s(BrokerConfig()) + 10.0
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -78,15 +85,24 @@ class BrokerProcess:
                 raise RuntimeError("broker did not start:\n" + "\n".join(self.lines))
         return self
 
-    def stop(self, timeout: float = 20.0) -> int:
-        """SIGTERM and wait: the clean-shutdown path."""
+    def stop(self, timeout: float | None = None) -> int:
+        """SIGTERM and wait: the clean-shutdown path.
+
+        By default waits as long as the broker's own shutdown watchdog allows a
+        stop (a controlled shutdown that retries, then the drain), so a slow but
+        legitimate stop on a loaded machine does not fail the test; a broker
+        still running after the wait is killed (no orphan) and the wait fails.
+        """
         if self.proc is None:
             return 0
-        self.proc.send_signal(signal.SIGTERM)
+        proc, self.proc = self.proc, None
+        proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout)
-        finally:
-            self.proc = None
+            return proc.wait(STOP_TIMEOUT_S if timeout is None else timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
 
     def kill(self) -> None:
         """SIGKILL: the crash path (kill -9)."""

@@ -98,9 +98,9 @@ class Cluster:
             if proc is None:
                 continue
             try:
-                b.stop(timeout=20)
+                b.stop()
             except Exception:
-                # BrokerProcess.stop forgets the process even when it timed out.
+                # BrokerProcess.stop forgets the process even when it failed.
                 proc.kill()
                 proc.wait()
         self.print_logs()

@@ -174,7 +174,7 @@ def test_rolling_sigterm_restart_under_acks_all_load_loses_and_stalls_nothing(
                      timeout=60, what="full ISRs")  # fmt: skip
             clock.reset_gaps()
             started = time.monotonic()
-            assert cluster.brokers[broker_id].stop(timeout=60) == 0
+            assert cluster.brokers[broker_id].stop() == 0
             stop_times.append(time.monotonic() - started)
             clock.wait_acked_since(time.monotonic())
             lines = cluster.brokers[broker_id].lines
@@ -239,7 +239,7 @@ def test_controlled_shutdown_with_no_other_in_sync_replica_gives_up_saying_why(
         c.kill(other)
         wait_for(lambda: c.isr("lonely") == {leader}, what="ISR of the leader alone")
         started = time.monotonic()
-        assert c.brokers[leader].stop(timeout=60) == 0
+        assert c.brokers[leader].stop() == 0
         assert time.monotonic() - started < 30
         lines = c.brokers[leader].lines
         assert any("no other in-sync replica to lead them: lonely-0" in x for x in lines)
