@@ -202,6 +202,56 @@ def stream_planning_ms(bootstrap: str, batches: int = 100) -> float:
     return min(passes)
 
 
+RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
+# What the stream-reader process imports before Headwater's reader can plan.
+HEADWATER_PLANNING = "headwater.spark.source, headwater.spark.reader, headwater.client.consumer"
+NO_HYPOTHESIS = "import sys; sys.modules['hypothesis'] = None; "
+
+
+def stream_runner_imports(rounds: int = 5) -> dict[str, float]:
+    """Wall seconds (median) of the imports in the Python process Spark starts per query.
+
+    For every streaming query over a Python source, Spark execs a fresh
+    ``python -m pyspark.sql.streaming.python_streaming_source_runner`` with
+    ``$SPARK_HOME/python/lib/pyspark.zip`` first on ``PYTHONPATH``. The zip
+    holds no bytecode, so that process compiles pyspark's modules on every
+    start; the second figure imports the same modules from site-packages.
+    Then Headwater's planning imports on top, with and without ``hypothesis``
+    (a test dependency: ``kio`` imports it when it is installed).
+    """
+    import subprocess
+
+    import pyspark
+
+    lib = Path(pyspark.__file__).parent / "python" / "lib"
+    spark_path = os.pathsep.join(str(p) for p in sorted(lib.glob("*.zip"), reverse=True))
+    cases = {
+        "runner, pyspark from pyspark.zip (as Spark starts it)": (spark_path, f"import {RUNNER}"),
+        "runner, pyspark from site-packages": ("", f"import {RUNNER}"),
+        "runner from zip + headwater planning": (
+            spark_path,
+            f"import {RUNNER}; import {HEADWATER_PLANNING}",
+        ),
+        "runner from zip + headwater planning, no hypothesis": (
+            spark_path,
+            f"{NO_HYPOTHESIS}import {RUNNER}; import {HEADWATER_PLANNING}",
+        ),
+    }
+    out: dict[str, float] = {}
+    for name, (path, code) in cases.items():
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        if path:
+            env["PYTHONPATH"] = path
+        env["PYTHONDONTWRITEBYTECODE"] = "1"  # as Spark's Python workers run
+        times = []
+        for _ in range(rounds):
+            started = time.perf_counter()
+            subprocess.run([sys.executable, "-c", code], env=env, check=True)
+            times.append(time.perf_counter() - started)
+        out[name] = round(statistics.median(times), 3)
+    return out
+
+
 class SparkRunner:
     def __init__(self, master: str) -> None:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -300,6 +350,7 @@ def main() -> None:
         create_topic(bootstrap, TINY_TOPIC, 1)
         produce(bootstrap, TINY_TOPIC, 1, args.value_bytes, "none", 1)
         planning_ms = stream_planning_ms(bootstrap)
+        runner_imports = stream_runner_imports()
         spark = SparkRunner(args.master)
         try:
             cold = {
@@ -384,6 +435,7 @@ def main() -> None:
             ),
             "first_query_of_session": cold,
         },
+        "stream_runner_imports_s": runner_imports,
     }
     results["load_average_1m"] = round(os.getloadavg()[0], 2)
     print(
@@ -411,6 +463,9 @@ def main() -> None:
     )
     print(f"  first queries of the session (1 record): {cold}")
     print(f"stream planning per micro-batch, outside Spark: {planning_ms:.2f} ms")
+    print("imports of the stream-reader process Spark starts per query (s, median of 5):")
+    for name, seconds in runner_imports.items():
+        print(f"  {name:<56}{seconds:>7.3f}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {args.out}")
