@@ -54,9 +54,11 @@ def settle_page_cache() -> bool:
     the Machine section of docs/benchmarks.md). A phase that writes after
     earlier phases filled the page cache gets fresh pages, and its CPU per
     GB doubles or triples for reasons that have nothing to do with what it
-    measures. Dropped pages are reused first, so each phase starts alike.
-    Also keeps one phase's writeback out of the next. False when the cache
-    could not be dropped (not root): only the sync was done.
+    measures. Dropping the cache makes every phase start alike: not on
+    recycled pages (this VM's balloon hands freed pages back to the host
+    within about a second, ``bench_page_cache.py``), but with the same, empty
+    page cache. Also keeps one phase's writeback out of the next. False when
+    the cache could not be dropped (not root): only the sync was done.
     """
     os.sync()
     try:
