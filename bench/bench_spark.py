@@ -252,6 +252,24 @@ def stream_runner_imports(rounds: int = 5) -> dict[str, float]:
     return out
 
 
+def hide_hypothesis() -> None:
+    """Make ``import hypothesis`` fail in this process and every one it starts.
+
+    ``kio`` imports hypothesis whenever it is installed, and the project's venv
+    has it for the tests; a user's install of Headwater does not. A package of
+    that name that raises ImportError, first on ``PYTHONPATH`` (which Spark
+    passes on to its Python processes), measures the install without it.
+    """
+    shadow = Path(tempfile.mkdtemp(prefix="bench-no-hypothesis-"))
+    (shadow / "hypothesis").mkdir()
+    (shadow / "hypothesis" / "__init__.py").write_text(
+        'raise ImportError("hidden by bench_spark --without-hypothesis")\n'
+    )
+    paths = [str(shadow), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    os.environ["PYTHONPATH"] = os.pathsep.join(paths)
+    sys.modules.pop("hypothesis", None)
+
+
 class SparkRunner:
     def __init__(self, master: str) -> None:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -335,8 +353,16 @@ def main() -> None:
     parser.add_argument("--codec", default="lz4")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--without-hypothesis",
+        action="store_true",
+        help="hide the test-only hypothesis from every process (as in an install of "
+        "Headwater alone: kio imports it whenever it is installed)",
+    )
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "spark.json"))
     args = parser.parse_args()
+    if args.without_hypothesis:
+        hide_hypothesis()
     n = args.records - args.records % args.partitions
     parts = args.partitions
 
@@ -438,6 +464,7 @@ def main() -> None:
         "stream_runner_imports_s": runner_imports,
     }
     results["load_average_1m"] = round(os.getloadavg()[0], 2)
+    results["without_hypothesis"] = args.without_hypothesis
     print(
         f"{n:,} records x {args.value_bytes} B ({args.codec}) in {parts} partitions, "
         f"Spark {args.master}, median of {args.rounds} rounds"
