@@ -126,6 +126,21 @@ def commit(group_id: str, offset: int, *, generation: int = -1, member: str = ""
     }
 
 
+def simple_commit(
+    coordinator: GroupCoordinator, *entries: OffsetCommitEntry, group_id: str = "g"
+) -> Pending[list[ErrorCode]]:
+    """OffsetCommit from a consumer that manages its own partitions (generation -1,
+    no member), straight to the coordinator; answered once replicated."""
+    return coordinator.commit_offsets(
+        0,
+        group_id=group_id,
+        generation_id=-1,
+        member_id="",
+        entries=list(entries),
+        timestamp_ms=0,
+    )
+
+
 def commit_errors(response: dict[str, Any]) -> list[ErrorCode]:
     return [p["error_code"] for t in response["topics"] for p in t["partitions"]]
 
@@ -293,14 +308,7 @@ def offsets_log_of_many_commits(group_id: str, commits: int) -> InMemoryStateLog
     log = InMemoryStateLog()
     writer = GroupCoordinator(log, lambda t, p: True, now_ms=0, config=CONFIG)
     for offset in range(commits):
-        writer.commit_offsets(
-            0,
-            group_id=group_id,
-            generation_id=-1,
-            member_id="",
-            entries=[OffsetCommitEntry("orders", 0, offset)],
-            timestamp_ms=0,
-        )
+        simple_commit(writer, OffsetCommitEntry("orders", 0, offset), group_id=group_id)
     return log
 
 
@@ -436,14 +444,7 @@ def replicated_coordinator() -> tuple[GroupCoordinator, FakeReplication, InMemor
 
 def test_a_commit_is_answered_only_once_replicated() -> None:
     coordinator, replication, log = replicated_coordinator()
-    pending = coordinator.commit_offsets(
-        0,
-        group_id="g",
-        generation_id=-1,
-        member_id="",
-        entries=[OffsetCommitEntry("orders", 0, 9)],
-        timestamp_ms=0,
-    )
+    pending = simple_commit(coordinator, OffsetCommitEntry("orders", 0, 9))
     assert not pending.done
     assert coordinator.fetch_offsets("g", [("orders", 0)])[0][2] is None  # not visible yet
     assert replication.resolve() == len(log.entries)  # waited for the offset after the write
@@ -465,13 +466,8 @@ def test_a_commit_that_fails_to_replicate_maps_the_error(
     replication_error: ErrorCode, answered: ErrorCode
 ) -> None:
     coordinator, replication, _ = replicated_coordinator()
-    pending = coordinator.commit_offsets(
-        0,
-        group_id="g",
-        generation_id=-1,
-        member_id="",
-        entries=[OffsetCommitEntry("orders", 0, 9), OffsetCommitEntry("missing", 0, 1)],
-        timestamp_ms=0,
+    pending = simple_commit(
+        coordinator, OffsetCommitEntry("orders", 0, 9), OffsetCommitEntry("missing", 0, 1)
     )
     replication.resolve(replication_error)
     assert pending.result() == [answered, ErrorCode.unknown_topic_or_partition]
@@ -482,14 +478,7 @@ def test_a_group_whose_first_commit_is_replicating_is_not_removed_as_idle() -> N
     """Kafka counts pending commits as offsets (GroupMetadata.hasOffsets): a tick
     while the commit replicates must not forget the group it created."""
     coordinator, replication, _ = replicated_coordinator()
-    pending = coordinator.commit_offsets(
-        0,
-        group_id="g",
-        generation_id=-1,
-        member_id="",
-        entries=[OffsetCommitEntry("orders", 0, 9)],
-        timestamp_ms=0,
-    )
+    pending = simple_commit(coordinator, OffsetCommitEntry("orders", 0, 9))
     coordinator.tick(1)
     replication.resolve()
     assert pending.result() == [ErrorCode.none]
@@ -500,14 +489,7 @@ def test_a_group_whose_first_commit_is_replicating_is_not_removed_as_idle() -> N
 
 def test_a_group_whose_only_commit_failed_to_replicate_is_removed_as_idle() -> None:
     coordinator, replication, _ = replicated_coordinator()
-    coordinator.commit_offsets(
-        0,
-        group_id="g",
-        generation_id=-1,
-        member_id="",
-        entries=[OffsetCommitEntry("orders", 0, 9)],
-        timestamp_ms=0,
-    )
+    simple_commit(coordinator, OffsetCommitEntry("orders", 0, 9))
     replication.resolve(ErrorCode.not_enough_replicas)
     coordinator.tick(1)
     assert coordinator.list_groups() == []
@@ -656,14 +638,7 @@ def refusing_coordinator() -> tuple[GroupCoordinator, RefusingLog]:
 def test_a_refused_commit_is_answered_with_the_coordinators_error() -> None:
     coordinator, log = refusing_coordinator()
     log.refuse = ErrorCode.message_too_large
-    pending = coordinator.commit_offsets(
-        0,
-        group_id="g",
-        generation_id=-1,
-        member_id="",
-        entries=[OffsetCommitEntry("orders", 0, 1)],
-        timestamp_ms=0,
-    )
+    pending = simple_commit(coordinator, OffsetCommitEntry("orders", 0, 1))
     assert pending.result() == [ErrorCode.invalid_commit_offset_size]
     assert coordinator.fetch_offsets("g", None) == []
 
@@ -680,14 +655,7 @@ def test_a_refused_assignment_is_answered_and_the_group_rebalances() -> None:
 
 def test_a_refused_group_deletion_keeps_the_group() -> None:
     coordinator, log = refusing_coordinator()
-    coordinator.commit_offsets(
-        0,
-        group_id="g",
-        generation_id=-1,
-        member_id="",
-        entries=[OffsetCommitEntry("orders", 0, 1)],
-        timestamp_ms=0,
-    )
+    simple_commit(coordinator, OffsetCommitEntry("orders", 0, 1))
     log.refuse = ErrorCode.kafka_storage_error
     assert coordinator.delete_groups(["g"]) == [ErrorCode.not_coordinator]
     assert coordinator.delete_offsets("g", [("orders", 0)]) == (ErrorCode.not_coordinator, [])
