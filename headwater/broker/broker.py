@@ -125,6 +125,7 @@ class Broker(HandlerTable):
             ),
             replication=replication_config(config),
             controller=controller_config(config),
+            rack=config.broker_rack,
         )
         self.metrics.bind_replica_manager(self.cluster.replicas)
         inter_broker = inter_broker_settings(config.security, config.all_listeners)

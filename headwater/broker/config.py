@@ -16,6 +16,7 @@ from pathlib import Path
 
 from headwater.addresses import split_host_port
 from headwater.broker.connection_limits import ConnectionLimits
+from headwater.fetch.replica_selector import parse_replica_selector
 from headwater.log.cleaner_manager import CleanerConfig
 from headwater.log.config import LogConfig
 from headwater.security.config import SecurityConfig, is_security_key
@@ -64,6 +65,10 @@ class BrokerConfig:
     data_dir: Path = Path("headwater-data")
     node_id: int = 0
     cluster_id: str = "headwater-cluster"
+    #: ``broker.rack``: registered with the broker (KIP-36); None for no rack.
+    broker_rack: str | None = None
+    #: ``replica.selector.class``: the KIP-392 selector's short name ("rack-aware"), or None.
+    replica_selector: str | None = None
     num_partitions: int = 1
     auto_create_topics: bool = True
     socket_request_max_bytes: int = 104_857_600
@@ -295,6 +300,10 @@ class BrokerConfig:
                 kw["data_dir"] = Path(value.split(",")[0].strip())
             elif key == "cluster.id":
                 kw["cluster_id"] = value
+            elif key == "broker.rack":
+                kw["broker_rack"] = value.strip() or None
+            elif key == "replica.selector.class":
+                kw["replica_selector"] = parse_replica_selector(value)
             elif key == "zookeeper.connect":
                 kw["zookeeper_connect"] = value.strip() or None
             elif key == "headwater.event.loop":

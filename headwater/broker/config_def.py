@@ -218,6 +218,12 @@ _KEYS: list[ConfigKey] = [
     _int("broker.id", 0, "this broker's id, unique in a cluster", at_least=0),
     _int("node.id", 0, "synonym of broker.id", at_least=0),
     _str("cluster.id", "headwater-cluster", "cluster id of a single broker"),
+    _str("broker.rack", None, "this broker's rack or zone (KIP-36 placement, KIP-392 reads)"),
+    _str(
+        "replica.selector.class", None,
+        "KIP-392: org.apache.kafka.common.replica.RackAwareReplicaSelector (or 'rack-aware') "
+        "lets consumers fetch from a replica in their rack; unset: from the leader",
+    ),
     _int("num.partitions", 1, "partitions of auto-created topics", at_least=1),
     _bool("auto.create.topics.enable", True, "create unknown topics on Metadata and Produce"),
     _int("socket.request.max.bytes", 104_857_600, "largest request frame", at_least=1),

@@ -101,8 +101,11 @@ class ClusterNode:
         connect_timeout_ms: int,
         replication: ReplicationConfig,
         controller: ControllerConfig,
+        rack: str | None = None,
     ) -> None:
         self.broker_id = broker_id
+        #: ``broker.rack``, registered with the broker as Kafka's ZooKeeper mode did.
+        self.rack = rack
         self.zookeeper_connect = zookeeper_connect
         self.connect_timeout_ms = connect_timeout_ms
         self.logs = logs
@@ -158,7 +161,9 @@ class ClusterNode:
         except ClusterStartError:
             await loop.run_in_executor(None, self.store.close)
             raise
-        registration = BrokerRegistration(self.broker_id, host, port, endpoints=endpoints)
+        registration = BrokerRegistration(
+            self.broker_id, host, port, self.rack, endpoints=endpoints
+        )
         try:
             # A broker restarted right after a kill -9 finds its own old registration
             # until that session expires: wait for it rather than refuse at once.

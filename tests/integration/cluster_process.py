@@ -59,7 +59,9 @@ class Cluster:
         overrides: Sequence[str] = (),
         *,
         metrics: bool = False,
+        racks: Sequence[str | None] = (),
     ) -> None:
+        """``racks[i]`` is broker i's ``broker.rack`` (None or missing: no rack)."""
         self.zk_connect = zk_connect
         self.metrics_ports = [free_port() for _ in range(size)] if metrics else []
         self.brokers = [
@@ -71,6 +73,7 @@ class Cluster:
                     f"zookeeper.connect={zk_connect}",
                     *FAST_FAILOVER,
                     *overrides,
+                    *([f"broker.rack={racks[i]}"] if i < len(racks) and racks[i] else []),
                     *(
                         [f"headwater.metrics.listen=127.0.0.1:{self.metrics_ports[i]}"]
                         if metrics
