@@ -29,6 +29,7 @@ def replication_config(c: BrokerConfig) -> ReplicationConfig:
             window_ms=c.replication_quota_window_size_seconds * 1000,
             samples=c.replication_quota_window_num,
         ),
+        replica_selector=c.replica_selector,
     )
 
 

@@ -38,6 +38,9 @@ class FollowerState:
     last_caught_up_ms: int = 0
     #: The follower's log start offset, from its fetches (-1: unknown yet).
     log_start_offset: int = -1
+    #: The highest high watermark this leader has sent it: what it knows is committed,
+    #: so what it may serve to consumers (KIP-392).
+    high_watermark_sent: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,12 +47,17 @@ from headwater.cluster.produce_purgatory import ProducePurgatory, await_acks
 from headwater.cluster.replica_fetcher import FetcherConfig, ReplicaFetcher
 from headwater.cluster.replication_quota import ReplicationQuotaConfig, ReplicationThrottles
 from headwater.cluster.store import ClusterStore, PartitionState, SessionEvent
+from headwater.fetch.replica_selector import (
+    NO_PREFERRED_REPLICA,
+    ReplicaView,
+    preferred_read_replica,
+)
 from headwater.log.errors import KafkaApiError
 from headwater.log.hw_checkpoint import HighWatermarkCheckpoint
 from headwater.log.log import AppendResult, Log, LogEvent, LogListener
 from headwater.log.log_directory import LogDirectory
 from headwater.protocol.error_codes import ErrorCode
-from headwater.protocol.fetch_types import PartitionFetch
+from headwater.protocol.fetch_types import PartitionData, PartitionFetch
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +81,8 @@ class ReplicationConfig:
     high_watermark_checkpoint_interval_ms: int = 5_000
     fetcher: FetcherConfig = field(default_factory=FetcherConfig)
     throttles: ReplicationQuotaConfig = field(default_factory=ReplicationQuotaConfig)
+    #: ``replica.selector.class`` (KIP-392): "rack-aware", or None to keep consumers on leaders.
+    replica_selector: str | None = None
 
 
 class ReplicaManager:
@@ -627,6 +634,70 @@ class ReplicaManager:
         if assignment is None or partition not in assignment.replicas:
             return ErrorCode.unknown_topic_or_partition
         return ErrorCode.not_leader_or_follower
+
+    def consumer_serving_error(self, topic: str, partition: int) -> int:
+        """As :meth:`serving_error` for a consumer that may read from followers (Fetch
+        v11+, KIP-392): any replica here serves it, as Kafka's ``fetchOnlyLeader`` is
+        false for a consumer that sent client metadata."""
+        replica = self.replicas.get((topic, partition))
+        if replica is not None and replica.leader >= 0:
+            return ErrorCode.none
+        return self.serving_error(topic, partition)
+
+    def serves_as_follower(self, topic: str, partition: int) -> bool:
+        replica = self.replicas.get((topic, partition))
+        return replica is not None and not replica.is_leader
+
+    def preferred_read_replica(
+        self, topic: str, partition: int, fetch_offset: int, client_rack: str
+    ) -> int:
+        """KIP-392 on the leader: the in-sync replica in ``client_rack`` that should serve
+        this consumer, or -1 to serve it here (``headwater.fetch.replica_selector``)."""
+        replica = self.replicas.get((topic, partition))
+        if replica is None or not replica.is_leader or self.config.replica_selector is None:
+            return NO_PREFERRED_REPLICA
+        brokers = self.view.brokers
+        me = brokers.get(self.local_id)
+        log = replica.log
+        leader = ReplicaView(
+            self.local_id,
+            me.rack if me is not None else None,
+            log.log_start_offset,
+            log.log_end_offset,
+            log.high_watermark,
+            0,
+        )
+        now = _now_ms()
+        followers = []
+        for replica_id in replica.isr:
+            state = replica.followers.get(replica_id)
+            broker = brokers.get(replica_id)
+            if state is None or broker is None or replica_id == self.local_id:
+                continue
+            followers.append(
+                ReplicaView(
+                    replica_id,
+                    broker.rack,
+                    state.log_start_offset,
+                    state.log_end_offset,
+                    min(state.high_watermark_sent, state.log_end_offset),
+                    now - state.last_caught_up_ms,
+                )
+            )
+        return preferred_read_replica(client_rack, fetch_offset, leader, followers)
+
+    def on_follower_response(self, replica_id: int, partitions: Iterable[PartitionData]) -> None:
+        """What a leader's answer told a follower: the high watermark it will know, which
+        KIP-392 selection needs (a follower serves consumers only up to it)."""
+        for data in partitions:
+            if data.error_code or data.high_watermark < 0:
+                continue
+            replica = self.replicas.get((data.topic, data.partition))
+            if replica is None or not replica.is_leader:
+                continue
+            state = replica.followers.get(replica_id)
+            if state is not None and data.high_watermark > state.high_watermark_sent:
+                state.high_watermark_sent = data.high_watermark
 
     def follower_serving_error(self, replica_id: int, topic: str, partition: int) -> int:
         """As :meth:`serving_error`, and the fetching broker must be a replica (Kafka's rule)."""

@@ -10,7 +10,10 @@ read path:
 * the *first partition that returns data* may exceed both limits by one
   whole batch, so a fetch always makes progress (``min_one_batch``);
 * reads stop at the isolation bound (log end for followers, high watermark
-  for ``read_uncommitted``, last stable offset for ``read_committed``).
+  for ``read_uncommitted``, last stable offset for ``read_committed``);
+* KIP-392: a leader may send a consumer to a closer replica instead of
+  reading (``redirect``), and a follower serving a consumer answers
+  OFFSET_NOT_AVAILABLE above the high watermark it knows (``follower_read``).
 
 The result holds ``FileSlice`` values, never bytes: the socket writer sends
 them with ``sendfile``.
@@ -46,6 +49,13 @@ ServingCheck = Callable[[str, int], int]
 A cluster answers NOT_LEADER_OR_FOLLOWER for partitions led elsewhere; the
 planner stays free of how leadership is known."""
 
+RedirectCheck = Callable[[str, int, int], int]
+"""KIP-392: the replica a consumer should read (topic, partition, fetch offset) from
+instead of this leader, or -1 to read here (``headwater.fetch.replica_selector``)."""
+
+FollowerCheck = Callable[[str, int], bool]
+"""True when this broker serves (topic, partition) to a consumer as a follower."""
+
 
 def isolation_for(replica_id: int, isolation_level: int) -> Isolation:
     """The chapter's FetchIsolation: followers read to the log end, consumers less."""
@@ -63,6 +73,9 @@ class FetchResult:
     partitions: list[PartitionData]
     bytes_read: int
     has_error: bool
+    #: Some partition got a ``preferred_read_replica``: answer at once (Kafka's
+    #: fetchMessages does not park a fetch that redirects the consumer).
+    redirected: bool = False
 
 
 def _missing(p: PartitionFetch) -> PartitionData:
@@ -108,6 +121,8 @@ def read_partitions(
     aborted_list: bool = False,
     serving: ServingCheck | None = None,
     authorized: Callable[[str], bool] | None = None,
+    redirect: RedirectCheck | None = None,
+    follower_read: FollowerCheck | None = None,
 ) -> FetchResult:
     """Read ``partitions`` in order under the KIP-74 limits, all at once."""
     steps = read_partitions_steps(
@@ -119,6 +134,8 @@ def read_partitions(
         aborted_list=aborted_list,
         serving=serving,
         authorized=authorized,
+        redirect=redirect,
+        follower_read=follower_read,
     )
     return drain(steps)
 
@@ -133,6 +150,8 @@ def read_partitions_steps(
     aborted_list: bool = False,
     serving: ServingCheck | None = None,
     authorized: Callable[[str], bool] | None = None,
+    redirect: RedirectCheck | None = None,
+    follower_read: FollowerCheck | None = None,
 ) -> Generator[None, None, FetchResult]:
     """Read ``partitions`` in order under the KIP-74 limits, yielding every ``READ_STEP``.
 
@@ -148,12 +167,19 @@ def read_partitions_steps(
     history cannot place their last fetched epoch).
     ``authorized(topic)`` False answers ErrorCode.topic_authorization_failed for the
     partition without reading it (or saying whether it exists).
+    ``redirect`` (a leader with a replica selector, a consumer with a rack) may
+    answer a partition with a ``preferred_read_replica`` and no records.
+    ``follower_read`` marks partitions served to a consumer by a follower: an
+    offset above the high watermark it knows, but in its log, is one the leader
+    made visible and this replica has not yet heard is committed:
+    OFFSET_NOT_AVAILABLE (retriable; the client goes back to the leader).
     """
     remaining = max(0, max_bytes)
     min_one_batch = True
     out: list[PartitionData] = []
     total = 0
     has_error = False
+    redirected = False
     for n, p in enumerate(partitions, 1):
         if n % READ_STEP == 0:
             yield None
@@ -198,6 +224,21 @@ def read_partitions_steps(
                 data.log_start_offset = log.log_start_offset
                 out.append(data)
                 continue
+        if not error and redirect is not None:
+            preferred = redirect(p.topic, p.partition, p.fetch_offset)
+            if preferred >= 0:
+                data.preferred_read_replica = preferred
+                _bounds(data, log)
+                out.append(data)
+                redirected = True
+                continue
+        if (
+            not error
+            and follower_read is not None
+            and log.high_watermark < p.fetch_offset <= log.log_end_offset
+            and follower_read(p.topic, p.partition)
+        ):
+            error = ErrorCode.offset_not_available
         if not error:
             limit = min(p.partition_max_bytes, remaining)
             try:
@@ -207,9 +248,7 @@ def read_partitions_steps(
         if error:
             # The client needs the log's bounds to recover (e.g. reset its position).
             data.error_code = error
-            data.high_watermark = log.high_watermark
-            data.last_stable_offset = log.last_stable_offset
-            data.log_start_offset = log.log_start_offset
+            _bounds(data, log)
             out.append(data)
             has_error = True
             continue
@@ -227,4 +266,11 @@ def read_partitions_steps(
             remaining = max(0, remaining - records.size)
             min_one_batch = False
         out.append(data)
-    return FetchResult(out, total, has_error)
+    return FetchResult(out, total, has_error, redirected)
+
+
+def _bounds(data: PartitionData, log: Log) -> None:
+    """The log's bounds, which a client needs to recover from an error or to move."""
+    data.high_watermark = log.high_watermark
+    data.last_stable_offset = log.last_stable_offset
+    data.log_start_offset = log.log_start_offset

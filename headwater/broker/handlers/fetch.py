@@ -174,7 +174,7 @@ class FetchApi:
             role = _FollowerRole(req.replica_id, self.replication, self.metrics)
             ctx.request_quota_exempt = True
         else:
-            role = _ConsumerRole(ctx, self.replication, self.metrics)
+            role = _ConsumerRole(ctx, self.replication, self.metrics, req)
             ctx.request_quota_exempt = False
             # Consumer byte-rate quota: at most one quota window per response (Kafka).
             limit = ctx.quota_window_bytes(QuotaKey.CONSUMER_BYTE_RATE)
@@ -215,6 +215,8 @@ class FetchApi:
                 aborted_list=params.wants_aborted_transactions,
                 serving=role.serving,
                 authorized=authorized,
+                redirect=role.redirect,
+                follower_read=role.follower_read,
             )
         )
         self.metrics.fetch_partitions_read.inc(len(partitions))
@@ -280,7 +282,7 @@ class FetchApi:
     def _ready(
         params: FetchParams, req: FetchRequestData, result: FetchResult, ctx: FetchContext
     ) -> bool:
-        if params.max_wait_ms <= 0 or result.has_error:
+        if params.max_wait_ms <= 0 or result.has_error or result.redirected:
             return True
         if result.bytes_read >= max(1, params.min_bytes):
             return True
@@ -299,16 +301,36 @@ class FetchApi:
         return body
 
 
+#: The first Fetch version with client metadata (KIP-392's ``rack_id``): from it on a
+#: consumer may read from followers, as Kafka's ``fetchOnlyLeader`` allows.
+FOLLOWER_FETCH_VERSION = 11
+
+
 class _ConsumerRole:
-    """A consumer's fetch: READ on each topic, the byte-rate quota, and only a
-    partition's leader serves it."""
+    """A consumer's fetch: READ on each topic, the byte-rate quota. Before Fetch v11
+    only a partition's leader serves it; from v11 any replica does (KIP-392), up to
+    the high watermark it knows, and a leader with a replica selector may send a
+    consumer with a rack to an in-sync replica in that rack."""
 
     def __init__(
-        self, ctx: RequestContext, replication: ReplicaManager, metrics: BrokerMetrics
+        self,
+        ctx: RequestContext,
+        replication: ReplicaManager,
+        metrics: BrokerMetrics,
+        req: FetchRequestData,
     ) -> None:
         self._ctx = ctx
         self._metrics = metrics
         self.serving: Callable[[str, int], int] = replication.serving_error
+        self.redirect: Callable[[str, int, int], int] | None = None
+        self.follower_read: Callable[[str, int], bool] | None = None
+        if req.version >= FOLLOWER_FETCH_VERSION:
+            self.serving = replication.consumer_serving_error
+            self.follower_read = replication.serves_as_follower
+            if req.rack_id and replication.config.replica_selector is not None:
+                self.redirect = functools.partial(
+                    replication.preferred_read_replica, client_rack=req.rack_id
+                )
 
     def authorization(self, ctx: RequestContext) -> Callable[[str], bool] | None:
         """None with ACLs off, so the planner's per-partition loop pays nothing."""
@@ -346,6 +368,8 @@ class _FollowerRole:
         self.serving: Callable[[str, int], int] = functools.partial(
             replication.follower_serving_error, replica_id
         )
+        self.redirect: Callable[[str, int, int], int] | None = None
+        self.follower_read: Callable[[str, int], bool] | None = None
 
     def authorization(self, ctx: RequestContext) -> Callable[[str], bool] | None:
         if not ctx.security.authorizer.enabled:
@@ -390,8 +414,10 @@ class _FollowerRole:
             result.bytes_read -= size
 
     def sent(self, response: FetchResponseData, sent: int, per_topic: dict[str, int]) -> None:
-        """Replication bytes; those of throttled replicas use up the leader's budget."""
+        """Replication bytes; those of throttled replicas use up the leader's budget.
+        The high watermarks sent are what the follower may serve consumers (KIP-392)."""
         self._metrics.topics.replication_bytes_out += sent
+        self._replication.on_follower_response(self._replica_id, response.partitions)
         throttles = self._replication.throttles
         if not throttles.leader.enabled:
             return
