@@ -17,7 +17,8 @@ What it decides (the pure functions below, unit-tested without any store):
   leads fewer than (100 - ``leader.imbalance.per.broker.percentage``)% of the
   partitions it is preferred for;
 - topic deletion from ``/admin/delete_topics`` markers.
-And ``assign_replicas``: Kafka's rack-unaware round robin used at topic creation.
+And ``create_topic`` / ``add_partitions``, the writes of topic administration
+from any broker, placing replicas with ``replica_placement``.
 
 An ISR change made by the controller (a dead follower removed) keeps the leader
 epoch: only leader changes bump it, so a surviving leader's fetch sessions and
@@ -46,6 +47,12 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import ClassVar
 
+from headwater.cluster.replica_placement import (
+    RackAwareMode,
+    assign_replicas,
+    new_partitions_start_index,
+    placement_racks,
+)
 from headwater.cluster.store import (
     NO_LEADER,
     BrokerRegistration,
@@ -69,66 +76,11 @@ UNCLEAN_LEADER_ELECTION = "unclean.leader.election.enable"
 TopicPartition = tuple[str, int]
 
 
-class InvalidReplicationFactorError(KafkaApiError):
-    """Replication factor below 1 or above the number of live brokers."""
-
-    kafka_error_code: ClassVar[int] = 38
-
-
 class InvalidReplicaAssignmentError(KafkaApiError):
     kafka_error_code: ClassVar[int] = 39
 
 
 # --- pure decisions --------------------------------------------------------------
-
-
-def assign_replicas(
-    num_partitions: int,
-    replication_factor: int,
-    broker_ids: Iterable[int],
-    *,
-    start_index: int | None = None,
-    start_partition: int = 0,
-    rng: random.Random | None = None,
-) -> dict[int, list[int]]:
-    """Kafka's rack-unaware assignment (``AdminUtils.assignReplicasToBrokers``).
-
-    Leaders go round robin over the sorted brokers from a random start; each
-    follower is shifted from the leader by an amount that grows every time the
-    partitions wrap around the brokers, so replicas of consecutive partitions
-    spread over different broker pairs. ``start_index`` fixes both the start and
-    the first shift (Kafka's ``fixedStartIndex``), for tests and reproducibility.
-    """
-    brokers = sorted(set(broker_ids))
-    if num_partitions <= 0:
-        raise InvalidPartitionsError(
-            f"number of partitions must be at least 1, got {num_partitions}"
-        )
-    if replication_factor <= 0:
-        raise InvalidReplicationFactorError(
-            f"replication factor must be at least 1, got {replication_factor}"
-        )
-    if replication_factor > len(brokers):
-        raise InvalidReplicationFactorError(
-            f"replication factor {replication_factor} is larger than the "
-            f"{len(brokers)} available broker(s)"
-        )
-    n = len(brokers)
-    rand = rng or random.Random()
-    first_start = start_index if start_index is not None else rand.randrange(n)
-    shift = start_index if start_index is not None else rand.randrange(n)
-    out: dict[int, list[int]] = {}
-    partition = max(0, start_partition)
-    for _ in range(num_partitions):
-        if partition > 0 and partition % n == 0:
-            shift += 1
-        first = (partition + first_start) % n
-        replicas = [brokers[first]]
-        for j in range(replication_factor - 1):
-            replicas.append(brokers[(first + 1 + (shift + j) % (n - 1)) % n])
-        out[partition] = replicas
-        partition += 1
-    return out
 
 
 def initial_leader_and_isr(replicas: Sequence[int], live: set[int]) -> tuple[int, tuple[int, ...]]:
@@ -304,16 +256,20 @@ def create_topic(
     replica_assignment: Mapping[int, Sequence[int]] | None = None,
     topic_id: uuid.UUID | None = None,
     rng: random.Random | None = None,
+    rack_aware_mode: RackAwareMode = RackAwareMode.ENFORCED,
 ) -> TopicAssignment:
     """Create a topic from any broker (Kafka's ``AdminZkClient.createTopic``).
 
-    Assigns replicas over the registered brokers (or checks ``replica_assignment``)
+    Places replicas over the registered brokers and their racks (or checks
+    ``replica_assignment``, where racks are the caller's business, as in Kafka)
     and writes the topic; the controller then creates the partition states.
-    Raises InvalidReplicationFactorError, InvalidPartitionsError,
-    InvalidReplicaAssignmentError, TopicExistsError, InvalidTopicError,
-    ClusterStoreUnavailableError.
+    ENFORCED is CreateTopics' mode (mixed racks refused with ``AdminUtils``' own
+    message), SAFE auto-creation's. Raises InvalidReplicationFactorError,
+    InvalidPartitionsError, InvalidReplicaAssignmentError, AdminOperationError,
+    TopicExistsError, InvalidTopicError, ClusterStoreUnavailableError.
     """
-    brokers = set(store.brokers())
+    registered = store.brokers()
+    brokers = set(registered)
     if replica_assignment is not None:
         replicas = {int(p): [int(b) for b in r] for p, r in replica_assignment.items()}
         sizes = {len(r) for r in replicas.values()}
@@ -327,7 +283,10 @@ def create_topic(
         if sorted(replicas) != list(range(len(replicas))):
             raise InvalidReplicaAssignmentError(f"partitions of {name!r} must be 0..n-1")
     else:
-        replicas = assign_replicas(num_partitions, replication_factor, brokers, rng=rng)
+        racks = {b: r.rack for b, r in registered.items()}
+        if rack_aware_mode is not RackAwareMode.ENFORCED:
+            racks = placement_racks(racks, rack_aware_mode)
+        replicas = assign_replicas(racks, num_partitions, replication_factor, rng=rng)
     return store.create_topic(name, topic_id or uuid.uuid4(), replicas, dict(configs or {}))
 
 
@@ -338,13 +297,17 @@ def add_partitions(
     *,
     replica_assignment: Mapping[int, Sequence[int]] | None = None,
     rng: random.Random | None = None,
+    rack_aware_mode: RackAwareMode = RackAwareMode.ENFORCED,
 ) -> TopicAssignment:
     """Grow a topic to ``total_partitions`` (Kafka's ``AdminZkClient.addPartitions``).
 
-    New partitions get the topic's replication factor, assigned round robin
-    continuing from the existing partitions (``replica_assignment`` may give
-    them instead, keyed by the new partition ids). Raises InvalidPartitionsError
-    when the count does not grow, UnknownTopicError, and the errors of
+    New partitions get the topic's replication factor, placed as at creation and
+    continuing the round robin where partition 0's leader sits among the brokers
+    (``replica_assignment`` may give them instead, keyed by the new partition ids;
+    racks are then not looked at, so a rack-unaware plan made by the caller
+    passes a mixed-rack cluster). Raises InvalidPartitionsError when the count
+    does not grow, UnknownTopicError, AdminOperationError (mixed racks under
+    ENFORCED, with ``getBrokerMetadatas``' message), and the errors of
     ``assign_replicas`` and ``ClusterStore.add_partitions``.
     """
     from headwater.cluster.store import UnknownTopicError
@@ -358,20 +321,18 @@ def add_partitions(
             f"topic {name!r} has {current} partitions; the new count must be larger, "
             f"got {total_partitions}"
         )
-    brokers = set(store.brokers())
+    registered = store.brokers()
     if replica_assignment is not None:
         new = {int(p): [int(b) for b in r] for p, r in replica_assignment.items()}
-        unknown = sorted({b for r in new.values() for b in r} - brokers)
+        unknown = sorted({b for r in new.values() for b in r} - set(registered))
         if unknown:
             raise InvalidReplicaAssignmentError(f"unknown broker(s) {unknown} in the assignment")
     else:
-        factor = len(topic.replicas[0])
-        ordered = sorted(brokers)
-        first = topic.replicas[0][0]
-        start = ordered.index(first) if first in ordered else None
+        racks = placement_racks({b: r.rack for b, r in registered.items()}, rack_aware_mode)
+        start = new_partitions_start_index(racks, topic.replicas[0][0])
         new = assign_replicas(
-            total_partitions - current, factor, ordered, start_index=start,
-            start_partition=current, rng=rng,
+            racks, total_partitions - current, len(topic.replicas[0]),
+            start_index=start, start_partition=current, rng=rng,
         )  # fmt: skip
     return store.add_partitions(name, new)
 

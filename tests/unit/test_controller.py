@@ -11,14 +11,19 @@ import pytest
 from headwater.cluster.controller import (
     Controller,
     InvalidReplicaAssignmentError,
-    InvalidReplicationFactorError,
     add_partitions,
-    assign_replicas,
     create_topic,
     elect_leader,
     initial_leader_and_isr,
     next_state,
     preferred_leader_moves,
+)
+from headwater.cluster.replica_placement import (
+    ENFORCED_MIXED_RACKS_MESSAGE,
+    MIXED_RACKS_MESSAGE,
+    AdminOperationError,
+    InvalidReplicationFactorError,
+    RackAwareMode,
 )
 from headwater.cluster.store import (
     NO_LEADER,
@@ -28,45 +33,6 @@ from headwater.cluster.store import (
 )
 from headwater.log.errors import InvalidPartitionsError
 from headwater.testing import FakeZooKeeper, InMemoryClusterStore
-
-# --- assignment ----------------------------------------------------------------------
-
-
-def test_assignment_matches_kafkas_documented_example() -> None:
-    # AdminUtils' own example: 5 brokers, 10 partitions, RF 3, fixed start 0.
-    got = assign_replicas(10, 3, [0, 1, 2, 3, 4], start_index=0)
-    assert got == {
-        0: [0, 1, 2], 1: [1, 2, 3], 2: [2, 3, 4], 3: [3, 4, 0], 4: [4, 0, 1],
-        5: [0, 2, 3], 6: [1, 3, 4], 7: [2, 4, 0], 8: [3, 0, 1], 9: [4, 1, 2],
-    }  # fmt: skip
-
-
-def test_assignment_spreads_leaders_and_replicas_evenly() -> None:
-    got = assign_replicas(30, 3, [3, 1, 2], rng=random.Random(5))
-    leaders = [r[0] for r in got.values()]
-    assert sorted(leaders.count(b) for b in (1, 2, 3)) == [10, 10, 10]
-    for replicas in got.values():
-        assert len(set(replicas)) == 3
-    assert sum(len(r) for r in got.values()) == 90
-
-
-def test_random_start_varies_and_is_seedable() -> None:
-    starts = {assign_replicas(1, 1, range(10), rng=random.Random(s))[0][0] for s in range(40)}
-    assert len(starts) > 3
-    assert assign_replicas(4, 2, [1, 2, 3], rng=random.Random(1)) == assign_replicas(
-        4, 2, [1, 2, 3], rng=random.Random(1)
-    )
-
-
-def test_replication_factor_above_live_brokers_is_refused() -> None:
-    with pytest.raises(InvalidReplicationFactorError, match="larger than the 2") as info:
-        assign_replicas(3, 3, [1, 2])
-    assert info.value.kafka_error_code == 38
-    with pytest.raises(InvalidReplicationFactorError):
-        assign_replicas(3, 0, [1, 2])
-    with pytest.raises(InvalidPartitionsError):
-        assign_replicas(0, 1, [1, 2])
-
 
 # --- elections -----------------------------------------------------------------------
 
@@ -319,6 +285,57 @@ def test_added_partitions_get_states_and_continue_the_round_robin(cluster: Clust
         add_partitions(store, "t", 6)
     with pytest.raises(InvalidReplicaAssignmentError):
         add_partitions(store, "t", 7, replica_assignment={6: [9]})
+
+
+def _registered(racks: dict[int, str | None]) -> list[InMemoryClusterStore]:
+    """Brokers registered with these racks on one in-memory ZooKeeper (no controller:
+    topic administration only writes the topic znode)."""
+    zk = FakeZooKeeper()
+    stores = []
+    for broker_id, rack in racks.items():
+        store = InMemoryClusterStore(zk)
+        store.start()
+        store.register_broker(BrokerRegistration(broker_id, "127.0.0.1", 9000 + broker_id, rack))
+        stores.append(store)
+    return stores
+
+
+def test_created_topics_put_replicas_on_distinct_racks() -> None:
+    racks: dict[int, str | None] = {1: "a", 2: "a", 3: "b", 4: "b", 5: "c", 6: "c"}
+    stores = _registered(racks)
+    try:
+        topic = create_topic(stores[0], "t", 12, 3, rng=random.Random(2))
+        for replicas in topic.replicas.values():
+            assert {racks[b] for b in replicas} == {"a", "b", "c"}
+        grown = add_partitions(stores[0], "t", 18, rng=random.Random(2))
+        for p in range(12, 18):
+            assert {racks[b] for b in grown.replicas[p]} == {"a", "b", "c"}
+    finally:
+        for store in stores:
+            store.close()
+
+
+def test_mixed_racks_refuse_placement_unless_safe_or_explicit() -> None:
+    stores = _registered({1: "a", 2: "b", 3: None})
+    try:
+        store = stores[0]
+        with pytest.raises(AdminOperationError) as created:
+            create_topic(store, "t", 3, 2)
+        assert str(created.value) == MIXED_RACKS_MESSAGE
+        assert created.value.kafka_error_code == -1
+        auto = create_topic(store, "auto", 3, 3, rack_aware_mode=RackAwareMode.SAFE)
+        assert all(sorted(r) == [1, 2, 3] for r in auto.replicas.values())
+        create_topic(store, "t", 1, 2, replica_assignment={0: [3, 1]})
+        with pytest.raises(AdminOperationError) as added:
+            add_partitions(store, "t", 2)
+        assert str(added.value) == ENFORCED_MIXED_RACKS_MESSAGE
+        grown = add_partitions(store, "t", 3, replica_assignment={1: [1, 3], 2: [3, 2]})
+        assert grown.replicas == {0: [3, 1], 1: [1, 3], 2: [3, 2]}
+        disabled = add_partitions(store, "t", 4, rack_aware_mode=RackAwareMode.DISABLED)
+        assert len(set(disabled.replicas[3])) == 2
+    finally:
+        for s in stores:
+            s.close()
 
 
 def test_unclean_config_set_after_creation_is_honoured(cluster: Cluster) -> None:

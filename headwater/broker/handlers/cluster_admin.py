@@ -31,6 +31,7 @@ from headwater.broker.topic_config_validation import (
 )
 from headwater.cluster.cluster_view import ClusterChange, ClusterView
 from headwater.cluster.controller import add_partitions, create_topic
+from headwater.cluster.replica_placement import RackAwareMode
 from headwater.cluster.replication_quota import (
     FOLLOWER_REPLICAS,
     LEADER_REPLICAS,
@@ -73,7 +74,7 @@ class ClusterAdminApis:
         self.config = config
         self.view = view
         self.store = store
-        self._creating: dict[str, asyncio.Future[int]] = {}
+        self._creating: dict[str, asyncio.Future[tuple[int, str | None]]] = {}
         #: Metadata entries by topic, dropped when the view changes what they say.
         self._entries: dict[str, MetadataTopic] = {}
         view.on_change(self._forget_entries)
@@ -232,15 +233,20 @@ class ClusterAdminApis:
         replication_factor: int | None = None,
         configs: dict[str, str] | None = None,
     ) -> None:
-        """Start creating ``name`` (by default with the broker's defaults); clients retry."""
+        """Start creating ``name`` (by default with the broker's defaults); clients retry.
+
+        Placement is Kafka's ``RackAwareMode.Safe`` here: a cluster with mixed racks
+        still gets its auto-created and internal topics, placed as if without racks.
+        """
         if name in self._creating or name in self.view.topics:
             return
-        future: asyncio.Future[int] = asyncio.ensure_future(
+        future: asyncio.Future[tuple[int, str | None]] = asyncio.ensure_future(
             self._create(
                 name,
                 partitions or self.config.num_partitions,
                 replication_factor or self.replication_factor_for(name),
                 dict(configs or {}),
+                mode=RackAwareMode.SAFE,
             )
         )
         self._creating[name] = future
@@ -253,9 +259,15 @@ class ClusterAdminApis:
         replication_factor: int,
         configs: dict[str, str],
         explicit: dict[int, list[int]] | None = None,
-    ) -> int:
+        *,
+        mode: RackAwareMode = RackAwareMode.ENFORCED,
+    ) -> tuple[int, str | None]:
         """Write the topic through the controller module's ``create_topic`` (Kafka's
-        AdminZkClient: round-robin assignment, or ``explicit`` checked); an error code."""
+        AdminZkClient: rack-aware placement, or ``explicit`` checked).
+
+        (error code, message): as Kafka's ``ApiError.fromThrowable``, an unknown
+        error (mixed racks, Kafka's AdminOperationException) goes without its message.
+        """
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(
@@ -268,22 +280,26 @@ class ClusterAdminApis:
                     replication_factor,
                     configs,
                     replica_assignment=explicit or None,
+                    rack_aware_mode=mode,
                 ),
             )
         except Exception as exc:
             code = getattr(exc, "kafka_error_code", None)
             if code is None:
                 log.warning("cannot create topic %s in ZooKeeper: %s", name, exc)
-                return int(E.unknown_server_error)
+                return int(E.unknown_server_error), None
+            if code == E.unknown_server_error:
+                log.error("cannot create topic %s: %s", name, exc)
+                return int(code), None
             log.info("cannot create topic %s: %s", name, exc)
-            return int(code)
+            return int(code), str(exc)
         log.info(
             "created topic %s with %d partitions, replication factor %d",
             name,
             partitions,
             replication_factor,
         )
-        return 0
+        return 0, None
 
     async def _wait_until(self, done: Callable[[], bool], timeout_ms: int) -> bool:
         deadline = time.monotonic() + max(timeout_ms, 0) / 1000
@@ -361,9 +377,10 @@ class ClusterAdminApis:
             elif req.validate_only:
                 result.update(num_partitions=num, replication_factor=rf)
             else:
-                code = await self._create(t.name, num, rf, configs, explicit)
+                code, message = await self._create(t.name, num, rf, configs, explicit)
                 if code:
                     result["error_code"] = code
+                    result["error_message"] = message
                 elif not await self._wait_until(
                     functools.partial(self._has_leaders, t.name), timeout_ms
                 ):
@@ -429,8 +446,12 @@ class ClusterAdminApis:
                         ),
                     )
                 except Exception as exc:
-                    entry["error_code"] = int(getattr(exc, "kafka_error_code", -1))
-                    entry["error_message"] = str(exc)
+                    code = int(getattr(exc, "kafka_error_code", E.unknown_server_error))
+                    entry["error_code"] = code
+                    if code == E.unknown_server_error:  # as Kafka: logged, not answered
+                        log.error("cannot add partitions to %s: %s", t.name, exc)
+                    else:
+                        entry["error_message"] = str(exc)
                 else:
                     if not await self._wait_until(
                         functools.partial(self._has_count, t.name, t.count), timeout_ms
