@@ -98,7 +98,11 @@ class ConsumerConfig(_KafkaConfig):
     retry_backoff_ms: int = 100
     reconnect_backoff_ms: int = 50
     reconnect_backoff_max_ms: int = 1_000
+    # KIP-392: sent as rack_id in every Fetch (v11+); a rack-aware leader may
+    # then name a replica in this rack to fetch from. Empty: always the leader.
     client_rack: str = ""
+    # How long a preferred read replica is kept before the leader is asked again.
+    metadata_max_age_ms: int = 300_000
     headwater_fetch_session_enable: bool = True
     security: ClientSecurity | None = None
 

@@ -20,7 +20,13 @@ How fetching works (the book chapter's Fetcher and poll(), KIP-227, KIP-74):
   of the order, so the next full request starts with the ones that did not;
 * OFFSET_OUT_OF_RANGE applies ``auto.offset.reset``; a lost connection
   makes the next fetch full (id, 0) and the consumer carries on from its
-  positions, so nothing is lost or repeated.
+  positions, so nothing is lost or repeated;
+* **closest replica** (KIP-392, ``client.rack``): a partition whose leader
+  names a preferred read replica is fetched from that broker, in that
+  broker's own session, until the lease ends or the replica errs
+  (``read_replica``); a response is used only if it answers the partition's
+  current fetch offset, so a partition briefly fetched from two brokers
+  while it moves is never delivered twice.
 
 Size: the consumer's two faces, the asyncio one and its blocking wrapper
 (assign, seek, position, poll and poll_arrow, offsets lookups), over one fetch
@@ -32,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import itertools
 import logging
 from collections.abc import Iterable, Mapping
@@ -45,8 +52,15 @@ from headwater.client.cluster import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Clust
 from headwater.client.completed_fetch import CompletedFetch
 from headwater.client.config import ConsumerConfig
 from headwater.client.connection import BrokerConnection
-from headwater.client.errors import RETRIABLE_CODES, KafkaError
+from headwater.client.errors import KafkaError
 from headwater.client.loop_thread import EventLoopThread
+from headwater.client.read_replica import (
+    LAGGING_ERRORS,
+    OFFSET_NOT_AVAILABLE,
+    Action,
+    ReadReplicas,
+    decide,
+)
 from headwater.client.session_handler import FetchSessionHandler
 from headwater.client.types import ConsumerRecord, TopicPartition
 from headwater.protocol.apis import ApiKey
@@ -74,6 +88,15 @@ class _PartitionState:
     generation: int = 0  # bumped by seeks: data fetched before is dropped
     error: KafkaError | None = None  # raised by the next poll; the partition pauses
     high_watermark: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    """What a fetch asked of one partition, to judge the answer by."""
+
+    generation: int
+    fetch_offset: int
+    via_replica: bool  # sent to a preferred read replica, not the leader
 
 
 @dataclass(slots=True)
@@ -124,6 +147,7 @@ class AsyncConsumer:
         # Insertion order is the round-robin order of full fetch requests.
         self._states: dict[TopicPartition, _PartitionState] = {}
         self._nodes: dict[int, _Node] = {}
+        self._replicas = ReadReplicas(c.metadata_max_age_ms / 1000)
         self._buffer: collections.deque[_Buffered] = collections.deque()
         self._data = asyncio.Event()
         self._response_ids = itertools.count(1)
@@ -403,23 +427,42 @@ class AsyncConsumer:
         if self._closed:
             return
         cluster = self._cluster
-        leaders: set[int] = set()
+        now = asyncio.get_running_loop().time()
+        nodes: set[int] = set()
         need_metadata = self._metadata_stale
         need_reset = False
         for tp, state in self._states.items():
-            leader = cluster.leader(tp)
-            if leader is None:
+            if cluster.leader(tp) is None:
                 need_metadata = True
             else:
-                leaders.add(leader)
+                node_id = self._fetch_node(tp, now)
+                if node_id is not None:
+                    nodes.add(node_id)
             if state.reset is not None:
                 need_reset = True
         if need_metadata and (self._metadata_task is None or self._metadata_task.done()):
             self._metadata_task = asyncio.ensure_future(self._refresh_metadata())
         if need_reset and (self._reset_task is None or self._reset_task.done()):
             self._reset_task = asyncio.ensure_future(self._run_resets())
-        for node_id in leaders:
+        for node_id in nodes:
             self._maybe_send(node_id)
+
+    def _fetch_node(self, tp: TopicPartition, now: float) -> int | None:
+        """The broker ``tp`` is fetched from now: its preferred read replica, else its leader."""
+        cluster = self._cluster
+        leader = cluster.leader(tp)
+        if leader is None:
+            return None
+        node_id = self._replicas.preferred(tp, now)
+        if node_id is None or node_id == leader:
+            return leader
+        meta = cluster.topics[tp.topic].partitions[tp.partition]
+        if node_id not in meta.replicas:
+            # Moved away by a reassignment the metadata already shows (Java: nodeIfOnline).
+            log.info("preferred replica %d of %s-%d is no replica now", node_id, *tp)
+            self._replicas.clear(tp)
+            return leader
+        return node_id
 
     def _node(self, node_id: int) -> _Node:
         node = self._nodes.get(node_id)
@@ -451,14 +494,16 @@ class AsyncConsumer:
         if conn is None:
             if node.connecting is None or node.connecting.done():
                 node.connecting = asyncio.ensure_future(self._cluster.connection(node_id))
-                node.connecting.add_done_callback(self._connected)
+                node.connecting.add_done_callback(functools.partial(self._connected, node_id))
             return
         cluster = self._cluster
         states = self._states
+        now = loop.time()
+        fetch_node = self._fetch_node
         targets = [
             tp
             for tp, s in states.items()
-            if s.fetch_offset is not None and s.error is None and cluster.leader(tp) == node_id
+            if s.fetch_offset is not None and s.error is None and fetch_node(tp, now) == node_id
         ]
         if not targets:
             return
@@ -473,7 +518,7 @@ class AsyncConsumer:
             version = LAST_NAME_ONLY_FETCH_VERSION  # as librdkafka: ids unknown, use names
         max_partition_bytes = self.config.max_partition_fetch_bytes
         partitions = []
-        generations: dict[TopicPartition, int] = {}
+        sent: dict[TopicPartition, _Sent] = {}
         for tp in targets:
             state = states[tp]
             offset = state.fetch_offset
@@ -483,7 +528,7 @@ class AsyncConsumer:
                     topic_ids[tp.topic], tp.topic, tp.partition, offset, -1, max_partition_bytes
                 )
             )
-            generations[tp] = state.generation
+            sent[tp] = _Sent(state.generation, offset, cluster.leader(tp) != node_id)
         c = self.config
         req = node.handler.build(
             partitions,
@@ -492,7 +537,7 @@ class AsyncConsumer:
             min_bytes=c.fetch_min_bytes,
             max_bytes=c.fetch_max_bytes,
             isolation_level=c.isolation,
-            rack_id=c.client_rack,
+            rack_id=self._request_rack(sent, now),
         )
         try:
             future = conn.send_fetch(req)
@@ -501,20 +546,32 @@ class AsyncConsumer:
             node.not_before = loop.time() + c.retry_backoff_ms / 1000
             self._wake_at(node, node.not_before)
             return
-        node.in_flight = asyncio.ensure_future(
-            self._complete_fetch(node, conn, future, req, generations)
-        )
+        node.in_flight = asyncio.ensure_future(self._complete_fetch(node, conn, future, req, sent))
 
-    def _connected(self, task: asyncio.Task[BrokerConnection]) -> None:
+    def _request_rack(self, sent: Mapping[TopicPartition, _Sent], now: float) -> str:
+        """``client.rack``, unless a partition asked of its leader avoids a failed replica.
+
+        A rack-aware leader keeps naming a dead follower until it leaves the
+        ISR; only a fetch without a rack makes the leader serve it meanwhile.
+        """
+        rack = self.config.client_rack
+        if rack and self._replicas.has_avoidances:
+            avoiding = self._replicas.avoiding
+            if any(not s.via_replica and avoiding(tp, now) is not None for tp, s in sent.items()):
+                return ""
+        return rack
+
+    def _connected(self, node_id: int, task: asyncio.Task[BrokerConnection]) -> None:
         if task.cancelled():
             return
         error = task.exception()
         if error is not None:
-            log.info("consumer cannot reach a broker yet: %s", error)
+            log.info("consumer cannot reach broker %d yet: %s", node_id, error)
             # A leader we have no address for: the broker list is out of date.
             leaders = {self._cluster.leader(tp) for tp in self._states}
             if not leaders <= set(self._cluster.brokers):
                 self._metadata_stale = True
+            self._replica_failed(node_id, self._replicas.leased_to(node_id), error)
         if not self._closed:
             asyncio.get_running_loop().call_soon(self._kick)
 
@@ -524,7 +581,7 @@ class AsyncConsumer:
         conn: BrokerConnection,
         future: asyncio.Future[FetchResponseData],
         req: FetchRequestData,
-        generations: dict[TopicPartition, int],
+        sent: dict[TopicPartition, _Sent],
     ) -> None:
         loop = asyncio.get_running_loop()
         backoff = self.config.retry_backoff_ms / 1000
@@ -539,6 +596,7 @@ class AsyncConsumer:
             if not isinstance(exc, KafkaError):
                 conn.close(f"sent an unreadable fetch response: {exc}")
             node.not_before = loop.time() + backoff
+            self._replica_failed(node.node_id, [tp for tp, s in sent.items() if s.via_replica], exc)
             self._kick()
             return
         node.in_flight = None
@@ -548,24 +606,80 @@ class AsyncConsumer:
             if response.error_code:
                 node.not_before = loop.time() + backoff
         else:
-            self._process(node, response, generations)
+            self._process(node, response, sent)
         self._kick()
 
+    def _replica_failed(
+        self, node_id: int, tps: Iterable[TopicPartition], error: BaseException
+    ) -> None:
+        """``node_id`` failed as the preferred replica of ``tps``: back to their leaders."""
+        cluster = self._cluster
+        now = asyncio.get_running_loop().time()
+        moved = False
+        for tp in tps:
+            if cluster.leader(tp) == node_id:
+                continue  # it is the leader now: the leader's own retry rules apply
+            span = self._replicas.failed(tp, node_id, now)
+            log.info(
+                "preferred replica %d of %s-%d failed (%s): fetching from the leader, "
+                "avoiding it for %.1f s",
+                node_id,
+                tp.topic,
+                tp.partition,
+                error,
+                span,
+            )
+            moved = True
+        if moved:
+            self._metadata_stale = True
+
+    def _move(self, tp: TopicPartition, node_id: int, served_by: int, now: float) -> None:
+        """A broker named ``node_id`` as the replica to fetch ``tp`` from."""
+        replicas = self._replicas
+        if node_id == self._cluster.leader(tp):
+            replicas.clear(tp)
+        elif replicas.avoiding(tp, now) == node_id:
+            # An answer to a fetch sent before that replica failed: stay on the leader.
+            return
+        else:
+            log.debug("node %d names %d as preferred replica of %s-%d", served_by, node_id, *tp)
+            replicas.prefer(tp, node_id, now)
+        if node_id not in self._cluster.brokers:
+            self._metadata_stale = True
+
     def _process(
-        self, node: _Node, response: FetchResponseData, generations: dict[TopicPartition, int]
+        self, node: _Node, response: FetchResponseData, sent: dict[TopicPartition, _Sent]
     ) -> None:
         states = self._states
         c = self.config
+        cluster = self._cluster
+        replicas = self._replicas
+        now = asyncio.get_running_loop().time()
         response_id = next(self._response_ids)
         with_data: list[TopicPartition] = []
         woke = False
         for p in response.partitions:
             tp = TopicPartition(p.topic, p.partition)
             state = states.get(tp)
-            if state is None or generations.get(tp) != state.generation:
-                continue  # unassigned or sought since the request left
+            asked = sent.get(tp)
+            if (
+                state is None
+                or asked is None
+                or asked.generation != state.generation
+                or asked.fetch_offset != state.fetch_offset
+            ):
+                # Unassigned or sought since the request left, or already read
+                # from another broker (a partition moving between replicas).
+                continue
             code = p.error_code
-            if code == 0:
+            from_replica = asked.via_replica or cluster.leader(tp) != node.node_id
+            action = decide(
+                code, p.preferred_read_replica, served_by=node.node_id, from_replica=from_replica
+            )
+            if action is Action.MOVE:
+                self._move(tp, p.preferred_read_replica, node.node_id, now)
+                continue  # its records, if any, are dropped: the position stays
+            if action is Action.USE:
                 state.high_watermark = p.high_watermark
                 records = p.records
                 offset = state.fetch_offset
@@ -591,7 +705,28 @@ class AsyncConsumer:
                 state.fetch_offset = fetched.next_fetch_offset
                 self._buffer.append(_Buffered(node.node_id, response_id, state.generation, fetched))
                 with_data.append(tp)
-            elif code == OFFSET_OUT_OF_RANGE:
+                if from_replica:
+                    replicas.served(tp, node.node_id)
+            elif action is Action.TO_LEADER:
+                replicas.clear(tp)
+                if code in LAGGING_ERRORS:
+                    log.debug(
+                        "replica %d is behind on %s-%d at %s (error %d, its high watermark "
+                        "%d): asking the leader",
+                        node.node_id,
+                        tp.topic,
+                        tp.partition,
+                        state.fetch_offset,
+                        code,
+                        p.high_watermark,
+                    )
+                    if code == OFFSET_NOT_AVAILABLE:
+                        # The leader may send us straight back: give the replica a moment.
+                        node.not_before = now + c.retry_backoff_ms / 1000
+                else:
+                    self._replica_failed(node.node_id, [tp], KafkaError(code))
+                    self._metadata_stale = True
+            elif action is Action.RESET:
                 log.info(
                     "offset %s out of range for %s-%d; applying auto.offset.reset=%s",
                     state.fetch_offset,
@@ -601,9 +736,10 @@ class AsyncConsumer:
                 )
                 self._mark_reset(state, c.auto_offset_reset)
                 woke = True
-            elif code in RETRIABLE_CODES:
+            elif action is Action.RETRY:
+                replicas.clear(tp)
                 self._metadata_stale = True
-                node.not_before = asyncio.get_running_loop().time() + c.retry_backoff_ms / 1000
+                node.not_before = now + c.retry_backoff_ms / 1000
             else:
                 state.error = KafkaError(code, f"fetching {tp.topic}-{tp.partition}")
                 state.fetch_offset = None
