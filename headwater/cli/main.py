@@ -12,6 +12,7 @@ from headwater.cli.acls import add_acl_commands
 from headwater.cli.cluster import add_cluster_command
 from headwater.cli.cluster_info import add_cluster_info_commands
 from headwater.cli.configs import add_config_commands
+from headwater.cli.console import add_console_command
 from headwater.cli.consume import add_consume_command
 from headwater.cli.demo import add_demo_command
 from headwater.cli.groups import add_group_commands
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_demo_command(sub)
     add_cluster_command(sub)
     add_cluster_info_commands(sub)
+    add_console_command(sub)
     return parser
 
 
