@@ -45,6 +45,12 @@ Source options (names and defaults as in Spark's Kafka source, case-insensitive)
                                    stable offset
 ``kafkaConsumer.pollTimeoutMs``    how long a task waits for records
                                    (120000)
+``kafka.client.rack``              the executors' rack (zone): with a broker
+                                   ``replica.selector.class`` set, tasks read
+                                   from an in-sync replica in that rack
+                                   instead of the leader (KIP-392); an
+                                   executor's ``HEADWATER_CLIENT_RACK``
+                                   environment variable wins over it
 ``kafka.*``                        other client settings, e.g.
                                    ``kafka.max.partition.fetch.bytes``
 =================================  ==========================================
@@ -65,6 +71,12 @@ batch is written exactly once for ``read_committed`` readers
 (``transactionalIdPrefix``, default ``headwater-sink``, starts the task
 transactional ids; ``kafka.transaction.timeout.ms``, default 300000, must
 cover a whole micro-batch). See ``headwater.spark.exactly_once``.
+
+Executors in several zones: ``kafka.client.rack`` is one value per query,
+set on the driver, but each executor reads best from the replica in *its own*
+zone, so an executor's ``HEADWATER_CLIENT_RACK`` (e.g. set from its node's
+zone label via ``spark.executorEnv.HEADWATER_CLIENT_RACK`` or the pod spec)
+replaces the option in that executor's consumers.
 
 Executors need the ``headwater`` package importable by ``PYSPARK_PYTHON``
 (the demo ships it with ``addPyFile`` to remote clusters).

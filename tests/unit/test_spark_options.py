@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from headwater.client.config import ConsumerConfig
+from headwater.spark.clients import CLIENT_RACK_ENV, ClientConfig, task_consumer_settings
 from headwater.spark.offsets import EarliestOffsets, LatestOffsets, SpecificOffsets
 from headwater.spark.options import (
     READ_COMMITTED,
@@ -170,3 +172,26 @@ def test_assign_reads_only_listed_partitions_and_they_must_exist() -> None:
 def test_malformed_assign_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match="assign"):
         parse_subscription({"assign": text})
+
+
+def test_client_rack_reaches_the_task_consumers() -> None:
+    opts = parse_source_options({**BASE, "kafka.client.rack": "b"}, streaming=False)
+    settings = task_consumer_settings(
+        ClientConfig.of(opts.bootstrap, opts.client_settings), environ={}
+    )
+    assert settings["client.rack"] == "b"
+    assert ConsumerConfig.from_mapping(settings).client_rack == "b"
+
+
+@pytest.mark.parametrize(
+    ("option", "env", "rack"), [("b", "c", "c"), (None, "c", "c"), ("b", " ", "b")]
+)
+def test_an_executors_own_rack_wins_over_the_option(
+    option: str | None, env: str, rack: str
+) -> None:
+    extra = {} if option is None else {"kafka.client.rack": option}
+    opts = parse_source_options({**BASE, **extra}, streaming=False)
+    settings = task_consumer_settings(
+        ClientConfig.of(opts.bootstrap, opts.client_settings), environ={CLIENT_RACK_ENV: env}
+    )
+    assert settings["client.rack"] == rack
