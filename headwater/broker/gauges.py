@@ -16,8 +16,10 @@ from headwater.log.log_directory import LogDirectory
 def bind_broker_gauges(
     metrics: BrokerMetrics, logs: LogDirectory, cluster: ClusterNode, groups: GroupService
 ) -> None:
-    """The gauges read at scrape time: partition states, controller, consumer lag."""
+    """The gauges read at scrape time: partition states, controller, consumer lag;
+    and the broker's id and rack."""
     m = metrics
+    m.bind_broker_info(cluster.broker_id, cluster.rack)
     m.topics.existing = lambda: tuple(logs.topics())
     replicas, view = cluster.replicas, cluster.view
 

@@ -31,6 +31,7 @@ from prometheus_client import (
     PROCESS_COLLECTOR,
     CollectorRegistry,
     Counter,
+    Gauge,
     disable_created_metrics,
     start_http_server,
 )
@@ -86,6 +87,18 @@ class BrokerMetrics:
         r.register(self.event_loop)
         self._http: WSGIServer | None = None
         self._thread: threading.Thread | None = None
+
+    def bind_broker_info(self, broker_id: int, rack: str | None) -> None:
+        """``headwater_broker_info{broker_id,rack} 1``: Kafka has no metric saying a
+        broker's rack, yet dashboards want to group brokers by zone (KIP-36/392);
+        join on ``broker_id``. No rack: ``rack=""``."""
+        info = Gauge(
+            "headwater_broker_info",
+            "This broker's id and broker.rack (always 1)",
+            ["broker_id", "rack"],
+            registry=self.registry,
+        )
+        info.labels(str(broker_id), rack or "").set(1)
 
     def bind_session_cache(self, cache: FetchSessionCache) -> None:
         """Export the cache's own counters at scrape time (no double bookkeeping)."""

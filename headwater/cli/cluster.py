@@ -86,6 +86,7 @@ class _Supervisor:
                 "address": b.address,
                 "pid": b.proc.pid if b.proc is not None else None,
                 "running": b.running,
+                "rack": b.rack,
                 "log": str(b.log_path),
             }
             for b in self.cluster.brokers
@@ -156,6 +157,7 @@ def run_cluster(
     base_port: int | None = 9092,
     overrides: Sequence[str] = (),
     out: Callable[[str], None] = _say,
+    racks: Sequence[str | None] = (),
 ) -> int:
     """Run until Ctrl-C/SIGTERM (exit 0); a broker that dies is reported, not fatal."""
     if data_dir.exists() and not data_dir.is_dir():
@@ -166,7 +168,9 @@ def run_cluster(
         out(f"error: a cluster already runs in {data_dir} (pid {running['pid']})")
         return 2
     try:
-        cluster = LocalCluster(data_dir, brokers, base_port=base_port, overrides=overrides)
+        cluster = LocalCluster(
+            data_dir, brokers, base_port=base_port, overrides=overrides, racks=racks
+        )
     except (ValueError, ClusterStartError) as exc:
         out(f"error: {exc}")
         return 2
@@ -187,6 +191,8 @@ def run_cluster(
         supervisor.write_state()
         out(f"zookeeper: {cluster.zookeeper_connect}")
         out(f"bootstrap: {cluster.bootstrap}")
+        if racks:
+            out("racks: " + ",".join(f"{b.broker_id}={b.rack}" for b in cluster.brokers))
         while not stop.wait(0.5):
             supervisor.check()
     finally:
@@ -219,8 +225,10 @@ def cluster_status(data_dir: Path) -> list[str]:
     for b in state["brokers"]:
         pid = b["pid"]
         up = pid is not None and b["running"] and _alive(pid) and _connectable(b["address"])
-        rows.append((str(b["id"]), b["address"], str(pid or "-"), "up" if up else "down", b["log"]))
-    return lines + table(("BROKER", "ADDRESS", "PID", "STATE", "LOG"), rows)
+        state_word = "up" if up else "down"
+        rack = b.get("rack") or "-"
+        rows.append((str(b["id"]), b["address"], str(pid or "-"), state_word, rack, b["log"]))
+    return lines + table(("BROKER", "ADDRESS", "PID", "STATE", "RACK", "LOG"), rows)
 
 
 def request_action(data_dir: Path, action: str, broker_id: int, timeout: float = 120.0) -> str:
@@ -264,7 +272,13 @@ def cmd_cluster(args: argparse.Namespace) -> int:
     data_dir = Path(args.data_dir)
     action = getattr(args, "action", None)
     if action is None:
-        return run_cluster(data_dir, args.brokers, args.base_port, args.override)
+        racks = [r.strip() for r in args.racks.split(",")] if args.racks else []
+        if any(not r for r in racks):
+            print(
+                f"error: --racks takes rack names like a,b,c, not {args.racks!r}", file=sys.stderr
+            )
+            return 2
+        return run_cluster(data_dir, args.brokers, args.base_port, args.override, racks=racks)
     try:
         if action == "status":
             lines = cluster_status(data_dir)
@@ -296,6 +310,10 @@ def add_cluster_command(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--override", "-o", action="append", default=[], metavar="KEY=VALUE",
         help="a config key for every broker (repeatable)",
+    )  # fmt: skip
+    p.add_argument(
+        "--racks", metavar="A,B,C",
+        help="broker.rack of brokers 1, 2, ... in turn, cycling (a,b,c over 6 brokers: 2 each)",
     )  # fmt: skip
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=False)
     actions.add_parser("status", help="each broker of the running cluster: address, pid, up/down")

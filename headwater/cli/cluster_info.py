@@ -45,6 +45,8 @@ async def _health(args: argparse.Namespace) -> dict[str, Any]:
                     under.append(f"{name}-{index}")
         return {
             "brokers": sorted(cluster.brokers),
+            # broker id -> broker.rack (null: none), as Metadata gives it (KIP-36)
+            "racks": {b: m.rack for b, m in sorted(cluster.brokers.items())},
             "controller": cluster.controller_id,
             "topics": len(topics),
             "partitions": partitions,
@@ -68,6 +70,9 @@ def cmd_health(args: argparse.Namespace) -> int:
 
     print(f"Healthy: {'yes' if report['healthy'] else 'no'}")
     print(f"Brokers: {','.join(map(str, report['brokers']))}")
+    racks = report["racks"]
+    if any(rack is not None for rack in racks.values()):
+        print("Racks: " + ",".join(f"{b}={rack or '-'}" for b, rack in racks.items()))
     print(f"Controller: {report['controller']}")
     print(f"Topics: {report['topics']}\tPartitions: {report['partitions']}")
     print(f"Under-replicated partitions: {some(report['under_replicated_partitions'])}")

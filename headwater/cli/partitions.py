@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from headwater.cli import placement
 from headwater.cli.common import add_client_args, command_security, guarded, print_json
 from headwater.client.cluster import ClusterClient
 from headwater.client.errors import KafkaError, error_name
@@ -184,7 +185,100 @@ def _reassignment_targets(path: str) -> dict[TopicPartition, list[int]]:
     return targets
 
 
+def _topics_to_move(path: str) -> list[str]:
+    """The topics of ``--topics-to-move-json-file`` (``{"version": 1, "topics": [...]}``)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except json.JSONDecodeError:
+        raise ValueError("The input string is not a valid JSON") from None
+    if not isinstance(doc, dict):
+        raise ValueError(f'{path}: expected {{"version": 1, "topics": [{{"topic": "name"}}]}}')
+    version = doc.get("version", 1)
+    if version != 1:
+        raise ValueError(f"Not supported version field value {version}")
+    entries = doc.get("topics") or []
+    if not isinstance(entries, list) or not all(
+        isinstance(e, dict) and isinstance(e.get("topic"), str) for e in entries
+    ):
+        raise ValueError(f'{path}: every entry of "topics" needs a "topic" name')
+    topics = [e["topic"] for e in entries]
+    duplicates = sorted({t for t in topics if topics.count(t) > 1})
+    if duplicates:
+        raise ValueError(
+            "List of topics to reassign contains duplicate entries: " + ", ".join(duplicates)
+        )
+    return topics
+
+
+def _broker_list(text: str) -> list[int]:
+    try:
+        brokers = [int(b) for b in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--broker-list takes broker ids like 1,2,3, not {text!r}") from None
+    duplicates = sorted({b for b in brokers if brokers.count(b) > 1})
+    if duplicates:
+        raise ValueError(
+            "Broker list contains duplicate entries: " + ", ".join(map(str, duplicates))
+        )
+    return brokers
+
+
+def _reassignment_json(assignment: dict[TopicPartition, list[int]]) -> str:
+    """Kafka's ``formatAsReassignmentJson``: compact, by topic and partition, any log dir."""
+    partitions = [
+        {
+            "topic": tp.topic,
+            "partition": tp.partition,
+            "replicas": replicas,
+            "log_dirs": ["any"] * len(replicas),
+        }
+        for tp, replicas in sorted(assignment.items())
+    ]
+    return json.dumps({"version": 1, "partitions": partitions}, separators=(",", ":"))
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    """``kafka-reassign-partitions --generate``: a plan moving whole topics onto
+    ``--broker-list``, placed as at creation (rack-aware unless --disable-rack-aware;
+    brokers not alive are left out, as Kafka does). Prints the current assignment
+    and the proposal in Kafka's words; moves nothing."""
+    if not args.topics_to_move_json_file or not args.broker_list:
+        raise ValueError("--generate needs --topics-to-move-json-file and --broker-list")
+    topics = _topics_to_move(args.topics_to_move_json_file)
+    wanted_brokers = _broker_list(args.broker_list)
+    rack_mode = placement.mode(args.disable_rack_aware)
+
+    async def work(cluster: ClusterClient) -> int:
+        found = await cluster.refresh_metadata(topics)
+        current: dict[TopicPartition, list[int]] = {}
+        for topic in topics:
+            meta = found.get(topic)
+            if meta is None:
+                raise KafkaError(ErrorCode.unknown_topic_or_partition, f"Topic {topic} not found.")
+            for p, info in meta.partitions.items():
+                current[TopicPartition(topic, p)] = list(info.replicas)
+        chosen = {b: m for b, m in cluster.brokers.items() if b in wanted_brokers}
+        racks = placement.rack_map(chosen)
+        proposed: dict[TopicPartition, list[int]] = {}
+        for topic in topics:
+            meta = found[topic]
+            first = meta.partitions.get(0) or next(iter(meta.partitions.values()), None)
+            if first is None:
+                continue
+            plan = placement.plan(racks, rack_mode, len(meta.partitions), len(first.replicas))
+            proposed.update({TopicPartition(topic, p): r for p, r in plan.items()})
+        print(f"Current partition replica assignment\n{_reassignment_json(current)}\n")
+        print(f"Proposed partition reassignment configuration\n{_reassignment_json(proposed)}")
+        return 0
+
+    return run_with_cluster(args, work)
+
+
 def cmd_reassign(args: argparse.Namespace) -> int:
+    if args.generate:
+        return cmd_generate(args)
+    if not args.reassignment_json_file:
+        raise ValueError("give --reassignment-json-file (or --generate to make one)")
     targets = _reassignment_targets(args.reassignment_json_file)
 
     async def work(cluster: ClusterClient) -> int:
@@ -333,18 +427,37 @@ def add_partition_commands(sub: Any) -> None:
         help="move partitions to other brokers, cancel or verify a move "
         "(kafka-reassign-partitions)",
         description="Start moving each listed partition to its replicas (the first is the "
-        "preferred leader); --cancel stops those moves, --verify reports on them.",
+        "preferred leader); --cancel stops those moves, --verify reports on them; "
+        "--generate proposes a plan moving whole topics onto --broker-list.",
     )
     reassign.add_argument(
         "--reassignment-json-file",
-        required=True,
         metavar="FILE",
         help='Kafka\'s format: {"version": 1, "partitions": [{"topic": T, "partition": P, '
         '"replicas": [1, 2, 3]}]}',
     )
     mode = reassign.add_mutually_exclusive_group()
+    mode.add_argument("--execute", action="store_true", help="start the listed moves (the default)")
     mode.add_argument("--cancel", action="store_true", help="cancel the listed moves")
     mode.add_argument("--verify", action="store_true", help="report whether the moves are done")
+    mode.add_argument(
+        "--generate",
+        action="store_true",
+        help="print the current assignment and a proposed plan; moves nothing",
+    )
+    reassign.add_argument(
+        "--topics-to-move-json-file",
+        metavar="FILE",
+        help='with --generate: {"version": 1, "topics": [{"topic": T}]}',
+    )
+    reassign.add_argument(
+        "--broker-list", metavar="1,2,3", help="with --generate: the brokers to move onto"
+    )
+    reassign.add_argument(
+        "--disable-rack-aware",
+        action="store_true",
+        help="with --generate: place replicas ignoring the brokers' racks",
+    )
     add_client_args(reassign)
     reassign.set_defaults(func=guarded(cmd_reassign))
 

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 from typing import Any
 
+from headwater.cli import placement
 from headwater.cli.common import (
     add_client_args,
     admin_client,
@@ -15,20 +16,34 @@ from headwater.cli.common import (
     parse_key_values,
     print_json,
 )
-from headwater.client.admin import TOPIC_RESOURCE
+from headwater.client.admin import TOPIC_RESOURCE, AdminClient
 from headwater.client.errors import KafkaError
 from headwater.client.types import TopicMetadata
+from headwater.cluster.replica_placement import new_partitions_start_index
 from headwater.protocol.apis import ApiKey
 
 TOPIC_CONFIG_SOURCE = 1
 
 
 def cmd_topics_create(args: argparse.Namespace) -> int:
+    """The brokers place replicas (rack-aware); with --disable-rack-aware this command
+    does, rack-unaware, and sends them (Kafka's ZooKeeper-mode kafka-topics did so)."""
     configs = parse_key_values(args.config)
     if args.partitions < 1:
         raise ValueError(f"--partitions must be at least 1, got {args.partitions}")
+    if args.disable_rack_aware and args.replication_factor == -1:
+        raise ValueError(
+            "--disable-rack-aware needs --replication-factor (replicas are placed here)"
+        )
+    rack_mode = placement.mode(args.disable_rack_aware)
     with admin_client(args) as admin:
-        admin.create_topics([(args.name, args.partitions, configs, args.replication_factor)])
+        racks = placement.rack_map(admin.brokers())
+        if args.disable_rack_aware:
+            assignment = placement.plan(racks, rack_mode, args.partitions, args.replication_factor)
+            admin.create_topic_with_assignment(args.name, assignment, configs)
+        else:
+            placement.check_racks(racks, rack_mode)
+            admin.create_topics([(args.name, args.partitions, configs, args.replication_factor)])
     print(f"created topic {args.name}")
     return 0
 
@@ -132,12 +147,37 @@ def cmd_topics_alter(args: argparse.Namespace) -> int:
         if args.partitions < 1:
             raise ValueError(f"--partitions must be at least 1, got {args.partitions}")
         with admin_client(args) as admin:
-            admin.create_partitions(args.name, args.partitions)
+            add_partitions(admin, args.name, args.partitions, args.disable_rack_aware)
         print(f"topic {args.name} now has {args.partitions} partitions")
     if sets or args.delete_config:
         alter_configs(args, TOPIC_RESOURCE, args.name, sets, args.delete_config)
         print(f"altered configs of topic {args.name}")
     return 0
+
+
+def add_partitions(admin: AdminClient, name: str, total: int, disable_rack_aware: bool) -> None:
+    """CreatePartitions; --disable-rack-aware places the new partitions here as Kafka's
+    AdminZkClient would (round robin on from partition 0's leader), racks ignored."""
+    rack_mode = placement.mode(disable_rack_aware)
+    racks = placement.rack_map(admin.brokers())
+    if not disable_rack_aware:
+        placement.check_racks(racks, rack_mode)
+        admin.create_partitions(name, total)
+        return
+    current = admin.describe_topic(name).partitions
+    first = list(current[0].replicas) if 0 in current else []
+    if not first or total <= len(current):
+        admin.create_partitions(name, total)  # the broker says what is wrong
+        return
+    new = placement.plan(
+        racks,
+        rack_mode,
+        total - len(current),
+        len(first),
+        start_index=new_partitions_start_index(racks, first[0]),
+        start_partition=len(current),
+    )
+    admin.create_partitions(name, total, assignments=[new[p] for p in sorted(new)])
 
 
 def alter_configs(
@@ -195,6 +235,12 @@ def add_topic_commands(subparsers: Any) -> None:
         metavar="KEY=VALUE",
         help="a topic config, e.g. --config retention.ms=60000 (repeatable)",
     )
+    create.add_argument(
+        "--disable-rack-aware",
+        action="store_true",
+        help="place replicas ignoring racks (computed here; needs --replication-factor); "
+        "the way to create a topic when only some brokers have broker.rack",
+    )
     add_client_args(create)
     create.set_defaults(func=guarded(cmd_topics_create))
 
@@ -240,6 +286,11 @@ def add_topic_commands(subparsers: Any) -> None:
         default=[],
         metavar="KEY",
         help="remove a topic config override (repeatable)",
+    )
+    alter.add_argument(
+        "--disable-rack-aware",
+        action="store_true",
+        help="with --partitions: place the new partitions ignoring racks (computed here)",
     )
     add_client_args(alter)
     alter.set_defaults(func=guarded(cmd_topics_alter))

@@ -21,7 +21,7 @@ from headwater.client.cluster import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Clust
 from headwater.client.coordinator import CoordinatorClient, fetch_committed_offsets
 from headwater.client.errors import KafkaError
 from headwater.client.loop_thread import EventLoopThread
-from headwater.client.types import TopicMetadata, TopicPartition
+from headwater.client.types import BrokerMetadata, TopicMetadata, TopicPartition
 from headwater.protocol.apis import ApiKey
 from headwater.security.client_security import ClientSecurity
 
@@ -134,6 +134,46 @@ class AsyncAdminClient:
             ]
         )
 
+    async def create_topic_with_assignment(
+        self,
+        name: str,
+        assignment: Mapping[int, Sequence[int]],
+        configs: _Configs = None,
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        """CreateTopics with explicit replicas per partition (the broker then places
+        nothing itself: how ``--disable-rack-aware`` reaches it)."""
+        request = {
+            "name": name,
+            "num_partitions": -1,
+            "replication_factor": -1,
+            "assignments": [
+                {"partition_index": p, "broker_ids": list(r)} for p, r in sorted(assignment.items())
+            ],
+            "configs": [{"name": k, "value": str(v)} for k, v in (configs or {}).items()],
+        }
+        resp = await self._cluster.request_any(
+            ApiKey.CREATE_TOPICS,
+            {
+                "topics": [request],
+                "timeout": self.request_timeout_ms,
+                "validate_only": validate_only,
+            },
+        )
+        _raise_first(
+            [
+                KafkaError(int(t.error_code), t.error_message or f"creating topic {t.name!r}")
+                for t in resp.topics
+                if int(t.error_code)
+            ]
+        )
+
+    async def brokers(self) -> dict[int, BrokerMetadata]:
+        """Every live broker with its rack, from Metadata (what placement plans need)."""
+        await self._cluster.refresh_metadata([])
+        return dict(sorted(self._cluster.brokers.items()))
+
     async def delete_topics(self, names: Iterable[str]) -> None:
         wanted = list(names)
         resp = await self._cluster.request_any(
@@ -208,12 +248,20 @@ class AsyncAdminClient:
         return out
 
     async def create_partitions(
-        self, name: str, total: int, *, validate_only: bool = False
+        self,
+        name: str,
+        total: int,
+        *,
+        validate_only: bool = False,
+        assignments: Sequence[Sequence[int]] | None = None,
     ) -> None:
+        """Grow ``name`` to ``total`` partitions; ``assignments``: the replicas of each
+        new partition in order, else the broker places them."""
+        given = None if assignments is None else [{"broker_ids": list(r)} for r in assignments]
         resp = await self._cluster.request_any(
             ApiKey.CREATE_PARTITIONS,
             {
-                "topics": [{"name": name, "count": total, "assignments": None}],
+                "topics": [{"name": name, "count": total, "assignments": given}],
                 "timeout": self.request_timeout_ms,
                 "validate_only": validate_only,
             },
@@ -372,8 +420,28 @@ class AdminClient:
         )
         return result
 
-    def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
-        self._run(self._admin.create_partitions(name, total, validate_only=validate_only))
+    def create_partitions(
+        self,
+        name: str,
+        total: int,
+        *,
+        validate_only: bool = False,
+        assignments: Sequence[Sequence[int]] | None = None,
+    ) -> None:
+        self._run(
+            self._admin.create_partitions(
+                name, total, validate_only=validate_only, assignments=assignments
+            )
+        )
+
+    def create_topic_with_assignment(
+        self, name: str, assignment: Mapping[int, Sequence[int]], configs: _Configs = None
+    ) -> None:
+        self._run(self._admin.create_topic_with_assignment(name, assignment, configs))
+
+    def brokers(self) -> dict[int, BrokerMetadata]:
+        result: dict[int, BrokerMetadata] = self._run(self._admin.brokers())
+        return result
 
     def list_offsets(
         self, partitions: Iterable[TopicPartition], timestamp: int

@@ -69,8 +69,11 @@ class LocalBroker:
         data_dir: Path,
         log_path: Path,
         overrides: Sequence[str] = (),
+        rack: str | None = None,
     ) -> None:
         self.broker_id = broker_id
+        #: ``broker.rack`` (``headwater cluster --racks``), None for none.
+        self.rack = rack
         self.host = host
         self.port = port
         self.data_dir = data_dir
@@ -92,6 +95,8 @@ class LocalBroker:
             "-o", f"broker.id={self.broker_id}",
             "-o", f"zookeeper.connect={zookeeper_connect}",
         ]  # fmt: skip
+        if self.rack:
+            cmd += ["-o", f"broker.rack={self.rack}"]
         for override in self.overrides:
             cmd += ["-o", override]
         return cmd
@@ -177,7 +182,10 @@ class LocalCluster:
         overrides: Sequence[str] = (),
         zookeeper_port: int | None = None,
         zookeeper_tick_ms: int = 500,
+        racks: Sequence[str | None] = (),
     ) -> None:
+        """``racks``: broker.rack of brokers 1, 2, ... in turn, cycling when shorter
+        than the brokers (``a,b,c`` over 6 brokers: two per rack); empty: no racks."""
         if brokers < 1:
             raise ValueError(f"--brokers must be at least 1, got {brokers}")
         self.data_dir = Path(data_dir)
@@ -194,6 +202,7 @@ class LocalCluster:
                 self.data_dir / f"broker-{i}",
                 self.data_dir / "logs" / f"broker-{i}.log",
                 overrides,
+                racks[(i - 1) % len(racks)] if racks else None,
             )
             for i in range(1, brokers + 1)
         ]

@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from headwater.broker.connection import RequestContext, _Queued, _request_times
 from headwater.broker.metrics import (
+    BrokerMetrics,
     ConsumerLagCollector,
     EventLoopLag,
     RequestTimes,
@@ -116,3 +117,15 @@ def test_consumer_lag_walks_on_the_loop_in_slices_and_is_bounded() -> None:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
         loop.close()
+
+
+def test_broker_info_says_the_rack() -> None:
+    racked, rackless = BrokerMetrics(), BrokerMetrics()
+    racked.bind_broker_info(2, "eu-west-1b")
+    rackless.bind_broker_info(3, None)
+    assert 'headwater_broker_info{broker_id="2",rack="eu-west-1b"} 1.0' in (
+        generate_latest(racked.registry).decode()
+    )
+    assert 'headwater_broker_info{broker_id="3",rack=""} 1.0' in (
+        generate_latest(rackless.registry).decode()
+    )
