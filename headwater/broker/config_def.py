@@ -262,6 +262,7 @@ _KEYS += [
     _bool("headwater.zero.copy.enable", True, "sendfile record data (false: read into memory)"),
     _str("headwater.event.loop", "asyncio", "the event loop", ("asyncio", "uvloop")),
     _str("headwater.metrics.listen", None, "HOST:PORT of Prometheus /metrics (--metrics-listen)"),
+    _str("headwater.console.listen", None, "HOST:PORT of the web console (--console-listen)"),
     _bool("headwater.fetch.session.retransmit.enable", True, "resend a lost session response"),
     _int("headwater.fetch.session.slots.per.client", None, "sessions per client id", at_least=0),
     _long("headwater.malloc.trim.interval.ms", 30_000, "return free C heap; 0 never", at_least=0),

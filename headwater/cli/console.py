@@ -41,6 +41,17 @@ def _add_user(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_metrics_endpoints(items: list[str]) -> dict[int, str]:
+    """``--metrics ID=HOST:PORT`` items as broker id -> endpoint."""
+    out: dict[int, str] = {}
+    for item in items:
+        broker, sep, where = item.partition("=")
+        if not sep or not broker.strip().isdigit() or not where.strip():
+            raise ValueError(f"--metrics needs BROKER_ID=HOST:PORT, got {item!r}")
+        out[int(broker)] = where.strip()
+    return out
+
+
 def cmd_console(args: argparse.Namespace) -> int:
     if args.add_user:
         return _add_user(args)
@@ -52,6 +63,7 @@ def cmd_console(args: argparse.Namespace) -> int:
                 listen=args.listen,
                 read_only=args.read_only,
                 users_file=Path(args.users) if args.users else None,
+                metrics=parse_metrics_endpoints(args.metrics),
             )
         )
     except (ConsoleConfigError, UserFileError) as exc:
@@ -81,5 +93,10 @@ def add_console_command(sub: Any) -> None:
         "--add-user", metavar="NAME",
         help="instead of serving, set NAME's password in --users FILE (asked for, or "
         "$HEADWATER_CONSOLE_PASSWORD) and exit",
+    )  # fmt: skip
+    p.add_argument(
+        "--metrics", action="append", default=[], metavar="BROKER_ID=HOST:PORT",
+        help="a broker's Prometheus /metrics (its --metrics-listen), for the metrics page and "
+        "the overview's bytes in/out (repeatable)",
     )  # fmt: skip
     p.set_defaults(func=guarded(cmd_console))

@@ -60,8 +60,31 @@ def _local_cluster(args: argparse.Namespace) -> Iterator[str]:
         cluster.stop()
 
 
+@contextlib.contextmanager
+def _console_for(args: argparse.Namespace, bootstrap: str) -> Iterator[None]:
+    """The web console on the demo's cluster while it runs (a busy port only warns:
+    the pipeline is the demo's point)."""
+    if not args.console_listen:
+        yield
+        return
+    from headwater.console.server import ConsoleConfigError, ConsoleServer, ConsoleSettings
+
+    try:
+        server = ConsoleServer(ConsoleSettings(bootstrap=bootstrap, listen=args.console_listen))
+        server.start()
+    except ConsoleConfigError as exc:
+        log.warning("no console: %s (pass --console-listen HOST:PORT, or '' for none)", exc)
+        yield
+        return
+    print(f"console: {server.url}  (open it in a browser; it runs while the demo does)", flush=True)
+    try:
+        yield
+    finally:
+        server.stop()
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
-    with _broker_for(args) as bootstrap:
+    with _broker_for(args) as bootstrap, _console_for(args, bootstrap):
         settings = DemoSettings(
             bootstrap=bootstrap,
             master=args.master,
@@ -99,5 +122,10 @@ def add_demo_command(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, default=12, help=f"partitions of {EVENTS_TOPIC}")
     p.add_argument("--window", type=int, default=10, help="window length in seconds")
     p.add_argument("--lateness", type=int, default=5, help="watermark delay in seconds")
+    p.add_argument(
+        "--console-listen", default="127.0.0.1:8080", metavar="HOST:PORT",
+        help="serve the web console there while the demo runs (default 127.0.0.1:8080; "
+        "'' for none)",
+    )  # fmt: skip
     p.set_defaults(func=cmd_demo)
     return p

@@ -60,6 +60,17 @@ def _add_serve_args(p: argparse.ArgumentParser) -> None:
         help="serve Prometheus /metrics there (Kafka-style key: headwater.metrics.listen)",
     )
     p.add_argument(
+        "--console-listen",
+        metavar="HOST:PORT",
+        help="serve the web console there, for this broker's cluster (Kafka-style key: "
+        "headwater.console.listen); off a loopback address it needs --console-users",
+    )
+    p.add_argument(
+        "--console-users",
+        metavar="FILE",
+        help="the console's user file (NAME:HASH lines, scrypt or argon2): require a login",
+    )
+    p.add_argument(
         "--log-level",
         default="INFO",
         metavar="LEVEL",
@@ -111,6 +122,9 @@ def server_properties(args: argparse.Namespace) -> tuple[dict[str, str], dict[st
             ) from None
         props["headwater.metrics.listen"] = args.metrics_listen
         origin["headwater.metrics.listen"] = "from --metrics-listen"
+    if getattr(args, "console_listen", None):
+        props["headwater.console.listen"] = args.console_listen
+        origin["headwater.console.listen"] = "from --console-listen"
     return props, origin
 
 
@@ -177,8 +191,67 @@ async def _stop_quietly(broker: Any) -> None:
         logging.disable(logging.NOTSET)
 
 
-async def run_broker(config: BrokerConfig) -> None:
-    """Run until SIGTERM/SIGINT, then stop cleanly (flush, clean-shutdown marker)."""
+def console_settings(args: argparse.Namespace, config: BrokerConfig) -> Any:
+    """The web console beside this broker (``headwater.console.listen``), or None.
+
+    It reaches the cluster as any client does, through this broker's PLAINTEXT
+    listener, and shows this broker's own /metrics when it serves them.
+    """
+    props, _ = server_properties(args)
+    listen = props.get("headwater.console.listen")
+    if not listen:
+        return None
+    from headwater.console.server import ConsoleSettings
+
+    plaintext = [lst for lst in config.all_listeners if lst.protocol.name == "PLAINTEXT"]
+    if not plaintext:
+        raise StartupError(
+            "headwater.console.listen needs a PLAINTEXT listener to reach the cluster through; "
+            "for a secured one run `headwater console --command-config FILE` instead"
+        )
+    host, port = plaintext[0].advertised
+    metrics = (
+        {config.node_id: f"{config.metrics_host or '127.0.0.1'}:{config.metrics_port}"}
+        if config.metrics_port is not None
+        else None
+    )
+    settings = ConsoleSettings(
+        bootstrap=f"{host}:{port}",
+        listen=listen,
+        users_file=Path(args.console_users) if getattr(args, "console_users", None) else None,
+        metrics=metrics,
+    )
+    # Refuse a console bound off loopback without logins before the broker starts.
+    from headwater.console.auth import UserFileError, load_user_file
+    from headwater.console.server import ConsoleConfigError, check_binding
+
+    try:
+        users = load_user_file(settings.users_file) if settings.users_file else None
+        check_binding(parse_host_port(listen, 8080)[0], users, listen)
+    except (ConsoleConfigError, UserFileError) as exc:
+        raise StartupError(str(exc).replace("--users FILE", "--console-users FILE", 1)) from None
+    return settings
+
+
+def _start_console(settings: Any) -> Any:
+    """Start the console's server (its own thread), or say in one line why it cannot."""
+    if settings is None:
+        return None
+    from headwater.console.auth import UserFileError
+    from headwater.console.server import ConsoleConfigError, ConsoleServer
+
+    try:
+        server = ConsoleServer(settings).start()
+    except (ConsoleConfigError, UserFileError) as exc:
+        raise StartupError(str(exc)) from None
+    log.info("console on %s", server.url)
+    return server
+
+
+async def run_broker(config: BrokerConfig, console: Any = None) -> None:
+    """Run until SIGTERM/SIGINT, then stop cleanly (flush, clean-shutdown marker).
+
+    ``console``: ``ConsoleSettings`` of a web console to serve beside the broker."""
     from headwater.broker.broker import Broker
     from headwater.cluster.node import ClusterStartError
     from headwater.log.dir_lock import DataDirLockedError
@@ -198,6 +271,11 @@ async def run_broker(config: BrokerConfig) -> None:
     # the whole run: move them out of the collector's way so that decoding a large
     # Fetch request does not pay for rescanning them (measured: most of its cost).
     COLLECTOR.freeze()
+    try:
+        console_server = _start_console(console)
+    except StartupError:
+        await _stop_quietly(broker)
+        raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -206,16 +284,18 @@ async def run_broker(config: BrokerConfig) -> None:
         await stop.wait()
     finally:
         shutdown_watchdog.arm(broker.stop_budget_s(), lambda: broker.stop_phase)
+        if console_server is not None:
+            await asyncio.to_thread(console_server.stop)
         await broker.stop()
 
 
-def _run(config: BrokerConfig) -> int:
+def _run(config: BrokerConfig, console: Any = None) -> int:
     if config.event_loop == "uvloop":
         import uvloop
 
-        uvloop.run(run_broker(config))
+        uvloop.run(run_broker(config, console))
     else:
-        asyncio.run(run_broker(config))
+        asyncio.run(run_broker(config, console))
     return 0
 
 
@@ -227,7 +307,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 0
     debug = args.log_level.lower() == "debug"
     try:
-        return _run(broker_config(args, default_data_dir="headwater-data"))
+        config = broker_config(args, default_data_dir="headwater-data")
+        return _run(config, console_settings(args, config))
     except StartupError as exc:
         if debug:
             log.exception("start-up failed")

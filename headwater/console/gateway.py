@@ -286,8 +286,12 @@ class ClusterGateway:
         *,
         request_timeout_s: float = 8.0,
         client_id: str = "headwater-console",
+        metrics_endpoints: Mapping[int, str] | None = None,
     ) -> None:
         self.bootstrap = bootstrap
+        #: broker id -> HOST:PORT of its /metrics, as configured; others are asked for
+        #: through DescribeConfigs (headwater.metrics.listen) where the cluster reports it.
+        self.static_metrics = {k: _metrics_url(v) for k, v in (metrics_endpoints or {}).items()}
         self.security = security
         self.request_timeout_s = request_timeout_s
         self.client_id = client_id
@@ -1187,6 +1191,9 @@ class ClusterGateway:
         snap = await self.snapshot()
         out: dict[int, str | None] = {}
         for broker_id, broker in snap.live.items():
+            if broker_id in self.static_metrics:
+                out[broker_id] = self.static_metrics[broker_id]
+                continue
             try:
                 configs = await self.broker_configs(broker_id)
             except (KafkaError, Denied, Unreachable):
@@ -1235,6 +1242,13 @@ class _SharedAdmin(AsyncAdminClient):
 
     async def close(self) -> None:  # the gateway owns the connections
         return None
+
+
+def _metrics_url(value: str) -> str:
+    """``HOST:PORT`` (or a full URL) of a broker's Prometheus endpoint as a URL."""
+    if value.startswith(("http://", "https://")):
+        return value
+    return f"http://{value}/metrics"
 
 
 def _matches(rec: ConsumerRecord, needle: bytes) -> bool:

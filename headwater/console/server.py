@@ -42,6 +42,7 @@ class ConsoleSettings:
     listen: str = DEFAULT_LISTEN
     read_only: bool = False
     users_file: Path | None = None
+    metrics: Mapping[int, str] | None = None  # broker id -> HOST:PORT of its /metrics
 
 
 def check_binding(host: str, users: Mapping[str, str] | None, listen: str) -> None:
@@ -69,7 +70,9 @@ class ConsoleServer:
         check_binding(host, users, settings.listen)
         self.settings = settings
         self.host, self.port = host, port
-        self.gateway = ClusterGateway(settings.bootstrap, settings.security)
+        self.gateway = ClusterGateway(
+            settings.bootstrap, settings.security, metrics_endpoints=settings.metrics
+        )
         self.console = ConsoleApp(
             self.gateway, ConsoleOptions(read_only=settings.read_only, users=users)
         )
