@@ -200,7 +200,7 @@ def parse_headers(text: str) -> list[tuple[str, bytes]]:
         key, sep, value = line.partition("=")
         if not sep or not key.strip():
             raise ValueError(f"header line {number}: expected KEY=VALUE, got {line!r}")
-        out.append((key.strip(), value.encode()))
+        out.append((key.strip(), value.strip().encode()))
     return out
 
 
