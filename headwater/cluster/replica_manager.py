@@ -637,11 +637,18 @@ class ReplicaManager:
 
     def consumer_serving_error(self, topic: str, partition: int) -> int:
         """As :meth:`serving_error` for a consumer that may read from followers (Fetch
-        v11+, KIP-392): any replica here serves it, as Kafka's ``fetchOnlyLeader`` is
-        false for a consumer that sent client metadata."""
+        v11+, KIP-392): an in-sync replica here serves it, as Kafka's ``fetchOnlyLeader``
+        is false for a consumer that sent client metadata.
+
+        Beyond Kafka, a follower outside the ISR refuses (NOT_LEADER_OR_FOLLOWER): its
+        high watermark has stopped, so a consumer it kept would stall until its
+        preferred-replica lease ran out; the error sends it back to the leader at once.
+        """
         replica = self.replicas.get((topic, partition))
         if replica is not None and replica.leader >= 0:
-            return ErrorCode.none
+            if replica.is_leader or self.local_id in replica.isr:
+                return ErrorCode.none
+            return ErrorCode.not_leader_or_follower
         return self.serving_error(topic, partition)
 
     def serves_as_follower(self, topic: str, partition: int) -> bool:
