@@ -177,7 +177,7 @@ def test_a_topic_created_in_the_metadata_gets_a_local_log_led_here(tmp_path: Pat
             assert "new" in node.view.topics
             assert logs.topics()["new"].num_partitions == 3
             assert logs.topics()["new"].topic_id == node.view.topics["new"].topic_id
-            with pytest.raises(Exception, match="(?i)replication factor"):
+            with pytest.raises(Exception, match=r"(?i)replication factor"):
                 await loop.run_in_executor(None, create_topic, node.store, "rf2", 1, 2)
 
     asyncio.run(run())
