@@ -244,8 +244,20 @@ class ConsoleApp:
         except Unreachable as exc:
             response = self._unreachable(ctx, str(exc))
         except Denied as exc:
-            response = self.render(ctx, "error.html", {"title": "Denied", "message": str(exc)}, 403)
+            response = self._error(ctx, "Denied", str(exc), 403)
+        except KafkaError as exc:  # e.g. a coordinator moving: said, and retried live
+            response = self._error(ctx, "Refused", str(exc), 502)
         return self._finish(ctx, response)
+
+    def _error(self, ctx: Ctx, title: str, message: str, status: int) -> Response:
+        """A page's error; a live fragment's error keeps polling its own URL (status 200,
+        so htmx swaps it in) and is replaced by the data once the cluster answers again."""
+        if "HX-Request" in ctx.request.headers:
+            url = ctx.request.url.path + (
+                f"?{ctx.request.url.query}" if ctx.request.url.query else ""
+            )
+            return self.render(ctx, "error_fragment.html", {"message": message, "retry": url})
+        return self.render(ctx, "error.html", {"title": title, "message": message}, status)
 
     def _finish(self, ctx: Ctx, response: Response) -> Response:
         if ctx.new_session:
@@ -578,7 +590,8 @@ class ConsoleApp:
             mode = "latest"
         partition = params.get("partition") or "all"
         limit = parse_int(params.get("limit"), 20, 1, 500)
-        contains = params.get("contains") or ""
+        # "search", not "contains": a field named "contains" shadows form.contains() in the DOM.
+        contains = params.get("search") or ""
         raw_value = params.get("value") or ""
         context: dict[str, Any] = {
             "title": f"Messages of {name}", "name": name, "meta": meta, "format": fmt, "mode": mode,

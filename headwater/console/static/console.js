@@ -4,6 +4,11 @@
 //    every few seconds and this redraws it (uPlot has no declarative mode).
 (function () {
   "use strict";
+  // A live fragment's request that hangs must not stop its polling (htmx drops new
+  // triggers while one is in flight): give up on it after 15 s and poll again.
+  document.addEventListener("htmx:load", function () {
+    if (window.htmx) { window.htmx.config.timeout = 15000; }
+  });
   document.addEventListener("htmx:configRequest", function (evt) {
     evt.detail.headers["X-CSRF-Token"] = document.body.dataset.csrf || "";
   });
@@ -13,6 +18,10 @@
       if (el.dataset.drawn || typeof uPlot === "undefined") { return; }
       var spec = JSON.parse(el.querySelector("script").textContent);
       el.dataset.drawn = "1";
+      try { render(el, spec); } catch (err) { console.error("chart", err); }
+    });
+  }
+  function render(el, spec) {
       var data = [spec.x].concat(spec.series.map(function (s) { return s.values; }));
       var series = [{}].concat(spec.series.map(function (s, i) {
         return { label: s.label, stroke: palette[i % palette.length], width: 2, spanGaps: true };
@@ -28,7 +37,6 @@
         return;
       }
       new uPlot(opts, data, el);
-    });
   }
   document.addEventListener("DOMContentLoaded", function () { draw(document); });
   document.addEventListener("htmx:afterSwap", function (evt) { draw(evt.detail.elt.parentNode || document); });
