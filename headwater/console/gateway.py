@@ -96,11 +96,13 @@ class Needs:
     operation: str
     resource_type: str
     name: str
+    alternative: str = ""  # another ACL that would do as well, e.g. "CREATE on Topic:t"
 
     def text(self, principal: str) -> str:
+        also = f" (or {self.alternative})" if self.alternative else ""
         return (
             f"denied: {principal} needs an ALLOW {self.operation} ACL on "
-            f"{self.resource_type}:{self.name}"
+            f"{self.resource_type}:{self.name}{also}"
         )
 
 
@@ -491,7 +493,12 @@ class ClusterGateway:
             try:
                 await admin.create_topics([(name, partitions, dict(configs), replication)])
             except KafkaError as exc:
-                _raise(exc.code, str(exc), Needs("CREATE", "Cluster", CLUSTER_NAME), self.principal)
+                _raise(
+                    exc.code,
+                    str(exc),
+                    Needs("CREATE", "Cluster", CLUSTER_NAME, f"CREATE on Topic:{name}"),
+                    self.principal,
+                )
             self.forget_metadata()
 
         await self.call(run)

@@ -57,7 +57,10 @@ def web(browser: Any, request: pytest.FixtureRequest) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1360, "height": 900})
     context.set_default_timeout(TIMEOUT_MS)
     pg = context.new_page()
-    pg.shots_prefix = re.sub(r"[^A-Za-z0-9_-]+", "_", request.node.name)  # type: ignore[attr-defined]
+    pg.shots_prefix = re.sub(r"[^A-Za-z0-9_-]+", "_", request.node.name)
+    # ``web.snap(step, docs_name)``: tests need not import this module (pytest loads it as a
+    # plugin, and a module imported before that escapes pytest's assertion rewriting).
+    pg.snap = lambda step, docs_name=None: shot(pg, step, docs_name)
     try:
         yield pg
     finally:

@@ -24,7 +24,6 @@ from headwater.console.auth import hash_password_scrypt
 from headwater.console.server import ConsoleServer, ConsoleSettings
 from tests.integration.broker_process import free_port
 from tests.integration.cluster_process import Cluster, wait_for
-from tests.integration.console_browser import shot
 from tests.integration.zookeeper import fresh_chroot_connect
 
 pytestmark = [pytest.mark.cluster, pytest.mark.browser]
@@ -109,7 +108,7 @@ def test_create_a_topic_produce_with_the_cli_and_see_the_messages(
     page.get_by_label("Partitions").fill("3")
     page.get_by_label("Replication factor").fill("3")
     page.get_by_label("Configs").fill("retention.ms=3600000")
-    shot(page, "1-create-form")
+    page.snap("1-create-form")
     page.get_by_role("button", name="Create topic").click()
     expect(page.get_by_role("heading", name="Topic orders")).to_be_visible()
     expect(page.get_by_text("created topic orders")).to_be_visible()
@@ -121,14 +120,14 @@ def test_create_a_topic_produce_with_the_cli_and_see_the_messages(
     cli_produce(cluster.bootstrap, "orders", [f"order-{i}" for i in range(1, 31)])
     page.reload()  # log end offsets are live too: 30 records over 3 partitions
     expect(page.locator("#partitions")).to_contain_text("ok")
-    shot(page, "2-topic", "topic")
+    page.snap("2-topic", "topic")
 
     page.goto(f"{console}/topics?q=ord")
     row = page.get_by_role("row").filter(has_text="orders")
     expect(row).to_contain_text("3")  # partitions and replication factor
     expect(row).to_contain_text("1.0 h")  # retention
     expect(row).to_contain_text("delete")  # cleanup policy
-    shot(page, "3-topics", "topics")
+    page.snap("3-topics", "topics")
 
     page.goto(f"{console}/topics/orders/messages")
     page.get_by_label("Show").fill("50")
@@ -139,7 +138,7 @@ def test_create_a_topic_produce_with_the_cli_and_see_the_messages(
     page.get_by_label("Key or value contains").fill("order-2")
     page.get_by_role("button", name="Browse").click()
     expect(page.get_by_text("11 record(s) containing “order-2”")).to_be_visible()
-    shot(page, "4-filtered", "messages")
+    page.snap("4-filtered", "messages")
 
     # Produce with a key, a JSON value and a header; see it pretty-printed.
     page.get_by_label("Key", exact=True).fill("customer-7")
@@ -153,7 +152,7 @@ def test_create_a_topic_produce_with_the_cli_and_see_the_messages(
     expect(page.get_by_text('"item": "kettle",')).to_be_visible()
     expect(page.get_by_role("cell", name="customer-7")).to_be_visible()
     expect(page.get_by_text("=console")).to_be_visible()
-    shot(page, "5-produced-json")
+    page.snap("5-produced-json")
 
 
 def test_a_groups_lag_rises_then_falls_live_and_its_offsets_reset(
@@ -176,16 +175,16 @@ def test_a_groups_lag_rises_then_falls_live_and_its_offsets_reset(
     # No reload: the live fragment shows the lag rising...
     expect(lag).to_contain_text("200")
     expect(page.locator(".uplot")).to_be_visible()
-    shot(page, "1-lag-risen")
+    page.snap("1-lag-risen")
     consume_and_commit(cluster.bootstrap, "readers", "events", 200)
     # ...and falling once the group has read and committed.
     expect(lag).to_have_text(re.compile(r"Total lag\s*0$"))
     expect(page.get_by_role("row").filter(has_text="events").first).to_contain_text("300")
-    shot(page, "2-lag-fallen", "group")
+    page.snap("2-lag-fallen", "group")
 
     page.goto(f"{console}/groups")
     expect(page.get_by_role("row").filter(has_text="readers")).to_contain_text("Empty")
-    shot(page, "3-groups", "groups")
+    page.snap("3-groups", "groups")
 
     # Reset: preview first, then execute.
     page.goto(f"{console}/groups/readers")
@@ -195,11 +194,11 @@ def test_a_groups_lag_rises_then_falls_live_and_its_offsets_reset(
     expect(preview.get_by_role("row")).to_have_count(2)
     expect(preview.get_by_role("row").filter(has_text="events")).to_contain_text("-300")
     expect(page.locator(".stat").filter(has_text="Total lag")).to_contain_text("0")
-    shot(page, "4-reset-preview", "reset-preview")
+    page.snap("4-reset-preview", "reset-preview")
     page.get_by_role("button", name="Execute reset").click()
     expect(page.get_by_text("reset the offsets of 1 partition(s) of readers")).to_be_visible()
     expect(page.locator(".stat").filter(has_text="Total lag")).to_contain_text("300")
-    shot(page, "5-reset-done")
+    page.snap("5-reset-done")
 
     # Shift needs a number: the form says so, nothing changes.
     page.get_by_label(re.compile(r"^Reset to")).select_option("shift")
@@ -281,7 +280,7 @@ def test_operations_and_metrics_pages(web: Any, console: str, cluster: Cluster) 
     expect(page.get_by_text(re.compile(r"preferred leader election: \d+ moved"))).to_be_visible()
     page.get_by_role("button", name="Find hanging transactions").click()
     expect(page.get_by_text("No hanging transactions.")).to_be_visible()
-    shot(page, "1-operations", "operations")
+    page.snap("1-operations", "operations")
 
     page.goto(f"{console}/metrics")
     cli_produce(cluster.bootstrap, "orders", [f"more-{i}" for i in range(50)])
@@ -291,7 +290,7 @@ def test_operations_and_metrics_pages(web: Any, console: str, cluster: Cluster) 
         expect(
             page.get_by_role("row").filter(has_text=f"127.0.0.1:{cluster.metrics_ports[broker_id]}")
         ).to_be_visible()
-    shot(page, "2-metrics", "metrics")
+    page.snap("2-metrics", "metrics")
 
 
 def test_a_read_only_console_hides_and_refuses_writes(web: Any, cluster: Cluster) -> None:
@@ -310,7 +309,7 @@ def test_a_read_only_console_hides_and_refuses_writes(web: Any, cluster: Cluster
         expect(page.get_by_role("button", name="Create topic")).to_have_count(0)
         page.goto(f"{url}/topics/orders")
         expect(page.get_by_role("button", name="Delete topic")).to_have_count(0)
-        shot(page, "1-hidden")
+        page.snap("1-hidden")
         # A write sent by hand, with the session's own CSRF token, is refused all the same.
         token = page.locator("body").get_attribute("data-csrf")
         answer = page.request.post(
@@ -320,7 +319,7 @@ def test_a_read_only_console_hides_and_refuses_writes(web: Any, cluster: Cluster
         assert "this console is read-only" in answer.text()
         page.set_content(answer.text())
         expect(page.get_by_text("refused: this console is read-only")).to_be_visible()
-        shot(page, "2-refused")
+        page.snap("2-refused")
         assert "orders" in cluster.admin().list_topics(timeout=5).topics
     finally:
         server.stop()
@@ -356,7 +355,7 @@ def test_bound_off_loopback_it_needs_and_takes_a_login(
         page.get_by_label("Password").fill("wrong")
         page.get_by_role("button", name="Log in").click()
         expect(page.get_by_text("wrong user name or password")).to_be_visible()
-        shot(page, "1-login", "login")
+        page.snap("1-login", "login")
         page.get_by_label("User").fill("ops")
         page.get_by_label("Password").fill("console-pw")
         page.get_by_role("button", name="Log in").click()
@@ -385,7 +384,7 @@ def test_an_unreachable_cluster_is_a_banner_that_keeps_retrying(web: Any) -> Non
         first = banner.inner_text()
         # It retries on its own: the "last try" time moves on without a reload.
         expect(banner).not_to_have_text(first, timeout=15_000)
-        shot(page, "1-banner", "unreachable")
+        page.snap("1-banner", "unreachable")
     finally:
         server.stop()
 
@@ -404,7 +403,7 @@ def test_zz_a_killed_broker_shows_down_with_under_replicated_partitions(
     expect(page.get_by_role("row").filter(has_text="rack-b")).to_contain_text("up")
     expect(page.locator(".stat").filter(has_text="Under-replicated")).to_contain_text("0")
     expect(page.locator(".stat").filter(has_text="Bytes in")).to_contain_text("/s")
-    shot(page, "1-healthy", "overview")
+    page.snap("1-healthy", "overview")
     cluster.kill(1)
     # No reload: the live overview marks broker 1 down and counts its partitions.
     expect(page.get_by_role("row").filter(has_text="rack-b")).to_contain_text("down")
@@ -413,8 +412,8 @@ def test_zz_a_killed_broker_shows_down_with_under_replicated_partitions(
         re.compile(r"partitions\s*0$")
     )
     expect(page.get_by_text("Unhealthy partitions:")).to_be_visible()
-    shot(page, "2-broker-down", "overview-broker-down")
+    page.snap("2-broker-down", "overview-broker-down")
     page.goto(f"{console}/topics/orders")
     expect(page.get_by_text("under-replicated").first).to_be_visible()
     expect(page.get_by_text("(broker 1 down)").first).to_be_visible()
-    shot(page, "3-topic-under-replicated")
+    page.snap("3-topic-under-replicated")
