@@ -925,6 +925,13 @@ class AsyncProducer:
             await self._cluster.connection(node_id)
         except KafkaError as exc:
             log.info("producer cannot reach node %d: %s", node_id, exc)
+            led = {
+                name
+                for name, meta in self._cluster.topics.items()
+                if any(p.leader == node_id for p in meta.partitions.values())
+            }
+            if led:
+                self._start_refresh(led)  # it may lead them no more
         finally:
             self._connecting.discard(node_id)
             self._wake()
@@ -989,7 +996,9 @@ class AsyncProducer:
                 log.info("retrying batch for %s: %s", batch.tp, error)
                 with self._lock:
                     self._accumulator.reenqueue(batch)
-                if error.code in (3, 5, 6):
+                if error.code in (3, 5, 6) or isinstance(error, KafkaConnectionError):
+                    # A lost leader may have been replaced (Java: a disconnect requests
+                    # a metadata update); without this the batch waits for the dead one.
                     self._start_refresh({batch.tp.topic})
             else:
                 self._complete(batch, error=error)
