@@ -18,12 +18,18 @@ Assignment = dict[str, dict[str, frozenset[int]]]
 
 @dataclass(frozen=True, slots=True)
 class MemberSpec:
-    """One member as the assignor sees it."""
+    """One member as the assignor sees it.
+
+    ``instance_id`` (``group.instance.id``) is optional: the range assignor
+    orders static members by it, as Kafka does, so a static member that
+    rejoins under a new member id gets its old ranges back.
+    """
 
     member_id: str
     rack: str | None
     subscribed_topics: frozenset[str]
     owned: Mapping[str, frozenset[int]]
+    instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
