@@ -310,3 +310,34 @@ def test_a_rack_consumer_reads_every_record_once_through_a_kill_of_its_follower_
         consumer.close()
     assert seen == list(range(total))
     wait_for(lambda: cluster.isr(topic) == {0, 1, 2}, timeout=60, what="full ISR at the end")
+
+
+def test_a_consumer_whose_follower_is_moved_away_goes_back_to_the_leader(
+    cluster: Cluster,
+) -> None:
+    """A reassignment removes the rack-b replica: the consumer reading from it falls
+    back to the leader and reads on, every record once, in order."""
+    from kafka import TopicPartition as KTopicPartition
+    from kafka.admin import KafkaAdminClient
+
+    topic = _topic(cluster)
+    _produce(cluster, topic, range(500))
+    consumer = _consumer(cluster, "b")
+    kadmin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        seen = _read(consumer, 500)
+        assert _bytes_out(cluster, 1, topic) > 0 and _bytes_out(cluster, 0, topic) == 0
+        assert kadmin.alter_partition_reassignments({KTopicPartition(topic, 0): [0, 2]}) == {
+            KTopicPartition(topic, 0): None
+        }
+        wait_for(
+            lambda: set(cluster.partitions(topic)[0].replicas) == {0, 2}, what="replicas {0, 2}"
+        )
+        _produce(cluster, topic, range(500, 1000))
+        seen += _read(consumer, 500)
+    finally:
+        kadmin.close()
+        consumer.close()
+    assert seen == list(range(1000))
+    assert _bytes_out(cluster, 0, topic) > 0  # the leader serves it now
