@@ -51,6 +51,22 @@ def cluster(tmp_path: Path, zookeeper: ZooKeeperServer) -> Iterator[Cluster]:
         c.stop()
 
 
+@pytest.fixture
+def slow_isr_cluster(tmp_path: Path, zookeeper: ZooKeeperServer) -> Iterator[Cluster]:
+    """A dead follower stays in the ISR (and the leader keeps naming it) for 20 s."""
+    c = Cluster(
+        tmp_path,
+        fresh_chroot_connect(zookeeper),
+        overrides=[SELECTOR, "zookeeper.session.timeout.ms=20000", "replica.lag.time.max.ms=20000"],
+        metrics=True,
+        racks=["a", "b", "c"],
+    ).start()
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
 def make_topic(cluster: Cluster, replicas: list[int]) -> str:
     """One partition on ``replicas`` (the first leads), all of them in sync."""
     name = f"rack-{uuid.uuid4().hex[:8]}"
@@ -240,3 +256,44 @@ def test_a_consumer_without_a_rack_reads_from_the_leader(cluster: Cluster) -> No
     assert_once_in_order(reader.got, 300)
     assert bytes_out(cluster, LEADER, topic) > 0
     assert bytes_out(cluster, RACK_B, topic) == bytes_out(cluster, RACK_C, topic) == 0
+
+
+def test_a_dead_follower_still_in_the_isr_is_avoided(slow_isr_cluster: Cluster) -> None:
+    """The leader keeps naming the killed follower while it is in the ISR; the consumer
+    reads the rest of the backlog from the leader meanwhile instead of waiting for the
+    ISR to shrink (20 s here, 30 s by Kafka's default)."""
+    cluster = slow_isr_cluster
+    topic = make_topic(cluster, [LEADER, RACK_B, RACK_C])
+    total = 6000
+    with Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"}) as producer:
+        for i in range(total):
+            producer.send(topic, b"%d" % i, partition=0)
+        producer.flush(60)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "client.rack": "b",
+            "fetch.max.wait.ms": 100,
+            "max.partition.fetch.bytes": 2048,  # a backlog of many fetches
+        }
+    )
+    tp = TopicPartition(topic, 0)
+    got: list[tuple[int, int]] = []
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        deadline = time.monotonic() + 30
+        while len(got) < 500 and time.monotonic() < deadline:
+            got.extend((r.offset, int(r.value or b"-1")) for r in consumer.poll(0.2))
+        assert 500 <= len(got) < total
+        assert bytes_out(cluster, LEADER, topic) == 0
+        cluster.kill(RACK_B)
+        killed_at = time.monotonic()
+        while len(got) < total and time.monotonic() < killed_at + 30:
+            got.extend((r.offset, int(r.value or b"-1")) for r in consumer.poll(0.2))
+        took = time.monotonic() - killed_at
+    finally:
+        consumer.close()
+    assert_once_in_order(got, total)
+    assert bytes_out(cluster, LEADER, topic) > 0
+    assert RACK_B in cluster.isr(topic), f"the ISR shrank first ({took:.1f} s): nothing shown"
