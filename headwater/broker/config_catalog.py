@@ -182,6 +182,7 @@ def dynamic_broker_config_type(name: str) -> ConfigType | None:
 #: Read-only broker configs DescribeConfigs also reports, with their types.
 STATIC_BROKER_CONFIGS: dict[str, ConfigType] = {
     "auto.create.topics.enable": ConfigType.BOOLEAN,
+    "broker.rack": ConfigType.STRING,
     "log.cleaner.enable": ConfigType.BOOLEAN,
     "connections.max.idle.ms": ConfigType.LONG,
     "fetch.max.bytes": ConfigType.INT,
@@ -189,6 +190,7 @@ STATIC_BROKER_CONFIGS: dict[str, ConfigType] = {
     "node.id": ConfigType.INT,
     "num.partitions": ConfigType.INT,
     "queued.max.request.bytes": ConfigType.LONG,
+    "replica.selector.class": ConfigType.CLASS,
     "socket.request.max.bytes": ConfigType.INT,
     "transaction.state.log.num.partitions": ConfigType.INT,
     "transaction.state.log.replication.factor": ConfigType.SHORT,

@@ -341,3 +341,14 @@ def test_a_consumer_whose_follower_is_moved_away_goes_back_to_the_leader(
         consumer.close()
     assert seen == list(range(1000))
     assert _bytes_out(cluster, 0, topic) > 0  # the leader serves it now
+
+
+def test_describe_configs_shows_the_rack_and_the_selector(cluster: Cluster) -> None:
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    admin = cluster.admin()
+    resource = ConfigResource(ResourceType.BROKER, "1")
+    configs = admin.describe_configs([resource])[resource].result(30)
+    assert configs["broker.rack"].value == "b"
+    assert configs["broker.rack"].is_read_only
+    assert configs["replica.selector.class"].value == SELECTOR.split("=", 1)[1]

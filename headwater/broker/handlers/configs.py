@@ -48,6 +48,7 @@ from headwater.broker.config_catalog import (
 from headwater.broker.connection import RequestContext
 from headwater.broker.connection_limits import ConnectionRegistry
 from headwater.cluster.fetcher_assignment import check_thread_count_change
+from headwater.fetch.replica_selector import RACK_AWARE, RACK_AWARE_SELECTOR_CLASS
 from headwater.log.cleaner_manager import CleanerConfig
 from headwater.log.config import LogConfig
 from headwater.log.errors import KafkaApiError
@@ -249,6 +250,10 @@ class ConfigsApi:
                 "node.id": str(c.node_id),
                 "num.partitions": str(c.num_partitions),
                 "num.replica.fetchers": str(c.num_replica_fetchers),
+                "broker.rack": c.broker_rack or "",
+                "replica.selector.class": (
+                    RACK_AWARE_SELECTOR_CLASS if c.replica_selector == RACK_AWARE else ""
+                ),
                 "queued.max.request.bytes": str(limits.queued_max_request_bytes),
                 "socket.request.max.bytes": str(c.socket_request_max_bytes),
                 "transaction.state.log.num.partitions": str(c.transaction_state_log_num_partitions),
@@ -704,6 +709,9 @@ _DEFAULTS = {
     "leader.replication.throttled.rate": str(2**63 - 1),
     "follower.replication.throttled.rate": str(2**63 - 1),
     "num.replica.fetchers": "1",
+    # Kafka's default is null for both; DescribeConfigs values here are strings.
+    "broker.rack": "",
+    "replica.selector.class": "",
     **{d.broker_name: d.default for d in TOPIC_CONFIGS},
     **CleanerConfig().as_properties(),
 }
