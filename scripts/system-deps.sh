@@ -12,6 +12,10 @@ command -v java >/dev/null 2>&1 || need+=(openjdk-17-jre-headless)
 # The web console's browser tests drive Debian's chromium through Playwright
 # (executable_path=/usr/bin/chromium; no browser download).
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+# The network-partition campaign (issue 31): nodes in network namespaces (ip),
+# cuts as nftables drop rules (nft).
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v nft >/dev/null 2>&1 || need+=(nftables)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing system packages: ${need[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
