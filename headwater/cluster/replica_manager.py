@@ -46,6 +46,7 @@ from headwater.cluster.partition import PartitionReplica, ReplicaAssignment
 from headwater.cluster.produce_purgatory import ProducePurgatory, await_acks
 from headwater.cluster.replica_fetcher import FetcherConfig, ReplicaFetcher
 from headwater.cluster.replication_quota import ReplicationQuotaConfig, ReplicationThrottles
+from headwater.cluster.stale_leader import LedPartition, StaleLeaderGuard
 from headwater.cluster.store import ClusterStore, PartitionState, SessionEvent
 from headwater.fetch.replica_selector import (
     NO_PREFERRED_REPLICA,
@@ -144,6 +145,14 @@ class ReplicaManager:
         #: Each partition's role change is logged at this level (a cluster of one,
         #: which leads every partition from the start, says it at DEBUG).
         self.role_log_level = logging.INFO
+        #: Stepping down without ZooKeeper (issue 31; ``headwater.cluster.stale_leader``).
+        self.stale_leader = StaleLeaderGuard(
+            int(getattr(store, "session_timeout_ms", 18_000)), config.replica_lag_time_max_ms
+        )
+        #: When this broker became leader of each partition it leads (its epoch's start).
+        self._led_since: dict[PartitionKey, int] = {}
+        #: Partitions given up by the rule above (a metric and the tests read it).
+        self.stale_step_downs = 0
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -155,6 +164,14 @@ class ReplicaManager:
         await self.settled()
         interval = max(self.config.replica_lag_time_max_ms / 2, 100) / 1000
         self._tasks.append(asyncio.create_task(self._every(interval, self._check_isr), name="isr"))
+        guard = self.stale_leader
+        tick_s = min(guard.session_timeout_ms, guard.replica_lag_time_max_ms) / 4000
+        self._tasks.append(
+            asyncio.create_task(
+                self._every(min(max(tick_s, 0.1), 1.0), self._tick_stale_leadership),
+                name="stale-leader",
+            )
+        )
         self._tasks.append(
             asyncio.create_task(
                 self._every(
@@ -210,7 +227,11 @@ class ReplicaManager:
         """Write every replica's HW to ``replication-offset-checkpoint`` when one moved."""
         current = {key: r.log.high_watermark for key, r in self.replicas.items()}
         if current != self._checkpointed:
-            self._checkpoint.write(current)
+            try:
+                self._checkpoint.write(current)
+            except OSError as exc:  # a full or failing disk: try again next interval
+                log.warning("cannot write %s: %s", self._checkpoint.path, exc)
+                return
             self._checkpointed = current
 
     # -- the cluster view drives roles ----------------------------------------------------
@@ -246,6 +267,10 @@ class ReplicaManager:
         :meth:`_refresh_states`). A merely *suspended* connection changes
         nothing: leaders keep serving, ISR writes fail until it is back.
         """
+        if event in (SessionEvent.SUSPENDED, SessionEvent.LOST):
+            self.stale_leader.zookeeper_lost(_now_ms())
+        else:
+            self.stale_leader.zookeeper_back()
         if event in (SessionEvent.LOST, SessionEvent.RESTORED):
             self._session_generation += 1
         if event is SessionEvent.LOST:
@@ -257,11 +282,16 @@ class ReplicaManager:
                         replica.topic,
                         replica.partition,
                     )
-                    self._unwatch_appends(replica)
-                    self.purgatory.fail(replica.key)
-                    replica.leader = -1
-                    replica.followers = {}
-                    self._tell_leadership(replica.topic, replica.partition, False)
+                    self._step_down(replica)
+        elif event is SessionEvent.RECONNECTED and self._awaiting_fresh_states:
+            # Stepped down by the clock (``check_stale_leadership``) on a session the
+            # server kept after all: read the states again before leading anything.
+            self._session_generation += 1
+            if self._refresher is not None:
+                self._refresher.cancel()
+            self._refresher = asyncio.get_running_loop().create_task(
+                self._refresh_states(self._session_generation), name="refresh-partition-states"
+            )
         elif event is SessionEvent.RESTORED:
             self._awaiting_fresh_states = True
             if self._refresher is not None:
@@ -269,6 +299,53 @@ class ReplicaManager:
             self._refresher = asyncio.get_running_loop().create_task(
                 self._refresh_states(self._session_generation), name="refresh-partition-states"
             )
+
+    def _step_down(self, replica: PartitionReplica) -> None:
+        """Stop acting as the partition's leader until ZooKeeper says otherwise."""
+        self._unwatch_appends(replica)
+        self.purgatory.fail(replica.key)
+        replica.leader = -1
+        replica.followers = {}
+        self._led_since.pop(replica.key, None)
+        self._check_low_watermark(replica)
+        self._tell_leadership(replica.topic, replica.partition, False)
+
+    def _tick_stale_leadership(self) -> None:
+        self.check_stale_leadership()
+
+    def check_stale_leadership(self, now_ms: int | None = None) -> list[PartitionKey]:
+        """Step down from every led partition the stale-leader rule gives up (issue 31):
+        without ZooKeeper past the session timeout, and no follower fetching from here
+        for ``replica.lag.time.max.ms``. Until the states are read again on a ZooKeeper
+        session, those partitions answer NOT_LEADER_OR_FOLLOWER. Returns them."""
+        now = _now_ms() if now_ms is None else now_ms
+        guard = self.stale_leader
+        if not guard.without_zookeeper_too_long(now):
+            return []
+        led = {
+            key: LedPartition(
+                tuple(r for r in replica.replicas if r != self.local_id),
+                self._led_since.get(key, now),
+            )
+            for key, replica in self.replicas.items()
+            if replica.is_leader
+        }
+        stale = guard.tick(now, led)
+        if not stale:
+            return []
+        self._awaiting_fresh_states = True
+        since = guard.without_zookeeper_since_ms or now
+        for key in stale:
+            replica = self.replicas[key]
+            log.warning(
+                "stepping down as leader of %s-%d (epoch %d): without ZooKeeper for %d ms "
+                "(session timeout %d ms) and no follower fetched for %d ms",
+                key[0], key[1], replica.leader_epoch, now - since,
+                guard.session_timeout_ms, guard.replica_lag_time_max_ms,
+            )  # fmt: skip
+            self._step_down(replica)
+        self.stale_step_downs += len(stale)
+        return stale
 
     async def _refresh_states(self, generation: int) -> None:
         """Read this broker's partition states on the restored session, then take roles.
@@ -419,6 +496,7 @@ class ReplicaManager:
             now_ms,
         )
         if role == "leader":
+            self._led_since[key] = now_ms
             self._unfollow(key)
             self._watch_appends(replica)
             log.log(
@@ -433,6 +511,7 @@ class ReplicaManager:
             if not was_leader:
                 self._tell_leadership(topic, partition, True)
         elif role == "follower":
+            self._led_since.pop(key, None)
             self.purgatory.fail(key)
             self._check_low_watermark(replica)  # waiting DeleteRecords: not the leader now
             self._unwatch_appends(replica)
@@ -800,6 +879,7 @@ class ReplicaManager:
     def on_follower_fetch(self, replica_id: int, partitions: Iterable[PartitionFetch]) -> None:
         """A follower named these partitions in a fetch: it has everything before each offset."""
         now = _now_ms()
+        self.stale_leader.follower_fetched(replica_id, now)
         for p in partitions:
             replica = self.replicas.get((p.topic, p.partition))
             if replica is None or not replica.is_leader:

@@ -1,0 +1,109 @@
+"""When a leader cut off from ZooKeeper steps down by its own clock (issue 31).
+
+A leader learns that its ZooKeeper session expired only when it reaches
+ZooKeeper again: kazoo says SUSPENDED when the connection drops and LOST
+only once the server answers that the session is gone. A leader cut from
+ZooKeeper *and* from its followers, but still reachable by clients, would
+otherwise answer as leader for as long as the cut lasts, while the
+controller has elected another leader at a higher epoch (the cut leader
+cannot acknowledge ``acks=all`` writes, its ISR being unreachable, but it
+serves stale reads and takes ``acks=1`` writes it will truncate).
+
+The rule, per led partition that has other replicas:
+
+* this broker has been without ZooKeeper for longer than its session
+  timeout (so the server has expired the session and the controller has
+  had the chance to move the leadership), **and**
+* no other replica of the partition has fetched from this broker for
+  ``replica.lag.time.max.ms`` (they follow another leader, or cannot reach
+  this one).
+
+Then the partition steps down: it answers NOT_LEADER_OR_FOLLOWER to produce
+and fetch until ZooKeeper is back and its state is read afresh. The window
+in which a cut leader answers as leader is bounded by ``session timeout +
+replica.lag.time.max.ms`` after the cut (both clocks run at once, so by the
+larger of the two plus a check interval), not by how long the cut lasts.
+
+When only ZooKeeper is down and followers still fetch, nothing steps down:
+the followers cannot have been given another leader (the controller needs
+ZooKeeper for that), so the leader keeps serving, as Kafka's does.
+
+A partition with a single replica never steps down here: no other broker
+can lead it, and the controller only marks it offline; stepping down would
+only make it unavailable.
+
+Followers are tracked per broker, not per partition: an incremental fetch
+session names only partitions with something pending, so an idle
+partition's follower fetches from the leader without naming it. A broker
+that still fetches anything from this one can reach it, and while it can,
+no partition is given up on its account (stepping down later than needed
+is the safe side).
+
+Sans-I/O: times come in as arguments (``tick(now_ms)``); the replica
+manager applies the decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+PartitionKey = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class LedPartition:
+    """What the decision needs of one partition this broker leads."""
+
+    #: The other replicas of the partition (its possible followers).
+    followers: tuple[int, ...]
+    #: When this broker became its leader (a follower is not blamed for before).
+    led_since_ms: int
+
+
+@dataclass(slots=True)
+class StaleLeaderGuard:
+    """Decides which led partitions must step down while ZooKeeper is out of reach."""
+
+    session_timeout_ms: int
+    replica_lag_time_max_ms: int
+    #: Since when this broker has had no ZooKeeper connection (None: it has one).
+    without_zookeeper_since_ms: int | None = None
+    #: The last fetch of each follower broker from this one.
+    last_fetch_ms: dict[int, int] = field(default_factory=dict)
+
+    def zookeeper_lost(self, now_ms: int) -> None:
+        """The connection dropped (SUSPENDED) or the session expired (LOST)."""
+        if self.without_zookeeper_since_ms is None:
+            self.without_zookeeper_since_ms = now_ms
+
+    def zookeeper_back(self) -> None:
+        """Connected again (RECONNECTED or RESTORED)."""
+        self.without_zookeeper_since_ms = None
+
+    def follower_fetched(self, broker_id: int, now_ms: int) -> None:
+        self.last_fetch_ms[broker_id] = now_ms
+
+    def without_zookeeper_too_long(self, now_ms: int) -> bool:
+        since = self.without_zookeeper_since_ms
+        return since is not None and now_ms - since > self.session_timeout_ms
+
+    def followers_gone(self, partition: LedPartition, now_ms: int) -> bool:
+        """No follower of ``partition`` fetched from here for ``replica.lag.time.max.ms``."""
+        if not partition.followers:
+            return False  # a single replica: nobody else can lead it
+        for broker_id in partition.followers:
+            heard = max(self.last_fetch_ms.get(broker_id, -1), partition.led_since_ms)
+            if now_ms - heard <= self.replica_lag_time_max_ms:
+                return False
+        return True
+
+    def tick(self, now_ms: int, led: Mapping[PartitionKey, LedPartition]) -> list[PartitionKey]:
+        """The led partitions that must step down now (sorted; empty most of the time)."""
+        if not self.without_zookeeper_too_long(now_ms):
+            return []
+        return sorted(key for key, p in led.items() if self.followers_gone(p, now_ms))
+
+    def forget(self, broker_ids: Iterable[int]) -> None:
+        for broker_id in broker_ids:
+            self.last_fetch_ms.pop(broker_id, None)
