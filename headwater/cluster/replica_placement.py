@@ -22,8 +22,8 @@ A mix of brokers with and without a rack is an operator's mistake Kafka
 refuses (``AdminOperationException``) unless placement is told to ignore
 racks: :class:`RackAwareMode`. The error carries ``UNKNOWN_SERVER_ERROR``
 because that is what a Kafka broker answers for it (the exception is no
-``ApiException``, and ``ApiError.fromThrowable`` drops the message of an
-unknown error).
+``ApiException``); Kafka's ``ApiError.fromThrowable`` then drops the message,
+Headwater sends Kafka's message with it.
 
 The randomness (start and shift) is Kafka's too; ``start_index`` fixes both
 (Kafka's ``fixedStartIndex``) and ``rng`` seeds them, for tests and plans.
@@ -72,7 +72,8 @@ class InvalidReplicationFactorError(KafkaApiError):
 
 class AdminOperationError(KafkaApiError):
     """Kafka's ``AdminOperationException``: not an API error, so the broker answers
-    UNKNOWN_SERVER_ERROR (without the message, as Kafka does) and logs why."""
+    UNKNOWN_SERVER_ERROR, as Kafka does, and (unlike ZooKeeper-mode Kafka, which only
+    logged it) sends the message along so the client can say why."""
 
     kafka_error_code: ClassVar[int] = -1
 

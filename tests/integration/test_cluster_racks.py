@@ -29,6 +29,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # type: 
 from kafka.admin import KafkaAdminClient
 
 from headwater.cluster.local_cluster import free_port_range
+from headwater.cluster.replica_placement import MIXED_RACKS_MESSAGE
 from headwater.protocol.apis import ApiKey
 from headwater.protocol.messages import build, decode_response, encode_request, request_class
 from tests.integration.broker_process import BrokerProcess, free_port
@@ -232,10 +233,10 @@ def test_a_broker_without_a_rack_makes_creation_refused_unless_rack_unaware(
         assert {int(b.node_id): b.rack for b in resp.brokers} == {**ZONES, 4: None}
 
         # CreateTopics: Kafka's ZkAdminManager answers its AdminOperationException as
-        # UNKNOWN_SERVER_ERROR, message withheld (ApiError.fromThrowable).
+        # UNKNOWN_SERVER_ERROR; Headwater sends Kafka's message along (Kafka withheld it).
         refused = create_topics_raw(zones.bootstrap, "mixed", 3, 2)
         assert int(refused.error_code) == UNKNOWN_SERVER_ERROR
-        assert refused.error_message is None
+        assert refused.error_message == MIXED_RACKS_MESSAGE
         admin = AdminClient({"bootstrap.servers": zones.bootstrap})
         with pytest.raises(KafkaException) as info:
             admin.create_topics([NewTopic("mixed", 1, 1)], request_timeout=30)["mixed"].result(30)

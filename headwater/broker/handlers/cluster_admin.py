@@ -31,7 +31,7 @@ from headwater.broker.topic_config_validation import (
 )
 from headwater.cluster.cluster_view import ClusterChange, ClusterView
 from headwater.cluster.controller import add_partitions, create_topic
-from headwater.cluster.replica_placement import RackAwareMode
+from headwater.cluster.replica_placement import AdminOperationError, RackAwareMode
 from headwater.cluster.replication_quota import (
     FOLLOWER_REPLICAS,
     LEADER_REPLICAS,
@@ -266,7 +266,9 @@ class ClusterAdminApis:
         AdminZkClient: rack-aware placement, or ``explicit`` checked).
 
         (error code, message): as Kafka's ``ApiError.fromThrowable``, an unknown
-        error (mixed racks, Kafka's AdminOperationException) goes without its message.
+        error goes without its message. Mixed racks (Kafka's AdminOperationException)
+        keep Kafka's code, UNKNOWN_SERVER_ERROR, but carry Kafka's message: ZooKeeper-mode
+        Kafka only logged it, which left the operator with "unknown server error".
         """
         loop = asyncio.get_running_loop()
         try:
@@ -288,6 +290,9 @@ class ClusterAdminApis:
             if code is None:
                 log.warning("cannot create topic %s in ZooKeeper: %s", name, exc)
                 return int(E.unknown_server_error), None
+            if isinstance(exc, AdminOperationError):
+                log.error("cannot create topic %s: %s", name, exc)
+                return int(code), str(exc)
             if code == E.unknown_server_error:
                 log.error("cannot create topic %s: %s", name, exc)
                 return int(code), None
@@ -448,7 +453,10 @@ class ClusterAdminApis:
                 except Exception as exc:
                     code = int(getattr(exc, "kafka_error_code", E.unknown_server_error))
                     entry["error_code"] = code
-                    if code == E.unknown_server_error:  # as Kafka: logged, not answered
+                    if isinstance(exc, AdminOperationError):  # mixed racks: say why
+                        log.error("cannot add partitions to %s: %s", t.name, exc)
+                        entry["error_message"] = str(exc)
+                    elif code == E.unknown_server_error:  # as Kafka: logged, not answered
                         log.error("cannot add partitions to %s: %s", t.name, exc)
                     else:
                         entry["error_message"] = str(exc)
