@@ -605,7 +605,10 @@ class ConsoleApp:
                 )
             else:
                 value = parse_int(raw_value, 0 if mode == "offset" else limit, 0)
-            partitions = [] if partition == "all" else [int(partition)]
+            partition = partition.strip() or "all"
+            partitions = [] if partition == "all" else [_partition_number(partition)]
+            if partitions and partitions[0] not in meta.partitions:
+                raise ValueError(f"{name} has no partition {partition}")
         except ValueError as exc:
             context["error"] = str(exc)
             return self.render(ctx, "messages.html", context, 400)
@@ -984,6 +987,12 @@ class ConsoleApp:
 
     async def metrics_fragment(self, ctx: Ctx) -> Response:
         return self.render(ctx, "metrics_fragment.html", await self._metrics_context())
+
+
+def _partition_number(text: str) -> int:
+    if not text.strip().isdigit():
+        raise ValueError(f"partition {text!r}: a partition number, or all")
+    return int(text)
 
 
 def _field(form: FormData, name: str) -> str:

@@ -79,6 +79,9 @@ BROKER_RESOURCE: Final = 4
 MAX_SCAN_RECORDS: Final = 5000
 MAX_BROWSE_RESULTS: Final = 500
 ACTIVE_GROUP_STATES: Final = ("PreparingRebalance", "CompletingRebalance", "Stable")
+#: UNKNOWN_TOPIC_OR_PARTITION, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER,
+#: FENCED/UNKNOWN_LEADER_EPOCH: a leadership in motion, worth asking again.
+_LEADERSHIP_CODES: Final = frozenset({3, 5, 6, 74, 75})
 
 
 class Unreachable(Exception):
@@ -342,6 +345,29 @@ class ClusterGateway:
             )
         return self._cluster
 
+    async def _offsets_at(
+        self, tps: Sequence[TopicPartition], timestamp: int, *, strict: bool = False
+    ) -> dict[TopicPartition, int]:
+        """ListOffsets that rides out a leadership in motion (a topic just created, a broker
+        just died): NOT_LEADER_OR_FOLLOWER and friends refresh metadata and ask again; a
+        partition still without an answer reads -1 unless ``strict``."""
+        if not tps:
+            return {}
+        cluster = self._client()
+        for attempt in range(4):
+            try:
+                return await cluster.list_offsets(tps, timestamp, unreachable=-1)
+            except KafkaError as exc:
+                if exc.code not in _LEADERSHIP_CODES:
+                    raise
+                if attempt == 3:
+                    if strict:
+                        raise
+                    return dict.fromkeys(tps, -1)
+                await asyncio.sleep(0.2 * (attempt + 1))
+                await cluster.refresh_metadata(sorted({tp.topic for tp in tps}))
+        return dict.fromkeys(tps, -1)  # pragma: no cover
+
     def close(self) -> None:
         async def shut() -> None:
             if self._producer is not None:
@@ -474,12 +500,10 @@ class ClusterGateway:
 
         async def run() -> dict[TopicPartition, tuple[int, int]]:
             await self._snapshot(False)
-            cluster = self._client()
             if not tps:
                 return {}
             starts, ends = await asyncio.gather(
-                cluster.list_offsets(tps, EARLIEST_TIMESTAMP, unreachable=-1),
-                cluster.list_offsets(tps, LATEST_TIMESTAMP, unreachable=-1),
+                self._offsets_at(tps, EARLIEST_TIMESTAMP), self._offsets_at(tps, LATEST_TIMESTAMP)
             )
             return {tp: (starts.get(tp, -1), ends.get(tp, -1)) for tp in tps}
 
@@ -579,11 +603,10 @@ class ClusterGateway:
                 raise KafkaError(3, f"topic {topic!r} does not exist")
             wanted = [p for p in partitions if p in meta.partitions] or sorted(meta.partitions)
             tps = [TopicPartition(topic, p) for p in wanted]
-            cluster = self._client()
-            starts = await cluster.list_offsets(tps, EARLIEST_TIMESTAMP, unreachable=-1)
-            ends = await cluster.list_offsets(tps, LATEST_TIMESTAMP, unreachable=-1)
+            starts = await self._offsets_at(tps, EARLIEST_TIMESTAMP)
+            ends = await self._offsets_at(tps, LATEST_TIMESTAMP)
             if mode == "timestamp":
-                found = await cluster.list_offsets(tps, value, unreachable=-1)
+                found = await self._offsets_at(tps, value)
                 begin = {tp: found[tp] if found[tp] >= 0 else ends[tp] for tp in tps}
             elif mode == "offset":
                 begin = {tp: min(max(value, starts[tp]), ends[tp]) for tp in tps}
@@ -753,9 +776,7 @@ class ClusterGateway:
             TopicPartition(t, p): m.member_id for m in members for t, ps in m.assignment for p in ps
         }
         tps = sorted(set(committed) | set(owners))
-        ends = (
-            await self._client().list_offsets(tps, LATEST_TIMESTAMP, unreachable=-1) if tps else {}
-        )
+        ends = await self._offsets_at(tps, LATEST_TIMESTAMP)
         partitions = tuple(
             GroupPartition(tp, committed.get(tp), ends.get(tp), owners.get(tp)) for tp in tps
         )
@@ -799,9 +820,7 @@ class ClusterGateway:
                 mine = {tp: o for tp, o in committed.items() if tp.topic == topic}
                 if not mine:
                     continue
-                ends = await self._client().list_offsets(
-                    sorted(mine), LATEST_TIMESTAMP, unreachable=-1
-                )
+                ends = await self._offsets_at(sorted(mine), LATEST_TIMESTAMP)
                 lag = sum(max(ends[tp] - o, 0) for tp, o in mine.items() if ends[tp] >= 0)
                 out.append((listing.group_id, lag))
             return out
@@ -838,10 +857,11 @@ class ClusterGateway:
             tps = sorted(committed)
         if not tps:
             raise ValueError(f"group {group!r} has no committed offsets: name a topic")
-        cluster = self._client()
-        starts = await cluster.list_offsets(tps, EARLIEST_TIMESTAMP)
-        ends = await cluster.list_offsets(tps, LATEST_TIMESTAMP)
-        found = await cluster.list_offsets(tps, value) if strategy == "timestamp" else None
+        starts = await self._offsets_at(tps, EARLIEST_TIMESTAMP, strict=True)
+        ends = await self._offsets_at(tps, LATEST_TIMESTAMP, strict=True)
+        found = await self._offsets_at(tps, value, strict=True) if strategy == "timestamp" else None
+        if any(o < 0 for o in [*starts.values(), *ends.values()]):
+            raise ValueError("a partition's leader cannot be reached now: preview again shortly")
         return plan_reset(strategy, tps, committed, starts, ends, value=value, found=found)
 
     async def execute_group_reset(self, group: str, rows: Sequence[ResetRow]) -> None:

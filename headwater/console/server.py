@@ -88,6 +88,9 @@ class ConsoleServer:
             raise ConsoleConfigError(
                 f"console --listen {settings.listen}: {exc.strerror or exc}"
             ) from None
+        # Listen at once: whoever reads the URL printed next may connect before uvicorn
+        # has started; the connection waits in the backlog instead of being refused.
+        self._sock.listen(2048)
         self.port = self._sock.getsockname()[1]
         self._server = uvicorn.Server(
             uvicorn.Config(
