@@ -10,6 +10,7 @@ which has the same counts and keeps the same owned partitions.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 import pytest
@@ -585,3 +586,16 @@ def test_the_same_input_gives_the_same_output(assignor: UniformAssignor | RangeA
     t = topics({"a": {0: {"r1"}, 1: {"r2"}}}, a=5, b=3)
     reordered = dict(reversed(list(members.items())))
     assert assignor.assign(members, t) == assignor.assign(reordered, t)
+
+
+@pytest.mark.parametrize("assignor", [UNIFORM, RANGE], ids=["uniform", "range"])
+def test_a_thousand_members_over_ten_thousand_partitions_is_quick(
+    assignor: UniformAssignor | RangeAssignor,
+) -> None:
+    # Tens of ms (bench/bench_consumer_groups.py); the bound only catches a blow-up.
+    names = frozenset(f"t{i}" for i in range(10))
+    members = group(*(member(f"m{i:04d}", set(names)) for i in range(1000)))
+    start = time.perf_counter()
+    result = assignor.assign(members, {n: TopicSpec(n, 1000, {}) for n in names})
+    assert time.perf_counter() - start < 5.0
+    assert sum(sizes(result).values()) == 10_000
