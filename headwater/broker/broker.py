@@ -310,7 +310,10 @@ class Broker(HandlerTable):
                 advertise_peer_coordinators(response, self.cluster, ctx.listener.name)
             return response
 
+        kip848 = (ApiKey.CONSUMER_GROUP_HEARTBEAT, ApiKey.CONSUMER_GROUP_DESCRIBE)
         for api_key, versions in GROUP_API_VERSIONS.items():
+            if api_key in kip848 and "consumer" not in c.group_rebalance_protocols:
+                continue  # group.coordinator.rebalance.protocols without consumer: not offered
             self.register_kio(api_key, handle, versions)
 
     def _build_transaction_apis(self) -> None:

@@ -50,6 +50,18 @@ def parse_host_port(text: str, default_port: int = DEFAULT_PORT) -> tuple[str, i
     return host or "0.0.0.0", port
 
 
+#: Kafka's class names for the server-side assignors, accepted for their short names.
+_ASSIGNOR_CLASSES = {
+    "org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+    "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range",
+}
+
+
+def _names(value: str) -> tuple[str, ...]:
+    """A comma-separated list, trimmed, lower-case where Kafka compares so."""
+    return tuple(name.strip() for name in value.split(",") if name.strip())
+
+
 def _bool(value: str) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "on")
 
@@ -89,6 +101,15 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = 6000
     group_max_session_timeout_ms: int = 1_800_000
     group_max_size: int = 2**31 - 1
+    # KIP-848 consumer groups: group.coordinator.rebalance.protocols, group.consumer.*
+    group_rebalance_protocols: tuple[str, ...] = ("classic", "consumer")
+    group_consumer_heartbeat_interval_ms: int = 5000
+    group_consumer_session_timeout_ms: int = 45000
+    group_consumer_min_session_timeout_ms: int = 45000
+    group_consumer_max_session_timeout_ms: int = 60000
+    group_consumer_max_size: int = 2**31 - 1
+    group_consumer_assignors: tuple[str, ...] = ("uniform", "range")
+    group_consumer_migration_policy: str = "bidirectional"
     offset_metadata_max_bytes: int = 4096
     # Partitions of __consumer_offsets when it is created (an existing topic keeps its count).
     offsets_topic_num_partitions: int = 50
@@ -221,6 +242,11 @@ class BrokerConfig:
             "group.min.session.timeout.ms": "group_min_session_timeout_ms",
             "group.max.session.timeout.ms": "group_max_session_timeout_ms",
             "group.max.size": "group_max_size",
+            "group.consumer.heartbeat.interval.ms": "group_consumer_heartbeat_interval_ms",
+            "group.consumer.session.timeout.ms": "group_consumer_session_timeout_ms",
+            "group.consumer.min.session.timeout.ms": "group_consumer_min_session_timeout_ms",
+            "group.consumer.max.session.timeout.ms": "group_consumer_max_session_timeout_ms",
+            "group.consumer.max.size": "group_consumer_max_size",
             "offset.metadata.max.bytes": "offset_metadata_max_bytes",
             "offsets.topic.num.partitions": "offsets_topic_num_partitions",
             "offsets.topic.replication.factor": "offsets_topic_replication_factor",
@@ -300,6 +326,14 @@ class BrokerConfig:
                 kw["data_dir"] = Path(value.split(",")[0].strip())
             elif key == "cluster.id":
                 kw["cluster_id"] = value
+            elif key == "group.coordinator.rebalance.protocols":
+                kw["group_rebalance_protocols"] = _names(value)
+            elif key == "group.consumer.assignors":
+                kw["group_consumer_assignors"] = tuple(
+                    _ASSIGNOR_CLASSES.get(name, name) for name in _names(value)
+                )
+            elif key == "group.consumer.migration.policy":
+                kw["group_consumer_migration_policy"] = value.strip().lower()
             elif key == "broker.rack":
                 kw["broker_rack"] = value.strip() or None
             elif key == "replica.selector.class":

@@ -18,11 +18,15 @@ from typing import Any
 from headwater.broker.config import BrokerConfig
 from headwater.broker.handlers.cluster_admin import ClusterAdminApis
 from headwater.broker.internal_topics import INTERNAL_TOPIC_CONFIGS, compacted_configs
+from headwater.cluster.cluster_view import ClusterChange
 from headwater.cluster.node import ClusterNode
 from headwater.coordinator.partition_state_log import OFFSETS_TOPIC, PartitionStateLog
 from headwater.coordinator.runtime import StateTopicRuntime
+from headwater.group.assignors import ASSIGNORS
+from headwater.group.consumer_group_coordinator import MIGRATION_POLICIES, ConsumerGroupConfig
 from headwater.group.coordinator import GroupConfig
 from headwater.group.service import GroupService
+from headwater.group.topics_image import ClusterTopics
 from headwater.log.log_directory import LogDirectory
 from headwater.txn import TRANSACTION_STATE_TOPIC
 from headwater.txn.marker_sender import MarkerSender
@@ -83,6 +87,39 @@ class Coordinators:
             offsets_retention_check_interval_ms=c.offsets_retention_check_interval_ms,
         )
 
+    def consumer_group_config(self) -> ConsumerGroupConfig:
+        """KIP-848 settings, checked as Kafka checks them at start."""
+        c = self.config
+        low, high = c.group_consumer_min_session_timeout_ms, c.group_consumer_max_session_timeout_ms
+        if not low <= c.group_consumer_session_timeout_ms <= high:
+            raise ValueError(
+                f"group.consumer.session.timeout.ms={c.group_consumer_session_timeout_ms} must "
+                f"be within group.consumer.min.session.timeout.ms={low} and "
+                f"group.consumer.max.session.timeout.ms={high}"
+            )
+        if c.group_consumer_heartbeat_interval_ms >= c.group_consumer_session_timeout_ms:
+            raise ValueError(
+                "group.consumer.heartbeat.interval.ms must be lower than "
+                "group.consumer.session.timeout.ms"
+            )
+        if c.group_consumer_migration_policy not in MIGRATION_POLICIES:
+            raise ValueError(
+                f"group.consumer.migration.policy must be one of {', '.join(MIGRATION_POLICIES)}"
+            )
+        unknown = [name for name in c.group_consumer_assignors if name not in ASSIGNORS]
+        if unknown or not c.group_consumer_assignors:
+            raise ValueError(
+                f"group.consumer.assignors must name assignors among {', '.join(ASSIGNORS)}"
+                + (f", not {', '.join(unknown)}" if unknown else "")
+            )
+        return ConsumerGroupConfig(
+            heartbeat_interval_ms=c.group_consumer_heartbeat_interval_ms,
+            session_timeout_ms=c.group_consumer_session_timeout_ms,
+            max_size=c.group_consumer_max_size,
+            assignors=c.group_consumer_assignors,
+            migration_policy=c.group_consumer_migration_policy,
+        )
+
     def _runtime(
         self, topic: str, default_partitions: int, create: Callable[[int], None], timeout_ms: int
     ) -> StateTopicRuntime:
@@ -128,7 +165,15 @@ class Coordinators:
             coordinator_of=runtime.coordinator_of,
             wait_replicated=runtime.wait_replicated,
             config=self.group_config(),
+            consumer_config=self.consumer_group_config(),
+            topics=ClusterTopics(view),
         )
+
+        def topics_changed(change: ClusterChange) -> None:
+            if change.topics_added or change.topics_removed or change.partitions_changed:
+                groups.topics_changed()
+
+        view.on_change(topics_changed)
 
         async def load(partition: int, state_log: PartitionStateLog, _epoch: int) -> None:
             await groups.load_partition(partition, state_log)

@@ -15,4 +15,14 @@ results.py           the coordinator's answers (JoinResult, SyncResult, ...)
 apis.py              GroupApis: kio requests in, response dicts out
 service.py           GroupService: the asyncio adapter (awaits, timers, loading, replication)
 describe.py          reports for `headwater groups list|describe`
+
+KIP-848 consumer groups (group.protocol=consumer), beside the classic ones:
+consumer_group.py                ConsumerGroup, ConsumerGroupMember: epochs, target, who holds what
+consumer_group_reconciliation.py a member's next step to its target, revocation first
+consumer_group_coordinator.py    ConsumerGroupHeartbeat's rules, timers, target computation
+consumer_group_records.py        the group's records in __consumer_offsets (Kafka's formats)
+consumer_group_replay.py         rebuilding consumer groups when a partition loads
+consumer_group_apis.py           ConsumerGroupHeartbeat and ConsumerGroupDescribe on the wire
+topics_image.py                  the topics the assignors see (a dict, or the cluster view)
+assignors/                       the server-side assignors, uniform and range
 """

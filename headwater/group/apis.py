@@ -33,6 +33,7 @@ from typing import Any, Protocol, cast
 from kio.schema.errors import ErrorCode
 
 from headwater.coordinator.pending import Pending
+from headwater.group.consumer_group_apis import consumer_group_describe, consumer_group_heartbeat
 from headwater.group.coordinator import ALL_GROUP_OPERATIONS, GroupCoordinator
 from headwater.group.offsets import OffsetCommitEntry, TopicPartition
 from headwater.group.results import JoinResult, SyncResult
@@ -59,10 +60,12 @@ SUPPORTED_VERSIONS: dict[int, tuple[int, int]] = {
     ApiKey.LEAVE_GROUP: (0, 5),
     ApiKey.SYNC_GROUP: (0, 5),
     ApiKey.DESCRIBE_GROUPS: (0, 5),
-    ApiKey.LIST_GROUPS: (0, 4),
+    ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.TXN_OFFSET_COMMIT: (0, 3),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 
 _NO_AUTHORIZED_OPERATIONS = -(2**31)  # "not requested" in DescribeGroups v3+
@@ -242,6 +245,15 @@ class GroupApis:
             )
         if api_key == ApiKey.TXN_OFFSET_COMMIT:
             return self.txn_offset_commit(request, now_ms=now_ms, timestamp_ms=timestamp_ms)
+        if api_key == ApiKey.CONSUMER_GROUP_HEARTBEAT:
+            return consumer_group_heartbeat(
+                self.shards,
+                request,
+                now_ms=now_ms,
+                client_id=client_id,
+                client_host=client_host,
+                version=version_of(request),
+            )
         response: Response
         if api_key == ApiKey.FIND_COORDINATOR:
             response = self.find_coordinator(cast(FindCoordinatorRequestLike, request))
@@ -259,6 +271,8 @@ class GroupApis:
             response = self.delete_groups(request)
         elif api_key == ApiKey.OFFSET_DELETE:
             response = self.offset_delete(cast(OffsetDeleteRequestLike, request))
+        elif api_key == ApiKey.CONSUMER_GROUP_DESCRIBE:
+            response = consumer_group_describe(self.shards, request)
         else:
             raise ValueError(f"not a group API: key {api_key}")
         return Pending.completed(response)
@@ -429,6 +443,7 @@ class GroupApis:
             group_instance_id=getattr(request, "group_instance_id", None),
             entries=entries,
             timestamp_ms=timestamp_ms,
+            api_version=version_of(request),
         )
         return committed.map(lambda errors: _commit_response(request, errors))
 
@@ -479,9 +494,17 @@ class GroupApis:
         stable = bool(getattr(request, "require_stable", False))
         if version >= 8:
             groups: Sequence[object] = getattr(request, "groups", ())
-            answers = []
+            answers: list[Response] = []
             for group in groups:
                 group_id: str = getattr(group, "group_id", "")
+                error = self._member_may_fetch(
+                    group_id,
+                    getattr(request, "member_id", None),
+                    int(getattr(request, "member_epoch", -1)),
+                )
+                if error is not ErrorCode.none:
+                    answers.append({"group_id": group_id, "topics": [], "error_code": error})
+                    continue
                 error, topics = self._fetched_topics(
                     group_id, getattr(group, "topics", None), stable
                 )
@@ -499,6 +522,14 @@ class GroupApis:
                 for t in requested or ()
             ]
         return {"topics": topics, "error_code": error}
+
+    def _member_may_fetch(self, group_id: str, member_id: str | None, epoch: int) -> ErrorCode:
+        """OffsetFetch v9+ from a KIP-848 member names its epoch (STALE_MEMBER_EPOCH)."""
+        coordinator = self.shards.coordinator_for(group_id)
+        group = None if coordinator is None else coordinator.consumer_groups.group(group_id)
+        if group is None:
+            return ErrorCode.none
+        return group.validate_offset_fetch(member_id, epoch)
 
     def _fetched_topics(
         self, group_id: str, topics: Sequence[_FetchTopic] | None, require_stable: bool = False
@@ -583,7 +614,8 @@ class GroupApis:
 
     def list_groups(self, request: object) -> Response:
         states: Sequence[str] = getattr(request, "states_filter", ())
-        error, listed = self.shards.list_groups(list(states) or None)
+        types: Sequence[str] = getattr(request, "types_filter", ())
+        error, listed = self.shards.list_groups(list(states) or None, list(types) or None)
         return {
             "error_code": error,
             "groups": [
@@ -591,6 +623,7 @@ class GroupApis:
                     "group_id": g.group_id,
                     "protocol_type": g.protocol_type,
                     "group_state": g.state,
+                    "group_type": g.group_type,
                 }
                 for g in listed
             ],

@@ -53,6 +53,11 @@ from kio.schema.errors import ErrorCode
 from headwater.coordinator.pending import Pending
 from headwater.coordinator.replication import Replicated, coordinator_error, replicated_at_once
 from headwater.coordinator.state_log import LogEntry, ReplayItem, StateLog
+from headwater.group.consumer_group_coordinator import (
+    ConsumerGroupConfig,
+    ConsumerGroupCoordinator,
+)
+from headwater.group.consumer_group_replay import finish_load as finish_consumer_group_load
 from headwater.group.group_store import GroupStore
 from headwater.group.membership import Group, GroupState, Member, Protocols
 from headwater.group.offset_commits import OffsetCommits
@@ -73,6 +78,7 @@ from headwater.group.results import (
     SyncResult,
 )
 from headwater.group.storage import CommittedOffset
+from headwater.group.topics_image import TopicsImage
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +123,14 @@ class GroupCoordinator:
         member_id_factory: Callable[[str], str] = random_member_id,
         replicated: Replicated = replicated_at_once,
         replay: bool = True,
+        consumer_config: ConsumerGroupConfig | None = None,
+        topics: TopicsImage | None = None,
     ) -> None:
-        """`replay=False` starts empty, for a caller that feeds the log through `load`."""
+        """`replay=False` starts empty, for a caller that feeds the log through `load`.
+
+        KIP-848 consumer groups of the same partition live beside the classic
+        ones in `consumer_groups` (their own module), sharing the store;
+        `topics` is what their assignors see of the cluster."""
         self.config = config or GroupConfig()
         self._new_member_id = member_id_factory
         self._store = GroupStore(
@@ -128,6 +140,9 @@ class GroupCoordinator:
             replicated=replicated,
         )
         self._groups = self._store.groups
+        self.consumer_groups = ConsumerGroupCoordinator(
+            self._store, topics=topics, config=consumer_config
+        )
         self._next_offsets_expiry_ms = now_ms + self.config.offsets_retention_check_interval_ms
         self.offsets = self._store.offsets
         self._offset_commits = OffsetCommits(self._store)
@@ -183,6 +198,10 @@ class GroupCoordinator:
             <= self.config.max_session_timeout_ms
         ):
             return Pending.completed(_join_error(ErrorCode.invalid_session_timeout, member_id))
+        if self.consumer_groups.is_consumer_group(group_id):
+            # Classic members in a consumer group (online migration) are not served:
+            # the classic protocol does not match the group's.
+            return Pending.completed(_join_error(ErrorCode.inconsistent_group_protocol, member_id))
         group = self._groups.get(group_id)
         if group is None:
             if member_id:
@@ -687,6 +706,7 @@ class GroupCoordinator:
                         self._expire_join(now_ms, group)
                 elif group.sync_deadline_ms == deadline:
                     self._expire_sync(now_ms, group)
+            self.consumer_groups.tick(now_ms)
             if now_ms >= self._next_offsets_expiry_ms:
                 self._next_offsets_expiry_ms = (
                     now_ms + self.config.offsets_retention_check_interval_ms
@@ -705,6 +725,9 @@ class GroupCoordinator:
             for deadline in (group.join_deadline_ms, group.sync_deadline_ms):
                 if deadline is not None:
                     deadlines.append(deadline)
+        consumer_deadline = self.consumer_groups.next_deadline_ms()
+        if consumer_deadline is not None:
+            deadlines.append(consumer_deadline)
         return min(deadlines, default=None)
 
     def _expire_session(self, now_ms: int, group: Group, member_id: str, deadline: int) -> None:
@@ -807,6 +830,7 @@ class GroupCoordinator:
         entries: Sequence[OffsetCommitEntry],
         timestamp_ms: int,
         group_instance_id: str | None = None,
+        api_version: int = 9,
     ) -> Pending[list[ErrorCode]]:
         """OffsetCommit, answered once replicated (see `OffsetCommits.commit`)."""
         return self._offset_commits.commit(
@@ -817,6 +841,7 @@ class GroupCoordinator:
             entries=entries,
             timestamp_ms=timestamp_ms,
             group_instance_id=group_instance_id,
+            api_version=api_version,
         )
 
     def txn_commit_offsets(
@@ -871,7 +896,9 @@ class GroupCoordinator:
         errors: list[ErrorCode] = []
         for group_id in group_ids:
             group = self._groups.get(group_id)
-            if group is None or group.state is GroupState.DEAD:
+            if self.consumer_groups.is_consumer_group(group_id):
+                errors.append(self.consumer_groups.delete_group(group_id))
+            elif group is None or group.state is GroupState.DEAD:
                 errors.append(ErrorCode.group_id_not_found)
             elif group.state is not GroupState.EMPTY:
                 errors.append(ErrorCode.non_empty_group)
@@ -879,14 +906,24 @@ class GroupCoordinator:
                 errors.append(self._store.delete_group(group))
         return errors
 
-    def list_groups(self, states: Collection[str] | None = None) -> list[GroupListing]:
-        """ListGroups; `states` (v4) filters by state name, case-insensitively."""
+    def list_groups(
+        self, states: Collection[str] | None = None, types: Collection[str] | None = None
+    ) -> list[GroupListing]:
+        """ListGroups; `states` (v4) and `types` (v5: classic, consumer) filter,
+        case-insensitively."""
         wanted = {state.lower() for state in states} if states else None
-        return [
+        kinds = {kind.lower() for kind in types} if types else None
+        listed = [
             GroupListing(group.group_id, group.protocol_type or "", group.state.value)
             for group in self._groups.values()
             if wanted is None or group.state.value.lower() in wanted
         ]
+        listed.extend(
+            GroupListing(group_id, "consumer", state, "consumer")
+            for group_id, state in self.consumer_groups.listings()
+            if wanted is None or state.lower() in wanted
+        )
+        return [g for g in listed if kinds is None or g.group_type in kinds]
 
     def describe_group(self, group_id: str) -> GroupDescription:
         """DescribeGroups' view (Kafka's group summary); an unknown group is Dead."""
@@ -932,6 +969,9 @@ class GroupCoordinator:
     def finish_load(self, now_ms: int) -> None:
         """Groups known only by their offsets appear; loaded members' sessions start now."""
         self._store.finish_load(now_ms)
+        finish_consumer_group_load(
+            self._store.consumer_groups, now_ms, self.consumer_groups.config.session_timeout_ms
+        )
 
     def unload(self) -> None:
         """This broker stopped coordinating the partition: forget every group.

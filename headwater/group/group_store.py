@@ -25,6 +25,9 @@ from headwater.coordinator.state_log import (
     TxnEnd,
     TxnLogEntry,
 )
+from headwater.group.consumer_group import ConsumerGroup
+from headwater.group.consumer_group_records import CONSUMER_GROUP_RECORD_TYPES, record_type
+from headwater.group.consumer_group_replay import apply_record
 from headwater.group.membership import Group, GroupState, Member
 from headwater.group.offsets import DEFAULT_MAX_METADATA_BYTES, OffsetStore, PartitionExists
 from headwater.group.storage import (
@@ -57,6 +60,9 @@ class GroupStore:
         self.offsets = OffsetStore(log, partition_exists, max_metadata_bytes=max_metadata_bytes)
         self.pending_txn = PendingTxnOffsets()
         self.groups: dict[str, Group] = {}
+        #: KIP-848 consumer groups (``consumer_group_coordinator.py``): one id space
+        #: with the classic groups, and the same committed offsets.
+        self.consumer_groups: dict[str, ConsumerGroup] = {}
         # Commits written but not yet replicated, per group: Kafka's pending offset
         # commits, which make a group hold offsets before any is visible.
         self.commits_replicating: Counter[str] = Counter()
@@ -81,7 +87,11 @@ class GroupStore:
                 continue
             for (topic, partition), value in offsets.items():
                 self.offsets.load(OffsetKey(group_id, topic, partition), value)
-            if group_id not in self.groups and self.offsets.has_offsets(group_id):
+            if (
+                group_id not in self.groups
+                and group_id not in self.consumer_groups
+                and self.offsets.has_offsets(group_id)
+            ):
                 self.groups[group_id] = Group(group_id)
 
     def store_group(self, group: Group) -> Pending[ErrorCode]:
@@ -114,6 +124,7 @@ class GroupStore:
     def clear(self) -> None:
         """Forget everything in memory (the partition moved); the log keeps it."""
         self.groups.clear()
+        self.consumer_groups.clear()
         self.offsets.clear()
         self.pending_txn.clear()
         self.commits_replicating = Counter()  # a commit still answering counts in the old one
@@ -148,6 +159,9 @@ class GroupStore:
                     )
                 continue
             raw_key, raw_value = entry
+            if record_type(raw_key) in CONSUMER_GROUP_RECORD_TYPES:
+                apply_record(self.consumer_groups, raw_key, raw_value)
+                continue
             key = decode_key(raw_key)
             if isinstance(key, OffsetKey):
                 value = None if raw_value is None else decode_offset_value(raw_value)
@@ -162,7 +176,7 @@ class GroupStore:
     def finish_load(self, now_ms: int) -> None:
         """Groups known only by their offsets appear; loaded members' sessions start now."""
         for group_id in self.offsets.group_ids():
-            if group_id not in self.groups:
+            if group_id not in self.groups and group_id not in self.consumer_groups:
                 self.groups[group_id] = Group(group_id, empty_since_ms=now_ms)
         for group in self.groups.values():
             for member in group.members.values():

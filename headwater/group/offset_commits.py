@@ -41,6 +41,7 @@ class OffsetCommits:
         entries: Sequence[OffsetCommitEntry],
         timestamp_ms: int,
         group_instance_id: str | None = None,
+        api_version: int = 9,
     ) -> Pending[list[ErrorCode]]:
         """OffsetCommit: one error per entry, in order, once the commit is replicated.
 
@@ -52,6 +53,13 @@ class OffsetCommits:
         partition_errors = [
             self._store.offsets.partition_error(e.topic, e.partition) for e in entries
         ]
+        consumer_group = self._store.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            # KIP-848: the generation field carries the member epoch (STALE_MEMBER_EPOCH).
+            error = consumer_group.validate_offset_commit(
+                member_id, generation_id, transactional=False, api_version=api_version
+            )
+            return self._commit_checked(group_id, entries, partition_errors, error, timestamp_ms)
         group = self._store.groups.get(group_id)
         error = ErrorCode.none
         if group is None:
@@ -117,6 +125,28 @@ class OffsetCommits:
         partition_errors = [
             self._store.offsets.partition_error(e.topic, e.partition) for e in entries
         ]
+        consumer_group = self._store.consumer_groups.get(group_id)
+        if consumer_group is not None:
+            error = consumer_group.validate_offset_commit(
+                member_id, generation_id, transactional=True, api_version=-1
+            )
+            if error is not ErrorCode.none:
+                return Pending.completed(
+                    [e if e is not ErrorCode.none else error for e in partition_errors]
+                )
+            valid = [
+                e for e, err in zip(entries, partition_errors, strict=True) if err is ErrorCode.none
+            ]
+            return self._append(
+                group_id,
+                valid,
+                partition_errors,
+                timestamp_ms=timestamp_ms,
+                producer=(producer_id, producer_epoch),
+                on_replicated=lambda accepted: self._store.pending_txn.add(
+                    producer_id, group_id, accepted
+                ),
+            )
         group = self._store.groups.get(group_id)
         error = ErrorCode.none
         if group is not None:
@@ -153,6 +183,31 @@ class OffsetCommits:
             on_replicated=lambda accepted: self._store.pending_txn.add(
                 producer_id, group_id, accepted
             ),
+        )
+
+    def _commit_checked(
+        self,
+        group_id: str,
+        entries: Sequence[OffsetCommitEntry],
+        partition_errors: list[ErrorCode],
+        error: ErrorCode,
+        timestamp_ms: int,
+    ) -> Pending[list[ErrorCode]]:
+        """A commit whose group check is done: ``error`` on every partition, or write."""
+        if error is not ErrorCode.none:
+            return Pending.completed(
+                [e if e is not ErrorCode.none else error for e in partition_errors]
+            )
+        valid = [
+            entry for entry, e in zip(entries, partition_errors, strict=True) if e is ErrorCode.none
+        ]
+        return self._append(
+            group_id,
+            valid,
+            partition_errors,
+            timestamp_ms=timestamp_ms,
+            producer=None,
+            on_replicated=lambda accepted: self._store.offsets.apply(group_id, accepted),
         )
 
     def _append(

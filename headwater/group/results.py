@@ -64,6 +64,7 @@ class GroupListing:
     group_id: str
     protocol_type: str
     state: str
+    group_type: str = "classic"  # or "consumer" (KIP-848), as ListGroups v5 says
 
 
 @dataclass(frozen=True, slots=True)

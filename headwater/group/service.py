@@ -32,9 +32,11 @@ from headwater.coordinator.pending import Pending
 from headwater.coordinator.replication import Replicated, replicated_at_once
 from headwater.coordinator.state_log import StateLog
 from headwater.group.apis import SUPPORTED_VERSIONS, CoordinatorOf, GroupApis, Response
+from headwater.group.consumer_group_coordinator import ConsumerGroupConfig
 from headwater.group.coordinator import GroupConfig, GroupCoordinator, random_member_id
 from headwater.group.offsets import PartitionExists
 from headwater.group.shards import CoordinatorShards
+from headwater.group.topics_image import TopicsImage
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +72,12 @@ class GroupService:
         config: GroupConfig | None = None,
         wait_replicated: WaitReplicated | None = None,
         member_id_factory: Callable[[str], str] = random_member_id,
+        consumer_config: ConsumerGroupConfig | None = None,
+        topics: TopicsImage | None = None,
     ) -> None:
         """`partition_exists` and `config` build the coordinators of loaded partitions;
-        without `wait_replicated` every write counts as replicated at once."""
+        without `wait_replicated` every write counts as replicated at once.
+        `consumer_config` and `topics` are the KIP-848 groups' settings and view."""
         self.apis = apis
         self.shards = apis.shards
         self._clock_ms = clock_ms
@@ -82,6 +87,8 @@ class GroupService:
         self._config = config
         self._wait_replicated = wait_replicated
         self._member_id_factory = member_id_factory
+        self._consumer_config = consumer_config
+        self._topics = topics
         self._ticker: asyncio.Task[None] | None = None
         self._waits: set[asyncio.Future[int]] = set()
 
@@ -101,6 +108,8 @@ class GroupService:
         wall_clock: Callable[[], int] = wall_clock_ms,
         max_tick_interval_s: float = 0.1,
         member_id_factory: Callable[[str], str] = random_member_id,
+        consumer_config: ConsumerGroupConfig | None = None,
+        topics: TopicsImage | None = None,
     ) -> GroupService:
         """A service over `num_partitions` offsets partitions, none loaded yet.
 
@@ -124,6 +133,8 @@ class GroupService:
             config=config,
             wait_replicated=wait_replicated,
             member_id_factory=member_id_factory,
+            consumer_config=consumer_config,
+            topics=topics,
         )
 
     @classmethod
@@ -219,7 +230,18 @@ class GroupService:
             member_id_factory=self._member_id_factory,
             replicated=self._replicated_hook(partition),
             replay=False,
+            consumer_config=self._consumer_config,
+            topics=self._topics,
         )
+
+    def topics_changed(self) -> None:
+        """Topics were created, deleted or grew: consumer groups re-evaluate their
+        subscriptions (regexes included) and recompute their targets."""
+        for coordinator in self.shards.coordinators():
+            try:
+                coordinator.consumer_groups.topics_changed()
+            except Exception:  # one shard's failure must not stop the others
+                log.exception("consumer group topic change failed")
 
     def _replicated_hook(self, partition: int) -> Replicated:
         wait_replicated = self._wait_replicated

@@ -119,9 +119,11 @@ class CoordinatorShards:
     def coordinators(self) -> Iterator[GroupCoordinator]:
         return iter(list(self._loaded.values()))
 
-    def list_groups(self, states: list[str] | None) -> tuple[ErrorCode, list[GroupListing]]:
+    def list_groups(
+        self, states: list[str] | None, types: list[str] | None = None
+    ) -> tuple[ErrorCode, list[GroupListing]]:
         """Every loaded group; COORDINATOR_LOAD_IN_PROGRESS (with what is known) while loading."""
-        listed = [g for c in self.coordinators() for g in c.list_groups(states)]
+        listed = [g for c in self.coordinators() for g in c.list_groups(states, types)]
         error = ErrorCode.coordinator_load_in_progress if self._loading else ErrorCode.none
         return error, listed
 

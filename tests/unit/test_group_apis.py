@@ -328,6 +328,13 @@ def test_every_supported_version_answers_with_an_encodable_response(
             "member_id": "ghost",
             "topics": [{"name": "orders", "partitions": [{"partition_index": 0}]}],
         },
+        ApiKey.CONSUMER_GROUP_HEARTBEAT: {
+            "group_id": "g",
+            "member_id": "ghost",
+            "member_epoch": 3,
+            "topic_partitions": None,
+        },
+        ApiKey.CONSUMER_GROUP_DESCRIBE: {"group_ids": ["g"], "include_authorized_operations": True},
     }[api_key]
     response = answer(make_apis(), api_key, version, **data)
     assert response  # and the round trip inside answer() succeeded
