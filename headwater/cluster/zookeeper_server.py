@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -66,7 +67,10 @@ class ZooKeeperServer:
         max_session_timeout_ms: int = 60_000,
         jar: Path = DEBIAN_ZOOKEEPER_JAR,
         heap: str = "256m",
+        wrapper: Sequence[str] = (),
     ) -> None:
+        """``wrapper``: a command prefix the server runs under (the network-partition
+        tests' ``ip netns exec <namespace>``, whose address ``host`` is not local here)."""
         self.data_dir = Path(data_dir)
         self.host = host
         self._fixed_port = port
@@ -75,6 +79,7 @@ class ZooKeeperServer:
         self.max_session_timeout_ms = max_session_timeout_ms
         self.jar = jar
         self.heap = heap
+        self.wrapper = list(wrapper)
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -106,6 +111,7 @@ class ZooKeeperServer:
                 "(or bash scripts/system-deps.sh)"
             )
         return [
+            *self.wrapper,
             java,
             f"-Xmx{self.heap}",
             # One small server on a shared 2-core machine: the serial collector and
@@ -162,16 +168,8 @@ class ZooKeeperServer:
     def _start_once(self, timeout: float) -> None:
         # Readiness is asked over the port, so a port someone else serves would
         # look ready: refuse it up front.
-        with socket.socket() as probe:
-            # As the server does: a port whose old connections linger in TIME_WAIT
-            # is free; one with a listener is not.
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind((self.host, self.port))
-            except OSError as exc:
-                raise ZooKeeperStartError(
-                    f"cannot start ZooKeeper on {self.connect_string}: {exc.strerror}"
-                ) from None
+        if not self.wrapper:  # under a wrapper, the address is another namespace's
+            self._refuse_a_served_port()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         config = self._write_config()
         command = self._command(config)
@@ -207,6 +205,18 @@ class ZooKeeperServer:
                     + self._log_tail()
                 )
             time.sleep(0.1)
+
+    def _refuse_a_served_port(self) -> None:
+        with socket.socket() as probe:
+            # As the server does: a port whose old connections linger in TIME_WAIT
+            # is free; one with a listener is not.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind((self.host, self.port))
+            except OSError as exc:
+                raise ZooKeeperStartError(
+                    f"cannot start ZooKeeper on {self.connect_string}: {exc.strerror}"
+                ) from None
 
     def _log_tail(self, lines: int = 20) -> str:
         try:

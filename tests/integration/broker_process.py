@@ -38,8 +38,15 @@ class BrokerProcess:
         port: int | None = None,
         overrides: Sequence[str] = (),
         args: Sequence[str] = (),
+        *,
+        host: str = "127.0.0.1",
+        wrapper: Sequence[str] = (),
     ) -> None:
+        """``host``: the address it listens on; ``wrapper``: a command prefix it runs
+        under (the partition tests' ``ip netns exec <namespace>``)."""
         self.data_dir = data_dir
+        self.host = host
+        self.wrapper = list(wrapper)
         self.port = port or free_port()
         self.overrides = list(overrides)
         #: More ``serve`` options (``--metrics-listen``, ...).
@@ -49,10 +56,13 @@ class BrokerProcess:
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 20.0) -> BrokerProcess:
-        cmd = [sys.executable, "-m", "headwater.cli", "serve", "--data-dir", str(self.data_dir)]
+        cmd = [
+            *self.wrapper,
+            *(sys.executable, "-m", "headwater.cli", "serve", "--data-dir", str(self.data_dir)),
+        ]
         if not any(o.startswith("listeners=") for o in self.overrides):
             # With a listeners override, it must include PLAINTEXT on self.port.
             cmd += ["--listen", self.bootstrap]

@@ -5,7 +5,15 @@ one fault at a time:
 
 * ``kill -9`` of a broker (sometimes the controller), restarted a moment later;
 * SIGSTOP of a broker past its ZooKeeper session, then SIGCONT;
-* a stop of ZooKeeper itself for a few seconds.
+* a stop of ZooKeeper itself for a few seconds;
+* with a ``Network`` (issue 31: every node in its own network namespace on a
+  private bridge, ``tests/integration/netns.py``), four network partitions made
+  with nftables drop rules: (a) ``cut-leader``, the broker leading the most
+  partitions cut from ZooKeeper and its peers while clients still reach it;
+  (b) ``cut-pair``, two brokers cut from each other, both still reaching the
+  third and ZooKeeper; (c) ``isolate``, one broker cut from everything, clients
+  included; (d) ``cut-zookeeper``, ZooKeeper cut from every broker. After each
+  heal the time to full ISRs is measured (at most 30 s).
 
 Workloads:
 
@@ -20,7 +28,9 @@ Workloads:
 After the faults the cluster heals (every broker up, ZooKeeper up) and the
 checks run: no acknowledged record lost, no duplicate, every committed
 transaction whole, no aborted record visible, the copy loop exact, every ISR
-full, and, after a clean stop, every replica of every partition byte-identical.
+full, every acknowledged record at the offset it was acknowledged at, exactly
+the broker ZooKeeper names answering as each partition's leader at its epoch,
+and, after a clean stop, every replica of every partition byte-identical.
 
 The campaign is plain code (a ``Campaign`` object) so that the test's short
 version and a long run share it; the length and seed come from the caller.
@@ -29,6 +39,7 @@ version and a long run share it; the length and seed come from the caller.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import random
 import signal
@@ -46,6 +57,8 @@ from confluent_kafka.admin import NewTopic
 from headwater.cluster.zookeeper_server import ZooKeeperServer
 from tests.integration.broker_process import free_port
 from tests.integration.cluster_process import Cluster, wait_for
+from tests.integration.leadership import short_isrs, stale_leaders
+from tests.integration.netns import Network
 
 SESSION_MS = 3000
 CAMPAIGN_OVERRIDES = (
@@ -60,6 +73,27 @@ CAMPAIGN_OVERRIDES = (
     "leader.imbalance.check.interval.seconds=10",
 )
 PARTITIONS = 3
+CHROOT = "/campaign"
+
+#: The fault kinds: the process faults of issue 20 and the network cuts of issue 31.
+PROCESS_FAULTS = ("kill", "kill-controller", "pause", "zookeeper")
+NETWORK_FAULTS = ("cut-leader", "cut-pair", "isolate", "cut-zookeeper")
+#: How long a cut lasts: past the session and the lag time, so that leaders move.
+CUT_S = (8.0, 12.0)
+#: Every ISR must be full again this soon after a heal (issue 31).
+FULL_ISR_AFTER_HEAL_S = 30.0
+#: Node names in a ``Network``: ZooKeeper, brokers b0.., the clients.
+ZK_NODE = "zk"
+CLIENT_NODE = "cl"
+
+
+def broker_node(broker_id: int) -> str:
+    return f"b{broker_id}"
+
+
+def campaign_network(prefix: str | None = None, brokers: int = 3) -> Network:
+    """The namespaces a partition campaign runs in (not created yet)."""
+    return Network([ZK_NODE, *(broker_node(i) for i in range(brokers)), CLIENT_NODE], prefix)
 
 
 def log(message: str) -> None:
@@ -113,6 +147,8 @@ class IdempotentWriter(Workload):
     def __init__(self, bootstrap: str, rate_per_s: float = 200) -> None:
         super().__init__()
         self.acked: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
+        #: The offset each acknowledged value was acknowledged at, per partition.
+        self.acked_offsets: dict[int, dict[int, int]] = {p: {} for p in range(PARTITIONS)}
         self.failed = 0
         self.interval = 1 / rate_per_s
         self.producer = Producer(
@@ -132,6 +168,7 @@ class IdempotentWriter(Workload):
             self.notes.append(f"delivery failed: {err}")
             return
         self.acked[msg.partition()].append(int(msg.value()))
+        self.acked_offsets[msg.partition()][int(msg.value())] = msg.offset()
 
     def run(self) -> None:
         n = 0
@@ -513,21 +550,53 @@ class CopyLoop(Workload):
 @dataclass
 class FaultLog:
     done: list[str] = field(default_factory=list)
+    #: How many of each kind were injected.
+    counts: Counter[str] = field(default_factory=Counter)
+    #: Seconds from each heal of a network cut to every ISR full: (kind, seconds).
+    full_isr_after_heal: list[tuple[str, float]] = field(default_factory=list)
 
 
 class Faults:
-    """Injects one fault at a time on a seeded schedule."""
+    """Injects one fault at a time on a seeded schedule.
 
-    def __init__(self, cluster: Cluster, zookeeper: ZooKeeperServer, seed: int) -> None:
+    ``kinds``: the kinds to draw from; each round of ``len(kinds)`` faults takes
+    every kind once, in a seeded order, so a short campaign injects each of them.
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        zookeeper: ZooKeeperServer,
+        seed: int,
+        *,
+        network: Network | None = None,
+        kinds: tuple[str, ...] = PROCESS_FAULTS,
+        full_isrs: Callable[[float], float | None] | None = None,
+    ) -> None:
         self.cluster = cluster
         self.zookeeper = zookeeper
         self.rng = random.Random(seed)
         self.log = FaultLog()
+        self.network = network
+        self.kinds = kinds
+        self._round: list[str] = []
+        #: Waits (at most the given seconds) for full ISRs; the seconds it took, or None.
+        self.full_isrs = full_isrs
+        if network is None and set(kinds) & set(NETWORK_FAULTS):
+            raise ValueError("network faults need a Network")
+
+    def _next_kind(self) -> str:
+        if not self._round:
+            self._round = list(self.kinds)
+            self.rng.shuffle(self._round)
+        return self._round.pop(0)
 
     def one(self) -> None:
-        kind = self.rng.choice(["kill", "kill-controller", "pause", "zookeeper"])
+        kind = self._next_kind()
         started = time.monotonic()
-        if kind in ("kill", "kill-controller"):
+        if kind in NETWORK_FAULTS:
+            what = self._cut(kind)
+        elif kind in ("kill", "kill-controller"):
             victim = self._controller() if kind == "kill-controller" else None
             if victim is None:
                 victim = self.rng.randrange(len(self.cluster.brokers))
@@ -548,9 +617,61 @@ class Faults:
             time.sleep(self.rng.uniform(3.0, 8.0))
             self.zookeeper.start()
             what = "ZooKeeper stopped"
+        self.log.counts[kind] += 1
         entry = f"{what} ({time.monotonic() - started:.1f} s)"
         self.log.done.append(entry)
         log(entry)
+
+    def _cut(self, kind: str) -> str:
+        """One network partition: cut, hold for ``CUT_S``, heal, time the ISRs' return."""
+        network = self.network
+        assert network is not None
+        brokers = list(range(len(self.cluster.brokers)))
+        nodes = [broker_node(b) for b in brokers]
+        if kind == "cut-leader":
+            victim = self._leading_most()
+            network.cut_off(broker_node(victim), [ZK_NODE, *nodes])
+            what = f"broker {victim} (leading the most partitions) cut from ZooKeeper and peers"
+        elif kind == "cut-pair":
+            a, b = self.rng.sample(brokers, 2)
+            network.cut(broker_node(a), broker_node(b))
+            what = f"brokers {a} and {b} cut from each other"
+        elif kind == "isolate":
+            victim = self.rng.choice(brokers)
+            network.cut_off(broker_node(victim), [ZK_NODE, CLIENT_NODE, *nodes])
+            what = f"broker {victim} cut from everything, clients included"
+        else:
+            for node in nodes:
+                network.cut(ZK_NODE, node)
+            what = "ZooKeeper cut from every broker"
+        held = self.rng.uniform(*CUT_S)
+        time.sleep(held)
+        network.heal()
+        what += f", {held:.1f} s"
+        if self.full_isrs is not None:
+            took = self.full_isrs(FULL_ISR_AFTER_HEAL_S)
+            self.log.full_isr_after_heal.append((kind, took if took is not None else -1.0))
+            what += (
+                f"; ISRs full {took:.1f} s after the heal"
+                if took is not None
+                else f"; ISRs NOT full {FULL_ISR_AFTER_HEAL_S:.0f} s after the heal"
+            )
+        return what
+
+    def _leading_most(self) -> int:
+        """The broker leading the most partitions (internal topics too) now."""
+        led: Counter[int] = Counter()
+        try:
+            md = self.cluster.admin().list_topics(timeout=10)
+            for tm in md.topics.values():
+                for pm in tm.partitions.values():
+                    if pm.leader >= 0:
+                        led[pm.leader] += 1
+        except Exception as exc:
+            log(f"cannot read the leaders ({exc!r}); cutting a random broker")
+        if not led:
+            return self.rng.randrange(len(self.cluster.brokers))
+        return led.most_common(1)[0][0]
 
     def _controller(self) -> int | None:
         try:
@@ -573,11 +694,19 @@ class Report:
     copy_errors: dict[str, int]
     partitions_compared: int
     problems: list[str]
+    fault_counts: dict[str, int] = field(default_factory=dict)
+    full_isr_after_heal: list[tuple[str, float]] = field(default_factory=list)
+    idempotent_lost: int = 0
+    idempotent_duplicated: int = 0
 
     def lines(self) -> list[str]:
         return [
             f"seed {self.seed}; {len(self.faults)} faults: {'; '.join(self.faults)}",
-            f"idempotent records acknowledged: {self.idempotent_acked}",
+            f"faults by kind: {self.fault_counts}",
+            f"idempotent records acknowledged: {self.idempotent_acked}, lost: "
+            f"{self.idempotent_lost}, duplicated: {self.idempotent_duplicated}",
+            "seconds to full ISRs after each heal: "
+            + (", ".join(f"{k} {t:.1f}" for k, t in self.full_isr_after_heal) or "none"),
             f"transactions: {self.transactions}",
             f"copy loop: {self.copy_commits} commits, {self.copy_aborts} aborts "
             f"({self.copy_errors or 'no errors'})",
@@ -587,18 +716,56 @@ class Report:
 
 
 class Campaign:
-    def __init__(self, root: Path, seed: int) -> None:
+    """``network``: run every node in its own namespace of this (created) ``Network``;
+    this process must then run in its client namespace (``CLIENT_NODE``)."""
+
+    def __init__(
+        self,
+        root: Path,
+        seed: int,
+        *,
+        network: Network | None = None,
+        kinds: tuple[str, ...] = PROCESS_FAULTS,
+    ) -> None:
         self.root = root
         self.seed = seed
-        self.zookeeper = ZooKeeperServer(root / "zookeeper", port=free_port(), tick_time_ms=500)
+        self.network = network
+        self.kinds = kinds
+        if network is None:
+            self.zookeeper = ZooKeeperServer(root / "zookeeper", port=free_port(), tick_time_ms=500)
+        else:
+            self.zookeeper = ZooKeeperServer(
+                root / "zookeeper",
+                port=2181,
+                host=network.address[ZK_NODE],
+                tick_time_ms=500,
+                wrapper=network.wrap(ZK_NODE),
+            )
         self.cluster: Cluster | None = None
+        self.zk_connect = self.zookeeper.connect_string + CHROOT
 
     def __enter__(self) -> Campaign:
-        self.zookeeper.start()
-        self.cluster = Cluster(
-            self.root, self.zookeeper.connect_string + "/campaign", overrides=CAMPAIGN_OVERRIDES
-        ).start()
+        self.zookeeper.start(timeout=120)
+        cluster = Cluster(self.root, self.zk_connect, overrides=CAMPAIGN_OVERRIDES)
+        if self.network is not None:
+            for i, broker in enumerate(cluster.brokers):
+                broker.host = self.network.address[broker_node(i)]
+                broker.port = 9092
+                broker.wrapper = self.network.wrap(broker_node(i))
+        self.cluster = cluster
+        for b in cluster.brokers:
+            b.start(timeout=120)
+        wait_for(
+            lambda: len(cluster.live_broker_ids()) == len(cluster.brokers),
+            timeout=120,
+            what="all brokers",
+        )
         return self
+
+    def broker_addresses(self) -> dict[int, tuple[str, int]]:
+        cluster = self.cluster
+        assert cluster is not None
+        return {i: (b.host, b.port) for i, b in enumerate(cluster.brokers)}
 
     def __exit__(self, *exc: object) -> None:
         try:
@@ -607,7 +774,10 @@ class Campaign:
         finally:
             self.zookeeper.stop()
 
-    def run(self, fault_seconds: float, gap_s: tuple[float, float] = (3.0, 8.0)) -> Report:
+    def run(
+        self, fault_seconds: float, gap_s: tuple[float, float] = (3.0, 8.0), min_faults: int = 1
+    ) -> Report:
+        """Faults for ``fault_seconds`` (and at least ``min_faults`` of them), then the checks."""
         cluster = self.cluster
         assert cluster is not None
         admin = cluster.admin()
@@ -625,7 +795,14 @@ class Campaign:
         workloads: list[Workload] = [idem, txn, copy]
         for w in workloads:
             w.start()
-        faults = Faults(cluster, self.zookeeper, self.seed)
+        faults = Faults(
+            cluster,
+            self.zookeeper,
+            self.seed,
+            network=self.network,
+            kinds=self.kinds,
+            full_isrs=self._time_to_full_isrs,
+        )
         try:
             wait_for(
                 lambda: sum(map(len, idem.acked.values())) > 200,
@@ -633,13 +810,15 @@ class Campaign:
                 what="the workloads to run",
             )
             end = time.monotonic() + fault_seconds
-            while time.monotonic() < end:
+            while time.monotonic() < end or len(faults.log.done) < min_faults:
                 time.sleep(faults.rng.uniform(*gap_s))
                 faults.one()
             log("faults over; healing")
             self._heal()
             time.sleep(3)  # the workloads run on a healthy cluster for a moment
         finally:
+            if self.network is not None:
+                self.network.heal()
             if not self.zookeeper.running:
                 self.zookeeper.start()
             for w in (idem, txn):
@@ -649,7 +828,14 @@ class Campaign:
         for w in workloads:
             problems += [f"{w.name}: {n}" for n in w.notes if not n.startswith("delivery failed")]
         problems += self._full_isrs()
-        problems += self._check_idempotent(idem)
+        problems += self._check_leaders()
+        idem_problems, lost, duplicated = self._check_idempotent(idem)
+        problems += idem_problems
+        problems += [
+            f"ISRs not full {FULL_ISR_AFTER_HEAL_S:.0f} s after healing a {kind}"
+            for kind, took in faults.log.full_isr_after_heal
+            if took < 0
+        ]
         problems += self._check_transactions(txn.outcome)
         problems += self._check_copy()
         cluster.stop()
@@ -671,6 +857,10 @@ class Campaign:
             copy_errors=dict(copy.errors),
             partitions_compared=compared,
             problems=problems,
+            fault_counts=dict(faults.log.counts),
+            full_isr_after_heal=faults.log.full_isr_after_heal,
+            idempotent_lost=lost,
+            idempotent_duplicated=duplicated,
         )
 
     # -- healing and checks --------------------------------------------------------------
@@ -678,6 +868,8 @@ class Campaign:
     def _heal(self) -> None:
         cluster = self.cluster
         assert cluster is not None
+        if self.network is not None:
+            self.network.heal()
         if not self.zookeeper.running:
             self.zookeeper.start()
         for b in cluster.brokers:
@@ -698,15 +890,42 @@ class Campaign:
         md = cluster.admin().list_topics(timeout=10)
         return {(t, p): meta for t, tm in md.topics.items() for p, meta in tm.partitions.items()}
 
+    def _isrs_full(self) -> bool:
+        """Every partition (internal ones too) led, with every replica in its ISR, as
+        ZooKeeper says (a broker's metadata answer may lag behind it)."""
+        return not short_isrs(self.zk_connect)
+
+    def _time_to_full_isrs(self, limit_s: float) -> float | None:
+        """Seconds until every ISR is full (None: not within ``limit_s``)."""
+        started = time.monotonic()
+        try:
+            wait_for(self._isrs_full, timeout=limit_s, what="full ISRs")
+        except AssertionError:
+            return None
+        return time.monotonic() - started
+
+    def _check_leaders(self) -> list[str]:
+        """No broker serves a partition ZooKeeper does not give it at that epoch (asked
+        of every broker; a view catching up with a change is given 30 s)."""
+        problems: list[str] = []
+
+        def agree() -> bool:
+            problems[:] = stale_leaders(self.zk_connect, self.broker_addresses())
+            return not problems
+
+        try:
+            wait_for(agree, timeout=30, what="leaders as ZooKeeper says")
+        except AssertionError:
+            return [f"stale leadership: {p}" for p in problems] or ["leaders never checked"]
+        return []
+
     def _full_isrs(self) -> list[str]:
         """Every partition (internal ones too) back at 3 in-sync replicas, without writes."""
         short: dict[tuple[str, int], Any] = {}
 
         def full() -> bool:
             short.clear()
-            for key, meta in self._all_partitions().items():
-                if len(meta.isrs) != len(meta.replicas) or meta.leader < 0:
-                    short[key] = (meta.leader, list(meta.isrs))
+            short.update(short_isrs(self.zk_connect))
             return not short
 
         try:
@@ -715,7 +934,10 @@ class Campaign:
             return [f"ISR not full after healing: {dict(sorted(short.items()))}"]
         return []
 
-    def _read(self, topic: str, partition: int, committed: bool) -> list[bytes]:
+    def _read(
+        self, topic: str, partition: int, committed: bool, offsets: dict[int, int] | None = None
+    ) -> list[bytes]:
+        """The partition's values; ``offsets`` (when given) gets each integer value's offset."""
         cluster = self.cluster
         assert cluster is not None
         consumer = Consumer(
@@ -737,6 +959,9 @@ class Campaign:
                 msg = consumer.poll(0.5)
                 if msg is not None and not msg.error():
                     values.append(msg.value())
+                    if offsets is not None:
+                        with contextlib.suppress(ValueError):
+                            offsets.setdefault(int(msg.value()), msg.offset())
                     if msg.offset() + 1 >= high:
                         break
                 elif msg is None and consumer.position([tp])[0].offset >= high:
@@ -745,20 +970,35 @@ class Campaign:
         finally:
             consumer.close()
 
-    def _check_idempotent(self, idem: IdempotentWriter) -> list[str]:
+    def _check_idempotent(self, idem: IdempotentWriter) -> tuple[list[str], int, int]:
+        """(problems, acknowledged records lost, records duplicated): every acknowledged
+        record present once, at the offset it was acknowledged at."""
         problems = []
+        lost_total = dup_total = 0
         for p in range(PARTITIONS):
-            values = [int(v) for v in self._read("src", p, committed=False)]
+            at: dict[int, int] = {}
+            read = self._read("src", p, committed=False, offsets=at)
+            values = [int(v) for v in read]
             counts = Counter(values)
             dups = sorted(v for v, c in counts.items() if c > 1)
             lost = sorted(set(idem.acked[p]) - set(values))
+            moved = sorted(
+                v for v, offset in idem.acked_offsets[p].items() if at.get(v, offset) != offset
+            )
+            lost_total += len(lost)
+            dup_total += len(dups)
             if dups:
                 problems.append(f"src-{p}: {len(dups)} duplicates, e.g. {dups[:10]}")
             if lost:
                 problems.append(f"src-{p}: {len(lost)} acknowledged records lost, e.g. {lost[:10]}")
+            if moved:
+                problems.append(
+                    f"src-{p}: {len(moved)} acknowledged records not at their acknowledged "
+                    f"offset, e.g. {[(v, idem.acked_offsets[p][v], at.get(v)) for v in moved[:5]]}"
+                )
             if values != sorted(values):
                 problems.append(f"src-{p}: records out of order")
-        return problems
+        return problems, lost_total, dup_total
 
     def _check_transactions(self, outcome: TxnOutcome) -> list[str]:
         problems = []
@@ -822,3 +1062,16 @@ class Campaign:
         if not compared:
             problems.append("no partition found on two replicas to compare")
         return compared, problems
+
+
+def partition_campaign(
+    prefix: str, root: str, seed: int, seconds: float, kinds: list[str], min_faults: int
+) -> dict[str, Any]:
+    """The campaign on the namespaces of ``campaign_network(prefix)`` (made by the
+    caller), run inside its client namespace (``netns.run_in``); the report as a dict."""
+    network = campaign_network(prefix)
+    with Campaign(Path(root), seed, network=network, kinds=tuple(kinds)) as campaign:
+        report = campaign.run(seconds, min_faults=min_faults)
+    for line in report.lines():
+        log(line)
+    return dataclasses.asdict(report)
