@@ -184,6 +184,7 @@ STATIC_BROKER_CONFIGS: dict[str, ConfigType] = {
     "auto.create.topics.enable": ConfigType.BOOLEAN,
     "broker.rack": ConfigType.STRING,
     "log.cleaner.enable": ConfigType.BOOLEAN,
+    "log.dir.free.space.min.bytes": ConfigType.LONG,
     "connections.max.idle.ms": ConfigType.LONG,
     "fetch.max.bytes": ConfigType.INT,
     "log.dirs": ConfigType.STRING,

@@ -39,6 +39,7 @@ def bind_broker_gauges(
         return None if replica is None else replica.log.high_watermark
 
     m.bind_partition_states(health)
+    m.bind_log_dirs(logs.dir_statuses)
     m.bind_controller(lambda: cluster.controller.is_active, offline)
     end_offset = replica_end_offset
     m.bind_consumer_lag(asyncio.get_running_loop(), partial(_committed_offsets, groups), end_offset)

@@ -46,6 +46,7 @@ from prometheus_client.registry import Collector
 from headwater.broker.cooperative import sliced
 from headwater.cluster.replica_manager import ReplicaManager
 from headwater.fetch.session_cache import FetchSessionCache
+from headwater.log.log_directory import LogDirStatus
 
 # The *_created series double every counter for no use here.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -124,6 +125,10 @@ class BrokerMetrics:
         """``kafka_consumergroup_lag``, computed on the event loop in slices at scrape time."""
         self.registry.register(ConsumerLagCollector(loop, committed, end_offset))
 
+    def bind_log_dirs(self, statuses: Callable[[], Iterable[LogDirStatus]]) -> None:
+        """Per log directory: full (below its free-space floor or out of room), usable bytes."""
+        self.registry.register(_LogDirCollector(statuses))
+
     def serve(self, host: str, port: int) -> int:
         """Serve ``/metrics`` over HTTP in a daemon thread; returns the bound port."""
         server, thread = start_http_server(port, addr=host, registry=self.registry)
@@ -135,6 +140,27 @@ class BrokerMetrics:
             self._http.shutdown()
             self._http.server_close()
             self._http = None
+
+
+class _LogDirCollector(Collector):
+    def __init__(self, statuses: Callable[[], Iterable[LogDirStatus]]) -> None:
+        self._statuses = statuses
+
+    def collect(self) -> Iterator[Metric]:
+        rows = list(self._statuses())
+        full = GaugeMetricFamily(
+            "headwater_log_dir_full",
+            "1 when the log directory is below log.dir.free.space.min.bytes (Produce refused)",
+            labels=["log_dir"],
+        )
+        usable = GaugeMetricFamily(
+            "headwater_log_dir_usable_bytes", "Free bytes on the log directory", labels=["log_dir"]
+        )
+        for row in rows:
+            full.add_metric([row.path], 1 if row.full else 0)
+            usable.add_metric([row.path], row.usable_bytes)
+        yield full
+        yield usable
 
 
 class _SessionCacheCollector(Collector):

@@ -54,3 +54,38 @@ class RejectionLog:
             "rejected %s from %s (client id %r): %s", what, client_host, client_id, reason
         )
         return True
+
+
+class OncePerKey:
+    """At most one line per key per ``interval_s`` (a full disk: one WARNING per
+    partition per minute, however fast producers retry); sans-I/O but for the logger."""
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        *,
+        interval_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._logger = logger
+        self._interval_s = interval_s
+        self._clock = clock
+        self._last: dict[object, float] = {}
+        self._suppressed: dict[object, int] = {}
+
+    def warn(self, key: object, message: str, *args: object) -> bool:
+        """Log ``message`` (no traceback) unless ``key`` was logged within the interval."""
+        now = self._clock()
+        last = self._last.get(key)
+        if last is not None and now - last < self._interval_s:
+            self._suppressed[key] = self._suppressed.get(key, 0) + 1
+            return False
+        if len(self._last) > 100_000:
+            self._last.clear()
+        self._last[key] = now
+        more = self._suppressed.pop(key, 0)
+        if more:
+            self._logger.warning(message + " (%d more like it not logged)", *args, more)
+        else:
+            self._logger.warning(message, *args)
+        return True

@@ -43,6 +43,7 @@ async def _health(args: argparse.Namespace) -> dict[str, Any]:
                     offline.append(f"{name}-{index}")
                 elif len(p.isr) < len(p.replicas):
                     under.append(f"{name}-{index}")
+        full, offline_dirs = await _log_dir_problems(cluster)
         return {
             "brokers": sorted(cluster.brokers),
             # broker id -> broker.rack (null: none), as Metadata gives it (KIP-36)
@@ -52,10 +53,63 @@ async def _health(args: argparse.Namespace) -> dict[str, Any]:
             "partitions": partitions,
             "under_replicated_partitions": under,
             "offline_partitions": offline,
-            "healthy": not under and not offline and cluster.controller_id >= 0,
+            # "broker:path" of log directories below log.dir.free.space.min.bytes
+            "full_log_dirs": full,
+            # "broker:path" of log directories taken offline by an I/O error (KIP-112)
+            "offline_log_dirs": offline_dirs,
+            "healthy": not under
+            and not offline
+            and not full
+            and not offline_dirs
+            and cluster.controller_id >= 0,
         }
     finally:
         await cluster.close()
+
+
+#: What a broker that does not report ``log.dir.free.space.min.bytes`` is assumed to use.
+_DEFAULT_FREE_SPACE_FLOOR = 64 << 20
+_KAFKA_STORAGE_ERROR = 56
+
+
+async def _log_dir_problems(cluster: ClusterClient) -> tuple[list[str], list[str]]:
+    """Every broker's log directories that are full (usable bytes below the broker's
+    ``log.dir.free.space.min.bytes``) or offline (KAFKA_STORAGE_ERROR), from
+    DescribeLogDirs with no partitions and one DescribeConfigs key."""
+    full: list[str] = []
+    offline: list[str] = []
+    for node in sorted(cluster.brokers):
+        try:
+            conn = await cluster.connection(node)
+            floor = _DEFAULT_FREE_SPACE_FLOOR
+            configs = await conn.request(
+                ApiKey.DESCRIBE_CONFIGS,
+                {
+                    "resources": [
+                        {
+                            "resource_type": 4,
+                            "resource_name": str(node),
+                            "configuration_keys": ["log.dir.free.space.min.bytes"],
+                        }
+                    ],
+                    "include_synonyms": False,
+                    "include_documentation": False,
+                },
+            )
+            for resource in configs.results:
+                for entry in resource.configs:
+                    if entry.name == "log.dir.free.space.min.bytes" and entry.value:
+                        floor = int(entry.value)
+            resp = await conn.request(ApiKey.DESCRIBE_LOG_DIRS, {"topics": []})
+        except (KafkaError, OSError):
+            continue  # an unreachable broker shows in the broker list already
+        for result in resp.results:
+            where = f"{node}:{result.log_dir}"
+            if int(result.error_code) == _KAFKA_STORAGE_ERROR:
+                offline.append(where)
+            elif 0 <= int(result.usable_bytes) < floor:
+                full.append(where)
+    return full, offline
 
 
 def cmd_health(args: argparse.Namespace) -> int:
@@ -77,6 +131,10 @@ def cmd_health(args: argparse.Namespace) -> int:
     print(f"Topics: {report['topics']}\tPartitions: {report['partitions']}")
     print(f"Under-replicated partitions: {some(report['under_replicated_partitions'])}")
     print(f"Offline partitions: {some(report['offline_partitions'])}")
+    if report["full_log_dirs"]:
+        print(f"Full log directories: {some(report['full_log_dirs'])}")
+    if report["offline_log_dirs"]:
+        print(f"Offline log directories: {some(report['offline_log_dirs'])}")
     return 0
 
 

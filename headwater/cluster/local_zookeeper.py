@@ -221,8 +221,8 @@ class LocalZooKeeper:
                     fh.flush()
                     os.fsync(fh.fileno())
             os.replace(tmp, self._snapshot)
-        except OSError:
-            log.exception("cannot write the broker metadata to %s", self._snapshot)
+        except OSError as exc:  # a full disk: kept dirty, written again on the next change
+            log.warning("cannot write the broker metadata to %s: %s", self._snapshot, exc)
             self._dirty.set()
 
     def close(self) -> None:

@@ -44,6 +44,10 @@ class LogConfig:
     min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
     max_compaction_lag_ms: int = LONG_MAX  # max.compaction.lag.ms
     delete_retention_ms: int = _DAY_MS  # delete.retention.ms: how long tombstones stay
+    # -- broker-wide only (no topic key) --
+    # log.dir.free.space.min.bytes: below this much free space a log directory
+    # refuses client Produce (KAFKA_STORAGE_ERROR) so its metadata keeps room.
+    free_space_min_bytes: int = 64 << 20
 
     @property
     def compact(self) -> bool:
@@ -157,6 +161,7 @@ _KEYS: dict[str, tuple[str, Callable[[str], object]]] = {
     "log.message.timestamp.type": ("message_timestamp_type", _timestamp_type),
     "log.message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", _integer(0)),
     "log.message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", _integer(0)),
+    "log.dir.free.space.min.bytes": ("free_space_min_bytes", _integer(0)),
     # topic keys
     "segment.bytes": ("segment_bytes", _integer(14, maximum=INT_MAX)),
     "segment.ms": ("segment_ms", _integer(1)),

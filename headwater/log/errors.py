@@ -20,6 +20,7 @@ __all__ = [
     "InvalidTopicError",
     "InvalidTxnStateError",
     "KafkaApiError",
+    "KafkaStorageError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
     "RecordBatchTooLargeError",
@@ -101,3 +102,15 @@ class UnexpectedAppendOffsetError(KafkaApiError):
     """
 
     kafka_error_code: ClassVar[int] = -1
+
+
+class KafkaStorageError(KafkaApiError):
+    """The log directory could not take the write (full, below its free-space floor, or
+    offline after an I/O error): KAFKA_STORAGE_ERROR, which clients retry (Kafka, KIP-112).
+
+    Raised before anything the append changes is visible: the log end, the producer
+    table and the leader-epoch cache are as they were, so an idempotent producer's
+    retry of the same batch is accepted at the same sequence once space returns.
+    """
+
+    kafka_error_code: ClassVar[int] = 56

@@ -50,6 +50,7 @@ from headwater.log.cleaner_swap import (
 from headwater.log.config import LONG_MAX, LogConfig
 from headwater.log.errors import (
     InvalidRecordError,
+    KafkaStorageError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
     UnexpectedAppendOffsetError,
@@ -180,6 +181,7 @@ class Log:
         "config",
         "directory",
         "handles",
+        "on_io_error",
         "partition_leader_epoch",
         "recovered_bytes",
         "topic_id",
@@ -200,6 +202,9 @@ class Log:
         self.topic_id = topic_id
         self.partition_leader_epoch = 0  # stamped on appended batches
         self.recovered_bytes = 0  # torn tail removed by recovery, for logging
+        #: Told of every I/O error a write met (the log directory takes itself
+        #: offline on one that is not a full disk, KIP-112).
+        self.on_io_error: Callable[[Log, OSError], None] | None = None
         self._path = os.fspath(directory)
         self._recover = recover
         self._loaded = False
@@ -826,8 +831,11 @@ class Log:
         newest = max(header.max_timestamp for header in assigned)
         cache = self.leader_epoch_cache
         end = assigned[-1].next_offset
-        segment = self._segment_for_append(len(buf), end - 1, newest, now_ms)
-        segment.append(buf, assigned)
+        try:
+            segment = self._segment_for_append(len(buf), end - 1, newest, now_ms)
+            segment.append(buf, assigned)
+        except OSError as exc:
+            raise self._storage_error(exc) from None
         self._log_end_offset = end
         if cache.latest_epoch != epoch:
             # Assigned after the write: a failed write leaves no epoch without data.
@@ -918,9 +926,12 @@ class Log:
         start = 0
         while start < len(headers):
             first = headers[start]
-            segment = self._segment_for_append(
-                first.size, first.last_offset, first.max_timestamp, now_ms
-            )
+            try:
+                segment = self._segment_for_append(
+                    first.size, first.last_offset, first.max_timestamp, now_ms
+                )
+            except OSError as exc:
+                raise self._storage_error(exc) from None
             room = self.config.segment_bytes - segment.size
             stop, size = start + 1, first.size
             while (
@@ -932,7 +943,13 @@ class Log:
                 stop += 1
             run = [h._replace(position=h.position - first.position) for h in headers[start:stop]]
             chunk = view[first.position : first.position + size]
-            segment.append(chunk, run)
+            try:
+                segment.append(chunk, run)
+            except OSError as exc:
+                # Runs already written stay (they are whole, and recorded below).
+                if start:
+                    self._after_append(headers[:start], producers, now_ms, None)
+                raise self._storage_error(exc) from None
             self._log_end_offset = run[-1].next_offset
             # Per run, before the next roll snapshots the table at the new log end.
             self._record_producers(run, producers, now_ms, chunk)
@@ -991,6 +1008,12 @@ class Log:
             if self._replicated
             else LogEvent.APPENDED | LogEvent.HIGH_WATERMARK_MOVED
         )
+
+    def _storage_error(self, exc: OSError) -> KafkaStorageError:
+        """What a write's OSError becomes: KAFKA_STORAGE_ERROR, the directory told."""
+        if self.on_io_error is not None:
+            self.on_io_error(self, exc)
+        return KafkaStorageError(f"{self._path}: {exc.strerror or exc}")
 
     def _policy(self) -> TimestampPolicy:
         c = self.config

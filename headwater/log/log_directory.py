@@ -26,6 +26,7 @@ from types import MappingProxyType
 from headwater.gc_policy import COLLECTOR
 from headwater.log.config import LogConfig
 from headwater.log.dir_lock import DataDirLock
+from headwater.log.disk_space import DirSpace, SpaceFloor, is_full_disk_error
 from headwater.log.errors import (
     InvalidPartitionsError,
     InvalidTopicError,
@@ -58,6 +59,16 @@ class TopicInfo:
     topic_id: uuid.UUID
     num_partitions: int
     configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirStatus:
+    """One log directory as health and metrics see it."""
+
+    path: str
+    full: bool
+    usable_bytes: int
+    total_bytes: int
 
 
 def validate_topic_name(name: str) -> None:
@@ -101,6 +112,7 @@ class LogDirectory:
         self._logs: dict[tuple[str, int], Log] = {}
         self._opened = False
         self.lock = DataDirLock(self.path)
+        self.space = DirSpace(str(self.path), SpaceFloor(config.free_space_min_bytes))
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -252,6 +264,7 @@ class LogDirectory:
     def alter_base_config(self, config: LogConfig) -> None:
         """New broker-wide log defaults (dynamic ``log.*`` configs), applied to every topic now."""
         self.config = config
+        self.space.floor = SpaceFloor(config.free_space_min_bytes)
         for name, info in self._topics.items():
             self._topic_configs[name] = config.with_topic_overrides(info.configs)
         for (topic, _partition), log in self._logs.items():
@@ -416,9 +429,42 @@ class LogDirectory:
             topic_id=info.topic_id,
             recover=not self.clean_shutdown,
         )
+        log.on_io_error = self._on_io_error
         self._logs[(topic, partition)] = log
         COLLECTOR.long_lived_created()
         return log
+
+    # -- free space and failing disks -----------------------------------------------------
+
+    def write_refusal(self, topic: str, partition: int, size: int) -> str | None:
+        """Why a client write of ``size`` bytes to the partition is refused now, or None.
+
+        Below ``log.dir.free.space.min.bytes`` free: the rest is kept for the
+        checkpoints, the metadata snapshot, the cleaner, the coordinators and
+        followers. Asked again on every Produce, so writes resume when space returns.
+        """
+        space = self.space
+        if not space.below_floor(size):
+            return None
+        free = space.reading().usable_bytes
+        return (
+            f"log directory {space.path} is full: {free} bytes free, "
+            f"below log.dir.free.space.min.bytes={space.floor.min_free_bytes}"
+        )
+
+    def dir_statuses(self) -> list[LogDirStatus]:
+        """Every log directory's state (read at scrape time, any thread)."""
+        space = self.space
+        reading = space.reading()
+        return [LogDirStatus(space.path, space.is_full, reading.usable_bytes, reading.total_bytes)]
+
+    def full_dirs(self) -> list[str]:
+        """The directories below their free-space floor or out of room (health, metrics)."""
+        return [self.space.path] if self.space.is_full else []
+
+    def _on_io_error(self, log: Log, exc: OSError) -> None:
+        if is_full_disk_error(exc):
+            self.space.note_full()
 
     @property
     def loaded_count(self) -> int:

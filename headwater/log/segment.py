@@ -16,6 +16,7 @@ import os
 import struct
 from collections.abc import Iterator, Sequence
 
+from headwater.log import disk_io
 from headwater.log.handles import FileHandleCache
 from headwater.log.index import MAX_RELATIVE_OFFSET, OffsetIndex, TimeIndex
 from headwater.log.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
@@ -49,14 +50,6 @@ SCAN_WINDOW = 1 << 20
 def segment_file_name(base_offset: int, suffix: str) -> str:
     """Kafka's naming: the base offset as 20 digits, so names sort as offsets do."""
     return f"{base_offset:020d}{suffix}"
-
-
-def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, position)
-        view = view[written:]
-        position += written
 
 
 class Segment:
@@ -239,7 +232,9 @@ class Segment:
             timestamp = -1
             if self.size >= HEADER_SIZE:
                 fd = self._handles.get(self.log_path).fileno()
-                timestamp = parse_batch_header(os.pread(fd, HEADER_SIZE, 0)).max_timestamp
+                timestamp = parse_batch_header(
+                    disk_io.pread(fd, HEADER_SIZE, 0, self.log_path)
+                ).max_timestamp
             self._first_timestamp = timestamp
         return self._first_timestamp
 
@@ -269,17 +264,48 @@ class Segment:
         """Write whole batches whose headers (positions relative to ``data``) are given.
 
         The bytes are written first and the size advanced last, so a failed
-        write leaves nothing visible and the next append overwrites it.
+        write leaves nothing visible. A write that fails part way (ENOSPC, EIO)
+        is undone before the error goes on: the file is cut back to the old
+        size and index entries added for it are removed, so that a clean stop
+        after a full disk leaves no bytes past the last whole batch.
         """
         self._load_tail()
         if self.size == 0:
             self._first_timestamp = None
         position = self.size
-        _pwrite_all(self._handles.get(self.log_path).fileno(), data, position)
-        for header in batches:
-            self._track(header, position + header.position)
+        saved = (
+            self._max_timestamp,
+            self._offset_of_max_timestamp,
+            self._bytes_since_index_entry,
+            self._first_timestamp,
+        )
+        try:
+            disk_io.pwrite_all(
+                self._handles.get(self.log_path).fileno(), data, position, self.log_path
+            )
+            for header in batches:
+                self._track(header, position + header.position)
+        except OSError:
+            self._undo_append(position, batches[0].base_offset, saved)
+            raise
         self._next_offset = batches[-1].next_offset
         self.size = position + len(data)
+
+    def _undo_append(
+        self, position: int, first_offset: int, saved: tuple[int, int, int, int | None]
+    ) -> None:
+        """Forget a failed append: cutting files needs no free space, but may fail too."""
+        (
+            self._max_timestamp,
+            self._offset_of_max_timestamp,
+            self._bytes_since_index_entry,
+            self._first_timestamp,
+        ) = saved
+        with contextlib.suppress(OSError):
+            self.offset_index.truncate_to(first_offset)
+            self.time_index.truncate_to(first_offset)
+        with contextlib.suppress(OSError):
+            os.ftruncate(self._handles.get(self.log_path).fileno(), position)
 
     def _track(self, header: BatchHeader, position: int) -> None:
         """Kafka's index policy: an entry for the first batch after each interval of bytes."""
@@ -299,7 +325,7 @@ class Segment:
             self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
 
     def flush(self) -> None:
-        os.fsync(self._handles.get(self.log_path).fileno())
+        disk_io.fsync(self._handles.get(self.log_path).fileno(), self.log_path)
         self.offset_index.flush()
         self.time_index.flush()
         self.txn_index.flush()
@@ -327,7 +353,9 @@ class Segment:
         fd = self._handles.get(self.log_path).fileno()
         position = start
         while end - position >= HEADER_SIZE:
-            chunk = memoryview(os.pread(fd, min(window, end - position), position))
+            chunk = memoryview(
+                disk_io.pread(fd, min(window, end - position), position, self.log_path)
+            )
             if len(chunk) < HEADER_SIZE:
                 return  # the file is shorter than we were told
             consumed = 0
@@ -345,7 +373,7 @@ class Segment:
                     return
                 batch = None
                 if with_bytes:
-                    batch = memoryview(os.pread(fd, header.size, position))
+                    batch = memoryview(disk_io.pread(fd, header.size, position, self.log_path))
                     if len(batch) < header.size:
                         return
                 yield header._replace(position=position), batch
@@ -361,7 +389,7 @@ class Segment:
     def read_batch(self, header: BatchHeader) -> bytes:
         """The whole batch ``header`` (from this segment) as bytes: for control batches."""
         fd = self._handles.get(self.log_path).fileno()
-        data = os.pread(fd, header.size, header.position)
+        data = disk_io.pread(fd, header.size, header.position, self.log_path)
         if len(data) < header.size:
             raise CorruptRecordError(f"batch at offset {header.base_offset} is cut short")
         return data
@@ -389,7 +417,9 @@ class Segment:
             return None
         position, _ = found
         fd = self._handles.get(self.log_path).fileno()
-        return parse_batch_header(os.pread(fd, HEADER_SIZE, position))._replace(position=position)
+        return parse_batch_header(disk_io.pread(fd, HEADER_SIZE, position, self.log_path))._replace(
+            position=position
+        )
 
     def _locate(self, offset: int, end: int) -> tuple[int, int] | None:
         """(position, size) of the first whole batch ending at or after ``offset``.
@@ -402,7 +432,7 @@ class Segment:
         _, position = self.offset_index.lookup(offset)
         fd = self._handles.get(self.log_path).fileno()
         while end - position >= HEADER_SIZE:
-            chunk = os.pread(fd, min(READ_WINDOW, end - position), position)
+            chunk = disk_io.pread(fd, min(READ_WINDOW, end - position), position, self.log_path)
             available = len(chunk)
             if available < HEADER_SIZE:
                 return None  # the file is shorter than we were told
@@ -448,7 +478,9 @@ class Segment:
         for header, _ in self._scan(position, self.size, READ_WINDOW, with_bytes=False):
             if header.max_timestamp < timestamp or header.last_offset < start_offset:
                 continue
-            for batch in decode_batches(os.pread(fd, header.size, header.position)):
+            for batch in decode_batches(
+                disk_io.pread(fd, header.size, header.position, self.log_path)
+            ):
                 for record in batch.records:
                     if record.timestamp >= timestamp and record.offset >= start_offset:
                         return record.offset, record.timestamp

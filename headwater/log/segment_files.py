@@ -21,16 +21,17 @@ def precreate_segment_files(segments: Iterable[tuple[str, int]]) -> int:
     """For each (partition directory, base offset): the directory and empty segment files.
 
     Existing files are left as they are (never truncated). Returns how many
-    directories were handled.
+    directories were handled. A directory that cannot be made (a full or
+    failing disk) is skipped: the append itself then answers KAFKA_STORAGE_ERROR.
     """
     count = 0
     for directory, base_offset in segments:
-        os.makedirs(directory, exist_ok=True)
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-            os.close(
-                os.open(
-                    os.path.join(directory, segment_file_name(base_offset, suffix)), _FLAGS, 0o644
-                )
-            )
+        try:
+            os.makedirs(directory, exist_ok=True)
+            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                name = os.path.join(directory, segment_file_name(base_offset, suffix))
+                os.close(os.open(name, _FLAGS, 0o644))
+        except OSError:
+            continue
         count += 1
     return count

@@ -247,6 +247,7 @@ class ConfigsApi:
                 "connections.max.idle.ms": str(limits.idle_ms),
                 "fetch.max.bytes": str(c.fetch_max_bytes),
                 "log.dirs": str(c.data_dir),
+                "log.dir.free.space.min.bytes": str(c.log.free_space_min_bytes),
                 "node.id": str(c.node_id),
                 "num.partitions": str(c.num_partitions),
                 "num.replica.fetchers": str(c.num_replica_fetchers),

@@ -27,10 +27,10 @@ from headwater.broker.connection import Ordered, RequestContext
 from headwater.broker.cooperative import Steps, run_cooperatively
 from headwater.broker.handlers.admin import AdminApis, is_valid_topic_name
 from headwater.broker.metrics import BrokerMetrics
-from headwater.broker.rejection_log import RejectionLog
+from headwater.broker.rejection_log import OncePerKey, RejectionLog
 from headwater.cluster.produce_purgatory import await_acks
 from headwater.cluster.replica_manager import ReplicaManager
-from headwater.log.errors import KafkaApiError
+from headwater.log.errors import KafkaApiError, KafkaStorageError
 from headwater.log.log_directory import LogDirectory, TopicInfo
 from headwater.log.segment_files import precreate_segment_files
 from headwater.protocol.produce_codec import (
@@ -101,6 +101,8 @@ class ProduceApi:
         self.metrics = metrics
         self.replication = replication
         self.rejections = RejectionLog(log)
+        #: A full or failed disk: one WARNING per partition per minute, no traceback.
+        self.storage_warnings = OncePerKey(log)
 
     def handle(
         self, ctx: RequestContext, frame: memoryview, offset: int
@@ -198,10 +200,32 @@ class ProduceApi:
                     out.error_message = "produce request carried no records"
                 elif self._refused(replication, req, topic.name, index, out):
                     pass  # not the leader here, or too few replicas in sync
+                elif refusal := self.logs.write_refusal(topic.name, index, len(records)):
+                    # Below the free-space floor: refused before anything is written,
+                    # so the producer's epoch and sequence stay as they were.
+                    out.error_code = int(E.kafka_storage_error)
+                    out.error_message = refusal
+                    self.storage_warnings.warn(
+                        (topic.name, index),
+                        "produce to %s-%d refused: %s",
+                        topic.name,
+                        index,
+                        refusal,
+                    )
                 else:
                     try:
                         result, waiting = replication.append_records(
                             topic.name, index, records, now_ms, req.acks
+                        )
+                    except KafkaStorageError as exc:
+                        out.error_code = int(exc.kafka_error_code)
+                        out.error_message = str(exc)
+                        self.storage_warnings.warn(
+                            (topic.name, index),
+                            "produce to %s-%d failed: %s",
+                            topic.name,
+                            index,
+                            exc,
                         )
                     except KafkaApiError as exc:
                         out.error_code = int(exc.kafka_error_code)
