@@ -124,8 +124,9 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout: float = 30.0
     try:
         while len(got) < expected and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                got.append(msg.value())
+            value = msg.value() if msg is not None and msg.error() is None else None
+            if value is not None:
+                got.append(value)
     finally:
         consumer.close()
     return got

@@ -30,8 +30,9 @@ def read_values(bootstrap: str, topic: str, timeout: float = 15.0) -> list[bytes
     try:
         while time.monotonic() < min(deadline, quiet_until):
             msg = consumer.poll(0.3)
-            if msg is not None and msg.error() is None:
-                got.append(msg.value())
+            value = msg.value() if msg is not None and msg.error() is None else None
+            if value is not None:
+                got.append(value)
                 quiet_until = time.monotonic() + 2.0
     finally:
         consumer.close()
