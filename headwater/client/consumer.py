@@ -56,7 +56,6 @@ from headwater.client.errors import KafkaError
 from headwater.client.loop_thread import EventLoopThread
 from headwater.client.read_replica import (
     LAGGING_ERRORS,
-    OFFSET_NOT_AVAILABLE,
     Action,
     ReadReplicas,
     decide,
@@ -440,6 +439,7 @@ class AsyncConsumer:
                     nodes.add(node_id)
             if state.reset is not None:
                 need_reset = True
+        need_metadata = need_metadata or self._metadata_stale  # a replica failed just now
         if need_metadata and (self._metadata_task is None or self._metadata_task.done()):
             self._metadata_task = asyncio.ensure_future(self._refresh_metadata())
         if need_reset and (self._reset_task is None or self._reset_task.done()):
@@ -457,10 +457,10 @@ class AsyncConsumer:
         if node_id is None or node_id == leader:
             return leader
         meta = cluster.topics[tp.topic].partitions[tp.partition]
-        if node_id not in meta.replicas:
-            # Moved away by a reassignment the metadata already shows (Java: nodeIfOnline).
-            log.info("preferred replica %d of %s-%d is no replica now", node_id, *tp)
-            self._replicas.clear(tp)
+        if node_id not in meta.replicas or node_id not in cluster.brokers:
+            # Moved away, or gone from the cluster, as the metadata already shows
+            # (Java: nodeIfOnline). A failure: the leader may name it a while yet.
+            self._replica_failed(node_id, [tp], KafkaError(6, "not a live replica"))
             return leader
         return node_id
 
@@ -720,9 +720,8 @@ class AsyncConsumer:
                         code,
                         p.high_watermark,
                     )
-                    if code == OFFSET_NOT_AVAILABLE:
-                        # The leader may send us straight back: give the replica a moment.
-                        node.not_before = now + c.retry_backoff_ms / 1000
+                    # The leader may send us straight back: give the replica a moment.
+                    node.not_before = now + c.retry_backoff_ms / 1000
                 else:
                     self._replica_failed(node.node_id, [tp], KafkaError(code))
                     self._metadata_stale = True

@@ -21,8 +21,9 @@ librdkafka's where Java has none:
   longer a replica, lost its disk, or cannot be reached) also send the
   partition back to the leader with its position unchanged.
 
-Beyond both clients, a replica that *failed* (could not be reached, or said
-it is no replica of the partition) is avoided for a while: a leader whose
+Beyond both clients, a replica that *failed* (could not be reached, said it
+is no replica of the partition, or the metadata no longer shows it as a live
+replica) is avoided for a while: a leader whose
 ISR still lists a dead follower keeps redirecting consumers to it until the
 follower is dropped from the ISR (``replica.lag.time.max.ms``, 30 s by
 default), and a consumer that obeyed would make no progress meanwhile. While
@@ -31,7 +32,9 @@ a partition avoids its replica, the consumer fetches it from the leader
 it. The avoidance doubles with each consecutive failure (1 s, 2 s, ... up to
 the lease length) and is forgotten once the replica serves data again.
 A follower that only lags is not avoided: that is the normal, brief case the
-leader's selector already steers around.
+leader's selector already steers around (the consumer waits ``retry.backoff.ms``
+before fetching from that broker again, so a leader that keeps naming it
+cannot make the two bounce a partition back and forth at network speed).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from headwater.client.config import ConsumerConfig
 from headwater.client.consumer import AsyncConsumer, _Sent
 from headwater.client.read_replica import (
     FIRST_AVOID_S,
@@ -361,9 +362,43 @@ def test_a_replica_moved_away_in_the_metadata_loses_its_lease() -> None:
         parts[0] = parts[0]._replace(replicas=(LEADER, THIRD), isr=(LEADER, THIRD))
         topics["t"] = meta._replace(partitions=parts)
         assert h.fetch_node() == LEADER
-        assert h.consumer._replicas.preferred(TP, asyncio.get_running_loop().time()) is None
+        now = asyncio.get_running_loop().time()
+        assert h.consumer._replicas.preferred(TP, now) is None
+        assert h.consumer._replicas.avoiding(TP, now) == FOLLOWER  # the leader may not know yet
 
     run(scenario)
+
+
+def test_a_replica_gone_from_the_brokers_list_is_avoided() -> None:
+    async def scenario() -> None:
+        h = Harness()
+        h.answer(LEADER, h.sent(LEADER), preferred=FOLLOWER)
+        del h.consumer._cluster.brokers[FOLLOWER]
+        assert h.fetch_node() == LEADER
+        assert h.consumer._request_rack(h.sent(LEADER), asyncio.get_running_loop().time()) == ""
+
+    run(scenario)
+
+
+def test_a_lease_outlives_reassigning_the_partition() -> None:
+    """A Spark worker reads the same partition task after task, assigning in between."""
+
+    async def scenario() -> None:
+        h = Harness()
+        h.answer(LEADER, h.sent(LEADER), preferred=FOLLOWER)
+        h.consumer.assign([])
+        h.consumer.assign([TP])
+        h.consumer.seek(TP, 0)
+        assert h.fetch_node() == FOLLOWER
+
+    run(scenario)
+
+
+def test_client_rack_and_metadata_max_age_are_consumer_settings() -> None:
+    default = ConsumerConfig.from_mapping({})
+    assert (default.client_rack, default.metadata_max_age_ms) == ("", 300_000)
+    c = ConsumerConfig.from_mapping({"client.rack": "use1-az2", "metadata.max.age.ms": "60000"})
+    assert (c.client_rack, c.metadata_max_age_ms) == ("use1-az2", 60_000)
 
 
 def test_a_redirect_to_the_leader_itself_ends_the_lease() -> None:
