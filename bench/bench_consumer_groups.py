@@ -55,6 +55,8 @@ from brokers import Headwater, ScratchDir, machine_info
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from headwater.group.assignors import ASSIGNORS, MemberSpec, TopicSpec
+
 RESULTS = Path(__file__).parent / "results" / "consumer_groups.json"
 PARTITIONS = 12
 CONSUMER_GROUP_HEARTBEAT = 68
@@ -287,6 +289,61 @@ def one_trial(bootstrap: str, mode: str, rate: float, observe: float) -> dict[st
     }
 
 
+def assignor_timings(repeats: int = 5) -> list[dict[str, Any]]:
+    """The server-side assignors alone: 1,000 members over 10,000 partitions
+    (10 topics of 1,000), first assignment and then a member joining with the
+    first result as ``owned``; same and mixed subscriptions, without and with
+    racks (3 racks, 2 replica racks per partition). Medians of ``repeats``."""
+    rows = []
+    names = [f"t{i}" for i in range(10)]
+    racks = ("a", "b", "c")
+    for mixed in (False, True):
+        for with_racks in (False, True):
+            topics = {
+                t: TopicSpec(
+                    t,
+                    1000,
+                    {p: frozenset({racks[p % 3], racks[(p + i) % 3 or 1]}) for p in range(1000)}
+                    if with_racks
+                    else {},
+                )
+                for i, t in enumerate(names)
+            }
+            members = {
+                f"m{i:04d}": MemberSpec(
+                    f"m{i:04d}",
+                    racks[i % 3] if with_racks else None,
+                    frozenset(names[: 1 + i % 10] if mixed else names),
+                    {},
+                )
+                for i in range(1000)
+            }
+            for name, assignor in ASSIGNORS.items():
+                first, join = [], []
+                for _ in range(repeats):
+                    start = time.perf_counter()
+                    result = assignor.assign(members, topics)
+                    first.append(time.perf_counter() - start)
+                    newcomer = MemberSpec("new", "a" if with_racks else None, frozenset(names), {})
+                    grown = {
+                        m: MemberSpec(m, s.rack, s.subscribed_topics, result[m])
+                        for m, s in members.items()
+                    } | {"new": newcomer}
+                    start = time.perf_counter()
+                    assignor.assign(grown, topics)
+                    join.append(time.perf_counter() - start)
+                rows.append(
+                    {
+                        "assignor": name,
+                        "subscriptions": "mixed" if mixed else "same",
+                        "racks": with_racks,
+                        "first_ms": 1000 * statistics.median(first),
+                        "join_ms": 1000 * statistics.median(join),
+                    }
+                )
+    return rows
+
+
 def median_of(trials: list[dict[str, Any]], key: str) -> float | None:
     values = [t[key] for t in trials if t.get(key) is not None]
     return statistics.median(values) if values else None
@@ -307,6 +364,16 @@ def main() -> int:
     parser.add_argument("--tree", type=Path, help="run the broker from this checkout")
     args = parser.parse_args()
     modes = [m for m in args.modes.split(",") if m]
+
+    timings = assignor_timings()
+    print("| assignor, 1,000 members x 10,000 partitions | first assignment | a member joins |")
+    print("| --- | ---: | ---: |")
+    for row in timings:
+        label = f"{row['assignor']}, {row['subscriptions']} subscriptions" + (
+            ", racks" if row["racks"] else ""
+        )
+        print(f"| {label} | {row['first_ms']:.0f} ms | {row['join_ms']:.0f} ms |")
+    print(flush=True)
 
     trials: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     skipped: dict[str, str] = {}
@@ -372,6 +439,7 @@ def main() -> int:
                 "args": {k: str(v) for k, v in vars(args).items()},
                 "machine": machine_info(),
                 "summary": summary,
+                "assignor_timings": timings,
                 "skipped": skipped,
                 "trials": trials,
             },
