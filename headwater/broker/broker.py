@@ -294,7 +294,7 @@ class Broker(HandlerTable):
         groups = self.groups
 
         async def handle(ctx: RequestContext, req: Any) -> dict[str, Any]:
-            decision = authorize_group_request(ctx, req)
+            decision = authorize_group_request(ctx, req, lambda: self.cluster.view.topics.keys())
             if decision.response is not None:
                 return decision.response
             response = decision.finish(

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import re2
@@ -257,15 +257,10 @@ class ConsumerGroupCoordinator:
         """A compiled RE2 pattern (Kafka's syntax for SubscribedTopicRegex)."""
         compiled = self._regexes.get(pattern)
         if compiled is None:
-            options = re2.Options()
-            options.log_errors = False
             try:
-                compiled = re2.compile(pattern, options)
-            except re2.error as exc:
-                raise HeartbeatError(
-                    ErrorCode.invalid_regular_expression,
-                    f"SubscribedTopicRegex {pattern} is not a valid regular expression: {exc}",
-                ) from None
+                compiled = compile_regex(pattern)
+            except ValueError as exc:
+                raise HeartbeatError(ErrorCode.invalid_regular_expression, str(exc)) from None
             self._regexes[pattern] = compiled
         return compiled
 
@@ -538,22 +533,16 @@ class ConsumerGroupCoordinator:
 
     def _resolved_regexes(self, group: ConsumerGroup) -> dict[str, frozenset[str]]:
         """Each member regex -> the topics it matches now (internal topics never match)."""
-        names = [n for n in self.topics.names() if not n.startswith("__")]
+        names = list(self.topics.names())
         resolved: dict[str, frozenset[str]] = {}
         for member in group.members.values():
             pattern = member.subscribed_topic_regex
             if pattern is None or pattern in resolved:
                 continue
             try:
-                compiled = self._regex(pattern)
+                resolved[pattern] = topics_matching(self._regex(pattern), names)
             except HeartbeatError:
                 resolved[pattern] = frozenset()
-                continue
-            resolved[pattern] = frozenset(
-                n
-                for n in names
-                if compiled.fullmatch(n) is not None  # type: ignore[attr-defined]
-            )
         return resolved
 
     def _refresh_subscription_metadata(self, group: ConsumerGroup, changes: _Changes) -> bool:
@@ -809,6 +798,24 @@ class ConsumerGroupCoordinator:
 
     def group(self, group_id: str) -> ConsumerGroup | None:
         return self.groups.get(group_id)
+
+
+def compile_regex(pattern: str) -> object:
+    """RE2, as Kafka (RE2/J) reads SubscribedTopicRegex; ValueError when it is not one."""
+    options = re2.Options()
+    options.log_errors = False
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:
+        raise ValueError(
+            f"SubscribedTopicRegex {pattern} is not a valid regular expression: {exc}"
+        ) from None
+
+
+def topics_matching(compiled: object, names: Iterable[str]) -> frozenset[str]:
+    """The topics a regex subscribes to: whole-name matches, internal topics excluded."""
+    match = compiled.fullmatch  # type: ignore[attr-defined]
+    return frozenset(n for n in names if not n.startswith("__") and match(n) is not None)
 
 
 def _check_epoch(member: ConsumerGroupMember, epoch: int, owned: Assignment | None) -> None:

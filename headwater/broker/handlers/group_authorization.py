@@ -19,19 +19,24 @@ ListGroups                    DESCRIBE on the cluster, else only groups
                               with DESCRIBE
 DeleteGroups                  DELETE on each group
 OffsetDelete                  DELETE on the group, READ on each topic
+ConsumerGroupHeartbeat        READ on the group, DESCRIBE on each named
+                              topic and on every topic the regex matches
+ConsumerGroupDescribe         DESCRIBE on each group
 ============================  =========================================
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kio.schema.errors import ErrorCode as E
 
 from headwater.broker.connection import RequestContext
+from headwater.group.consumer_group_coordinator import compile_regex, topics_matching
 from headwater.protocol.apis import ApiKey
 from headwater.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
@@ -51,7 +56,10 @@ class GroupDecision:
     finish: Callable[[Response], Response] = field(default=lambda r: r)
 
 
-def authorize_group_request(ctx: RequestContext, req: Any) -> GroupDecision:
+def authorize_group_request(
+    ctx: RequestContext, req: Any, topic_names: Callable[[], Iterable[str]] = tuple
+) -> GroupDecision:
+    """``topic_names`` lists the topics that exist, for regex subscriptions."""
     if not ctx.security.authorizer.enabled:
         return GroupDecision(req)
     api = ctx.header.api_key
@@ -85,6 +93,22 @@ def authorize_group_request(ctx: RequestContext, req: Any) -> GroupDecision:
         return _split_topics(ctx, req, AclOperation.READ, "topics")
     if api == ApiKey.OFFSET_FETCH:
         return _offset_fetch(ctx, req, version)
+    if api == ApiKey.CONSUMER_GROUP_HEARTBEAT:
+        return _consumer_group_heartbeat(ctx, req, topic_names)
+    if api == ApiKey.CONSUMER_GROUP_DESCRIBE:
+        ids = list(req.group_ids)
+        allowed = [g for g in ids if group(AclOperation.DESCRIBE, g)]
+
+        def finish_consumer_describe(resp: Response) -> Response:
+            resp["groups"] = list(resp["groups"]) + [
+                {"error_code": GROUP_DENIED, "group_id": g, "group_state": "", "members": []}
+                for g in ids
+                if g not in allowed
+            ]
+            return resp
+
+        replaced = dataclasses.replace(req, group_ids=tuple(allowed))
+        return GroupDecision(replaced, None, finish_consumer_describe)
     if api == ApiKey.DESCRIBE_GROUPS:
         allowed = [g for g in req.groups if group(AclOperation.DESCRIBE, g)]
         denied = [g for g in req.groups if g not in allowed]
@@ -120,6 +144,32 @@ def authorize_group_request(ctx: RequestContext, req: Any) -> GroupDecision:
 
         replaced = dataclasses.replace(req, groups_names=tuple(allowed))
         return GroupDecision(replaced, None, finish_delete)
+    return GroupDecision(req)
+
+
+def _consumer_group_heartbeat(
+    ctx: RequestContext, req: Any, topic_names: Callable[[], Iterable[str]]
+) -> GroupDecision:
+    """READ on the group; DESCRIBE on each named topic and on every existing topic the
+    regex matches (a topic created later is checked when the member next subscribes)."""
+
+    def denied(code: int, message: str) -> GroupDecision:
+        return GroupDecision(
+            req,
+            {"error_code": code, "error_message": message, "member_id": None, "member_epoch": -1},
+        )
+
+    if not ctx.authorize(AclOperation.READ, ResourceType.GROUP, req.group_id):
+        return denied(GROUP_DENIED, f"Group {req.group_id} is not authorized.")
+    check = ctx.topic_check(AclOperation.DESCRIBE)
+    wanted = list(req.subscribed_topic_names or ())
+    regex = getattr(req, "subscribed_topic_regex", None)
+    if regex:
+        with contextlib.suppress(ValueError):  # the coordinator answers INVALID_REGULAR_EXPRESSION
+            wanted += sorted(topics_matching(compile_regex(regex), topic_names()))
+    refused = sorted({t for t in wanted if not check(t)})
+    if refused:
+        return denied(TOPIC_DENIED, f"Topics {', '.join(refused)} are not authorized.")
     return GroupDecision(req)
 
 
