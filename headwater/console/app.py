@@ -959,9 +959,9 @@ class ConsoleApp:
         charts = []
         for key, title, unit in (
             ("produce_rate", "Produce requests / s", "req/s"),
-            ("fetch_rate", "Fetch requests / s", "req/s"),
+            ("fetch_rate", "Consumer fetch requests / s", "req/s"),
             ("produce_p99_ms", "Produce latency p99 (ms)", "ms"),
-            ("fetch_p99_ms", "Fetch latency p99 (ms)", "ms"),
+            ("fetch_p99_ms", "Consumer fetch latency p99 (ms)", "ms"),
             ("bytes_in_rate", "Bytes in / s", "B/s"),
             ("bytes_out_rate", "Bytes out / s", "B/s"),
         ):

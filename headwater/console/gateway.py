@@ -1244,6 +1244,9 @@ class ClusterGateway:
             with urllib.request.urlopen(url, timeout=3) as response:
                 return str(response.read().decode())
 
+        # One timestamp per round: the brokers' points share the charts' x values.
+        at = time.time()
+
         async def one(broker_id: int, url: str | None) -> None:
             series = self.metrics.setdefault(broker_id, BrokerSeries(url))
             series.endpoint = url
@@ -1252,7 +1255,7 @@ class ClusterGateway:
                 return
             try:
                 text = await asyncio.to_thread(fetch, url)
-                series.add(parse_sample(text, time.time()))
+                series.add(parse_sample(text, at))
             except Exception as exc:  # a dead broker's endpoint: the chart says so
                 series.error = f"{url}: {exc}"
 

@@ -23,6 +23,10 @@ REQUESTS: Final = "kafka_network_requestmetrics_requestspersec_total"
 TOTAL_TIME_BUCKET: Final = "kafka_network_requestmetrics_totaltimems_bucket"
 BYTES_IN: Final = "kafka_server_brokertopicmetrics_bytesinpersec_total"
 BYTES_OUT: Final = "kafka_server_brokertopicmetrics_bytesoutpersec_total"
+#: Kafka names a client's Fetch FetchConsumer in RequestMetrics (a follower's is
+#: FetchFollower, replication rather than traffic); plain Fetch for brokers that do not split.
+PRODUCE_NAMES: Final = ("Produce",)
+FETCH_NAMES: Final = ("Fetch", "FetchConsumer")
 #: How many points a chart keeps (at a 5 s scrape, 15 minutes).
 HISTORY_POINTS: Final = 180
 
@@ -112,27 +116,37 @@ def _delta_buckets(
     return out
 
 
+def _merged(now: Sample, names: tuple[str, ...], before: Sample) -> list[tuple[float, float]]:
+    """The interval's histogram of several request names, summed bucket by bucket."""
+    total: dict[float, float] = {}
+    for name in names:
+        for le, count in _delta_buckets(now.buckets.get(name, ()), before.buckets.get(name, ())):
+            total[le] = total.get(le, 0.0) + count
+    return sorted(total.items())
+
+
 def derive(before: Sample, now: Sample) -> Point | None:
     """The rates between two scrapes (None if they are not in time order)."""
     seconds = now.at - before.at
     if seconds <= 0:
         return None
 
-    def p99(request: str) -> float | None:
-        return quantile(
-            0.99, _delta_buckets(now.buckets.get(request, ()), before.buckets.get(request, ()))
+    def p99(names: tuple[str, ...]) -> float | None:
+        return quantile(0.99, _merged(now, names, before))
+
+    def rate(names: tuple[str, ...]) -> float:
+        return _rate(
+            sum(now.requests.get(n, 0.0) for n in names),
+            sum(before.requests.get(n, 0.0) for n in names),
+            seconds,
         )
 
     return Point(
         at=now.at,
-        produce_rate=_rate(
-            now.requests.get("Produce", 0.0), before.requests.get("Produce", 0.0), seconds
-        ),
-        fetch_rate=_rate(
-            now.requests.get("Fetch", 0.0), before.requests.get("Fetch", 0.0), seconds
-        ),
-        produce_p99_ms=p99("Produce"),
-        fetch_p99_ms=p99("Fetch"),
+        produce_rate=rate(PRODUCE_NAMES),
+        fetch_rate=rate(FETCH_NAMES),
+        produce_p99_ms=p99(PRODUCE_NAMES),
+        fetch_p99_ms=p99(FETCH_NAMES),
         bytes_in_rate=_rate(now.bytes_in, before.bytes_in, seconds),
         bytes_out_rate=_rate(now.bytes_out, before.bytes_out, seconds),
     )

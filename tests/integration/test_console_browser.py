@@ -11,13 +11,14 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, Producer
 
 from headwater.cluster.zookeeper_server import ZooKeeperServer
 from headwater.console.auth import hash_password_scrypt
@@ -282,10 +283,40 @@ def test_operations_and_metrics_pages(web: Any, console: str, cluster: Cluster) 
     expect(page.get_by_text("No hanging transactions.")).to_be_visible()
     page.snap("1-operations", "operations")
 
+    cluster.create_topic("ticks", partitions=3, replication=3)
     page.goto(f"{console}/metrics")
-    cli_produce(cluster.bootstrap, "orders", [f"more-{i}" for i in range(50)])
-    # Six charts once two scrapes of each broker have been made (a few seconds).
-    expect(page.locator(".uplot")).to_have_count(6)
+    stop = threading.Event()
+
+    def traffic() -> None:  # a steady trickle, so the charts have something to show
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "linger.ms": 5})
+        reader = Consumer(
+            {"bootstrap.servers": cluster.bootstrap, "group.id": "ticker", "fetch.wait.max.ms": 100}
+        )
+        reader.subscribe(["ticks"])
+        while not stop.is_set():
+            for i in range(20):
+                producer.produce("ticks", f"tick-{i}".encode())
+            producer.poll(0)
+            reader.poll(0.05)
+            stop.wait(0.1)  # about 200 records/s
+        producer.flush(10)
+        reader.close()
+
+    thread = threading.Thread(target=traffic, daemon=True)
+    thread.start()
+    try:
+        # Six charts once two scrapes of each broker have been made (a few seconds).
+        expect(page.locator(".uplot")).to_have_count(6)
+        # Enough points for lines (each chart carries its data as JSON), then the picture.
+        page.wait_for_function(
+            "JSON.parse(document.querySelector('[data-chart] script').textContent).x.length >= 5"
+        )
+        expect(page.get_by_role("table", name="Broker metrics")).to_contain_text(
+            re.compile(r"[1-9][\d.]* (B|KiB)/s")
+        )
+    finally:
+        stop.set()
+        thread.join(15)
     for broker_id in range(3):
         expect(
             page.get_by_role("row").filter(has_text=f"127.0.0.1:{cluster.metrics_ports[broker_id]}")

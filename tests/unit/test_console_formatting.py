@@ -141,7 +141,8 @@ def test_an_offset_reset_plan_follows_kafkas_rules(
 METRICS_1 = """\
 # TYPE kafka_network_requestmetrics_requestspersec counter
 kafka_network_requestmetrics_requestspersec_total{request="Produce",version="9"} 100.0
-kafka_network_requestmetrics_requestspersec_total{request="Fetch",version="12"} 40.0
+kafka_network_requestmetrics_requestspersec_total{request="FetchConsumer",version="12"} 40.0
+kafka_network_requestmetrics_requestspersec_total{request="FetchFollower",version="12"} 9.0
 # TYPE kafka_network_requestmetrics_totaltimems histogram
 kafka_network_requestmetrics_totaltimems_bucket{request="Produce",le="1.0"} 50.0
 kafka_network_requestmetrics_totaltimems_bucket{request="Produce",le="10.0"} 100.0
@@ -170,7 +171,7 @@ def _later(text: str) -> str:
 
 def test_two_scrapes_make_rates_and_an_interval_p99() -> None:
     before = parse_sample(METRICS_1, 0.0)
-    assert before.requests == {"Produce": 100.0, "Fetch": 40.0}
+    assert before.requests == {"Produce": 100.0, "FetchConsumer": 40.0, "FetchFollower": 9.0}
     assert before.bytes_in == 2000.0 and before.bytes_out == 500.0
     now = parse_sample(_later(METRICS_1), 10.0)
     point = derive(before, now)
