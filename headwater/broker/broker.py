@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
+import threading
 import time
 from collections.abc import Awaitable
 from typing import Any
@@ -414,6 +416,7 @@ class Broker(HandlerTable):
         prepare_record_validation(background=True)  # numba loads on a thread
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.logs.open()
+        self.logs.on_offline = self._log_dir_offline
         self._build_handlers()
         self._preload_schemas()
         if self.config.metrics_port is not None:
@@ -506,6 +509,32 @@ class Broker(HandlerTable):
                     listener.protocol.value,
                 )
         return self.address
+
+    def _log_dir_offline(self, path: str, reason: str) -> None:
+        """A log directory failed (KIP-112). With none left the broker stops at once,
+        as Kafka halts: one CRITICAL line, the ZooKeeper session closed so that the
+        controller moves this broker's leaderships now rather than after the session
+        timeout, then exit status 1 (no flush, no clean-shutdown marker: the next
+        start recovers and checks the logs). Runs on its own thread: the caller may
+        be the event loop or a worker in the middle of a write."""
+        if self.logs.offline is None:
+            return  # not this broker's data directory (cannot happen with one)
+
+        def halt() -> None:
+            log.critical(
+                "stopping: log directory %s failed (%s) and it was the last one "
+                "(KIP-112); exit status 1",
+                path,
+                reason,
+            )
+            if not self.cluster.is_local:
+                closer = threading.Thread(target=self.cluster.store.close, daemon=True)
+                closer.start()
+                closer.join(5.0)
+            logging.shutdown()
+            os._exit(1)
+
+        threading.Thread(target=halt, name="log-dir-failure", daemon=True).start()
 
     def _spawn(self, coro: Awaitable[None], name: str) -> None:
         task = asyncio.ensure_future(coro)

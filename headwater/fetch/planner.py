@@ -26,7 +26,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
 from headwater.log.divergence import diverging_epoch
-from headwater.log.errors import OffsetOutOfRangeError
+from headwater.log.errors import KafkaApiError, OffsetOutOfRangeError
 from headwater.log.isolation import Isolation
 from headwater.log.log import Log
 from headwater.protocol.error_codes import ErrorCode
@@ -245,6 +245,10 @@ def read_partitions_steps(
                 result = log.read(p.fetch_offset, max(0, limit), isolation, min_one_batch)
             except OffsetOutOfRangeError:
                 error = ErrorCode.offset_out_of_range
+            except KafkaApiError as exc:
+                # KAFKA_STORAGE_ERROR (an offline directory), CORRUPT_MESSAGE (a batch
+                # the scrubber found bad): the client is told, never given the bytes.
+                error = ErrorCode(exc.kafka_error_code)
         if error:
             # The client needs the log's bounds to recover (e.g. reset its position).
             data.error_code = error

@@ -181,6 +181,7 @@ class Log:
         "config",
         "directory",
         "handles",
+        "offline",
         "on_io_error",
         "partition_leader_epoch",
         "recovered_bytes",
@@ -205,6 +206,9 @@ class Log:
         #: Told of every I/O error a write met (the log directory takes itself
         #: offline on one that is not a full disk, KIP-112).
         self.on_io_error: Callable[[Log, OSError], None] | None = None
+        #: Why the log's directory is offline after an I/O error (KIP-112), or None:
+        #: set, every append and read answers KAFKA_STORAGE_ERROR without touching the disk.
+        self.offline: str | None = None
         self._path = os.fspath(directory)
         self._recover = recover
         self._loaded = False
@@ -770,6 +774,7 @@ class Log:
 
     def append(self, payload: bytes | bytearray | memoryview, now_ms: int) -> AppendResult:
         """Validate, assign offsets and write a producer's batches; all or nothing."""
+        self._check_online()
         checked = validate_append(
             payload,
             self.config.max_message_bytes,
@@ -859,6 +864,7 @@ class Log:
         TRANSACTION_COORDINATOR_FENCED), then written like any batch, stamped
         with ``leader_epoch`` (this log's leader epoch by default).
         """
+        self._check_online()
         self._load()
         producers = self._producer_state()
         producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
@@ -899,6 +905,7 @@ class Log:
         result's ``last_offset`` says how far the append got (``log end - 1``
         when not even one batch was whole).
         """
+        self._check_online()
         view = memoryview(payload)
         whole = 0
         for header in iter_batch_headers(view):
@@ -1009,6 +1016,10 @@ class Log:
             else LogEvent.APPENDED | LogEvent.HIGH_WATERMARK_MOVED
         )
 
+    def _check_online(self) -> None:
+        if self.offline is not None:
+            raise KafkaStorageError(f"{self._path}: log directory offline ({self.offline})")
+
     def _storage_error(self, exc: OSError) -> KafkaStorageError:
         """What a write's OSError becomes: KAFKA_STORAGE_ERROR, the directory told."""
         if self.on_io_error is not None:
@@ -1084,6 +1095,15 @@ class Log:
         high watermark from a previous leader. Outside that range raises
         OffsetOutOfRangeError.
         """
+        self._check_online()
+        try:
+            return self._read(offset, max_bytes, isolation, min_one_batch)
+        except OSError as exc:
+            raise self._storage_error(exc) from None
+
+    def _read(
+        self, offset: int, max_bytes: int, isolation: Isolation, min_one_batch: bool
+    ) -> ReadResult:
         self._load()
         leo = self._log_end_offset
         if offset < self._log_start_offset or offset > leo:
@@ -1481,9 +1501,16 @@ class Log:
     # -- durability and lifecycle ---------------------------------------------------------
 
     def flush(self) -> None:
-        """fsync the active segment (rolled segments were flushed when they rolled)."""
-        if self._loaded and self._segments:
-            self._segments[-1].flush()
+        """fsync the active segment (rolled segments were flushed when they rolled).
+
+        A failing fsync tells the directory (it goes offline) and raises
+        KafkaStorageError; an offline log is not flushed (its disk failed).
+        """
+        if self._loaded and self._segments and self.offline is None:
+            try:
+                self._segments[-1].flush()
+            except OSError as exc:
+                raise self._storage_error(exc) from None
         self._unflushed_messages = 0
         self._unflushed_since_ms = None
 
@@ -1498,6 +1525,8 @@ class Log:
         since = self._unflushed_since_ms
         if interval is None or since is None or now_ms - since < interval:
             return False
+        if self.offline is not None:
+            return False
         self.flush()
         return True
 
@@ -1506,7 +1535,7 @@ class Log:
 
         The object stays usable: the next call loads the log again.
         """
-        if self._loaded and self._segments:
+        if self._loaded and self._segments and self.offline is None:
             self._segments[-1].on_become_inactive()
             if self._unflushed_since_ms is not None:
                 # Only logs written since their last fsync pay for one: a clean

@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +30,7 @@ from headwater.log.disk_space import DirSpace, SpaceFloor, is_full_disk_error
 from headwater.log.errors import (
     InvalidPartitionsError,
     InvalidTopicError,
+    KafkaStorageError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -69,6 +70,8 @@ class LogDirStatus:
     full: bool
     usable_bytes: int
     total_bytes: int
+    #: Why the directory went offline after an I/O error (KIP-112), or None.
+    offline: str | None = None
 
 
 def validate_topic_name(name: str) -> None:
@@ -113,6 +116,11 @@ class LogDirectory:
         self._opened = False
         self.lock = DataDirLock(self.path)
         self.space = DirSpace(str(self.path), SpaceFloor(config.free_space_min_bytes))
+        #: Why this directory is offline (an I/O error that was not a full disk), or None.
+        self.offline: str | None = None
+        #: Called once, from the thread that met the error, when the directory goes
+        #: offline: (directory, reason). The broker stops when no directory is left.
+        self.on_offline: Callable[[str, str], None] | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -154,6 +162,15 @@ class LogDirectory:
         A directory this process could not lock is left alone: it is another's.
         """
         if not self.lock.held:
+            return
+        if self.offline is not None:
+            # A failed disk: nothing more is written, and no clean-shutdown marker,
+            # so that the next start recovers (and checks) what is there.
+            for log in self._logs.values():
+                log.close()
+            self.handles.clear()
+            self._opened = False
+            self.lock.release()
             return
         written = [log for log in self._logs.values() if log.has_unflushed_data]
         if len(written) > 1:
@@ -430,6 +447,7 @@ class LogDirectory:
             recover=not self.clean_shutdown,
         )
         log.on_io_error = self._on_io_error
+        log.offline = self.offline
         self._logs[(topic, partition)] = log
         COLLECTOR.long_lived_created()
         return log
@@ -456,7 +474,15 @@ class LogDirectory:
         """Every log directory's state (read at scrape time, any thread)."""
         space = self.space
         reading = space.reading()
-        return [LogDirStatus(space.path, space.is_full, reading.usable_bytes, reading.total_bytes)]
+        return [
+            LogDirStatus(
+                space.path, space.is_full, reading.usable_bytes, reading.total_bytes, self.offline
+            )
+        ]
+
+    def offline_dirs(self) -> list[str]:
+        """The directories taken offline by an I/O error (health, DescribeLogDirs)."""
+        return [str(self.path)] if self.offline is not None else []
 
     def full_dirs(self) -> list[str]:
         """The directories below their free-space floor or out of room (health, metrics)."""
@@ -465,6 +491,19 @@ class LogDirectory:
     def _on_io_error(self, log: Log, exc: OSError) -> None:
         if is_full_disk_error(exc):
             self.space.note_full()
+        else:
+            self.fail(f"{exc.strerror or exc} on {exc.filename or log.directory}")
+
+    def fail(self, reason: str) -> None:
+        """Take the directory offline (KIP-112): every log in it answers
+        KAFKA_STORAGE_ERROR from now on, and ``on_offline`` is told once."""
+        if self.offline is not None:
+            return
+        self.offline = reason
+        for log in list(self._logs.values()):
+            log.offline = reason
+        if self.on_offline is not None:
+            self.on_offline(str(self.path), reason)
 
     @property
     def loaded_count(self) -> int:
@@ -502,7 +541,13 @@ class LogDirectory:
 
     def flush_due(self, now_ms: int) -> int:
         """Flush the logs whose oldest unflushed data has waited ``flush.ms``."""
-        return sum(1 for _, _, log in self.loaded_logs() if log.maybe_flush(now_ms))
+        flushed = 0
+        for _, _, log in self.loaded_logs():
+            try:
+                flushed += log.maybe_flush(now_ms)
+            except KafkaStorageError:
+                continue  # the directory went offline; its logs are not flushed again
+        return flushed
 
     def roll_due(self, now_ms: int) -> int:
         """Roll active segments older than ``segment.ms`` in logs in use."""

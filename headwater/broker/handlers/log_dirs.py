@@ -32,6 +32,16 @@ class LogDirsApi:
                 for t in req.topics
                 if t.topic in topics
             }
+        if self.logs.offline is not None:
+            # KIP-112: an offline directory is listed with KAFKA_STORAGE_ERROR, no partitions.
+            failed = {
+                "error_code": int(E.kafka_storage_error),
+                "log_dir": str(self.logs.path),
+                "topics": [],
+                "total_bytes": -1,
+                "usable_bytes": -1,
+            }
+            return {"throttle_time": 0, "error_code": int(E.none), "results": [failed]}
         loop = asyncio.get_running_loop()
         usage: DirUsage = await loop.run_in_executor(
             None, scan_partition_sizes, str(self.logs.path), topics
