@@ -457,10 +457,11 @@ class AsyncConsumer:
         if node_id is None or node_id == leader:
             return leader
         meta = cluster.topics[tp.topic].partitions[tp.partition]
-        if node_id not in meta.replicas or node_id not in cluster.brokers:
-            # Moved away, or gone from the cluster, as the metadata already shows
-            # (Java: nodeIfOnline). A failure: the leader may name it a while yet.
-            self._replica_failed(node_id, [tp], KafkaError(6, "not a live replica"))
+        if node_id not in meta.isr or node_id not in cluster.brokers:
+            # Out of sync, moved away or gone from the cluster, as the metadata
+            # already shows (Java checks only the last two: nodeIfOnline). A
+            # failure: the leader may name it a while yet.
+            self._replica_failed(node_id, [tp], KafkaError(6, "not a live in-sync replica"))
             return leader
         return node_id
 

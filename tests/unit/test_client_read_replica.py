@@ -369,6 +369,20 @@ def test_a_replica_moved_away_in_the_metadata_loses_its_lease() -> None:
     run(scenario)
 
 
+def test_a_replica_out_of_the_isr_in_the_metadata_loses_its_lease() -> None:
+    async def scenario() -> None:
+        h = Harness()
+        h.answer(LEADER, h.sent(LEADER), preferred=FOLLOWER)
+        topics = h.consumer._cluster.topics
+        parts = dict(topics["t"].partitions)
+        parts[0] = parts[0]._replace(isr=(LEADER, THIRD))
+        topics["t"] = topics["t"]._replace(partitions=parts)
+        assert h.fetch_node() == LEADER
+        assert h.fetch_node(OTHER) == LEADER
+
+    run(scenario)
+
+
 def test_a_replica_gone_from_the_brokers_list_is_avoided() -> None:
     async def scenario() -> None:
         h = Harness()
