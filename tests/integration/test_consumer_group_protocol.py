@@ -66,9 +66,9 @@ def produce(broker: BrokerProcess, topic: str, values: range) -> None:
     assert producer.flush(30) == 0
 
 
-def consumer_config(broker: BrokerProcess, group: str, **extra: Any) -> dict[str, Any]:
+def consumer_config(bootstrap: str, group: str, **extra: Any) -> dict[str, Any]:
     return {
-        "bootstrap.servers": broker.bootstrap,
+        "bootstrap.servers": bootstrap,
         "group.id": group,
         "group.protocol": "consumer",
         "auto.offset.reset": "earliest",
@@ -81,9 +81,12 @@ class Member:
     """A consumer in a thread: reads, commits what it read after every batch and
     before giving a partition up, and records every (partition, offset) it saw."""
 
-    def __init__(self, broker: BrokerProcess, group: str, topics: list[str], name: str) -> None:
+    def __init__(
+        self, broker: BrokerProcess | str, group: str, topics: list[str], name: str
+    ) -> None:
         self.name = name
-        self.consumer = Consumer(consumer_config(broker, group, **{"client.id": name}))
+        bootstrap = broker if isinstance(broker, str) else broker.bootstrap
+        self.consumer = Consumer(consumer_config(bootstrap, group, **{"client.id": name}))
         self.seen: list[tuple[str, int, int]] = []
         self.errors: list[str] = []
         self._positions: dict[tuple[str, int], int] = {}
