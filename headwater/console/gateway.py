@@ -313,6 +313,7 @@ class ClusterGateway:
         self.lag_history = LagHistory()
         self.metrics: dict[int, BrokerSeries] = {}
         self._metadata_lock: asyncio.Lock | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     # -- plumbing ----------------------------------------------------------------
 
@@ -367,6 +368,18 @@ class ClusterGateway:
                 await asyncio.sleep(0.2 * (attempt + 1))
                 await cluster.refresh_metadata(sorted({tp.topic for tp in tps}))
         return dict.fromkeys(tps, -1)  # pragma: no cover
+
+    def _background(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run ``coro`` on the client's loop without waiting; its failure is only logged."""
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+
+        def done(t: asyncio.Task[Any]) -> None:
+            self._tasks.discard(t)
+            if not t.cancelled() and t.exception() is not None:
+                log.debug("console background task failed: %s", t.exception())
+
+        task.add_done_callback(done)
 
     def close(self) -> None:
         async def shut() -> None:
@@ -658,8 +671,9 @@ class ClusterGateway:
                         if await consumer.position(tp) >= ends[tp]:
                             reached.add(tp)
             finally:
-                with contextlib.suppress(Exception):
-                    await consumer.close()
+                # Closing ends the consumer's fetch sessions (a request per broker): the page
+                # need not wait for that, so it runs on in the background.
+                self._background(consumer.close())
             if mode == "latest":
                 found_records.sort(key=lambda r: (r.timestamp, r.partition, r.offset))
                 chosen = found_records[-limit:]
