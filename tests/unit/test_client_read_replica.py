@@ -243,11 +243,11 @@ def test_a_redirect_drops_its_records_and_keeps_the_position() -> None:
 
 def test_the_lease_ends_after_metadata_max_age() -> None:
     async def scenario() -> None:
-        h = Harness(**{"metadata.max.age.ms": 50})
+        h = Harness(**{"metadata.max.age.ms": 50_000})
         h.answer(LEADER, h.sent(LEADER), preferred=FOLLOWER)
-        assert h.fetch_node() == FOLLOWER
-        await asyncio.sleep(0.06)
-        assert h.fetch_node() == LEADER
+        now = asyncio.get_running_loop().time()
+        assert h.consumer._fetch_node(TP, now + 49.9) == FOLLOWER
+        assert h.consumer._fetch_node(TP, now + 50.1) == LEADER
 
     run(scenario)
 
