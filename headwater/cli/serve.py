@@ -271,15 +271,16 @@ async def run_broker(config: BrokerConfig, console: Any = None) -> None:
     # the whole run: move them out of the collector's way so that decoding a large
     # Fetch request does not pay for rescanning them (measured: most of its cost).
     COLLECTOR.freeze()
-    try:
-        console_server = _start_console(console)
-    except StartupError:
-        await _stop_quietly(broker)
-        raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    # After the signal handlers: a SIGTERM while the console starts is a clean stop too.
+    try:
+        console_server = await asyncio.to_thread(_start_console, console)
+    except StartupError:
+        await _stop_quietly(broker)
+        raise
     try:
         await stop.wait()
     finally:
