@@ -19,7 +19,12 @@ from headwater.client.connection import BrokerConnection
 from headwater.client.coordinator import CoordinatorClient, CoordinatorType
 from headwater.client.errors import KafkaError
 from headwater.client.types import TopicPartition
-from headwater.group.describe import GroupReport, description_from_response, group_report
+from headwater.group.describe import (
+    GroupReport,
+    consumer_group_report,
+    description_from_response,
+    group_report,
+)
 from headwater.group.storage import CommittedOffset
 from headwater.protocol.apis import ApiKey
 from headwater.security.client_security import ClientSecurity
@@ -27,14 +32,21 @@ from headwater.security.client_security import ClientSecurity
 _LATEST = -1
 
 
-async def _list(bootstrap: str, security: ClientSecurity | None) -> list[tuple[str, str, str]]:
+async def _list(bootstrap: str, security: ClientSecurity | None) -> list[tuple[str, str, str, str]]:
+    """(group, protocol type, state, type): ListGroups v5 says classic or consumer."""
     cluster = ClusterClient(bootstrap, client_id="headwater-groups", security=security)
     try:
         conn = await cluster.any_connection()
-        resp = await conn.request(ApiKey.LIST_GROUPS, {"states_filter": []})
+        resp = await conn.request(ApiKey.LIST_GROUPS, {"states_filter": [], "types_filter": []})
         _raise(int(resp.error_code), "ListGroups")
         return sorted(
-            (g.group_id, g.protocol_type, getattr(g, "group_state", "") or "") for g in resp.groups
+            (
+                g.group_id,
+                g.protocol_type,
+                getattr(g, "group_state", "") or "",
+                getattr(g, "group_type", "") or "classic",
+            )
+            for g in resp.groups
         )
     finally:
         await cluster.close()
@@ -65,6 +77,20 @@ async def _describe(
         described = await conn.request(ApiKey.DESCRIBE_GROUPS, {"groups": [group]})
         (g,) = described.groups
         _raise(int(g.error_code), f"DescribeGroups {group}")
+        consumer_group = None
+        if (
+            g.group_state == "Dead"
+            and not g.members
+            and ApiKey.CONSUMER_GROUP_DESCRIBE in conn.broker_versions
+        ):
+            # DescribeGroups knows only classic groups: a KIP-848 one reads as Dead.
+            answer = await conn.request(
+                ApiKey.CONSUMER_GROUP_DESCRIBE,
+                {"group_ids": [group], "include_authorized_operations": False},
+            )
+            (found,) = answer.groups
+            if int(found.error_code) == 0:
+                consumer_group = found
         # OffsetFetch v7: one group, all of its committed partitions (topics null).
         fetched = await conn.request(
             ApiKey.OFFSET_FETCH, {"group_id": group, "topics": None}, version=7
@@ -77,7 +103,10 @@ async def _describe(
                     int(p.committed_offset), int(p.committed_leader_epoch), p.metadata or "", -1
                 )
                 committed.append((t.name, int(p.partition_index), offset))
-        report = group_report(description_from_response(g), committed)
+        if consumer_group is not None:
+            report = consumer_group_report(consumer_group, committed)
+        else:
+            report = group_report(description_from_response(g), committed)
         tps = [TopicPartition(topic, partition) for topic, partition, _ in committed]
         tps += [TopicPartition(topic, partition) for topic, partition, _ in _assigned(report)]
         ends = await cluster.list_offsets(tps, _LATEST) if tps else {}
@@ -94,27 +123,42 @@ def _raise(code: int, what: str) -> None:
 def cmd_groups_list(args: argparse.Namespace) -> int:
     rows = asyncio.run(_list(args.bootstrap, command_security(args)))
     if args.json:
-        print_json([{"group": g, "protocol_type": t, "state": s} for g, t, s in rows])
+        print_json([{"group": g, "protocol_type": t, "state": s, "type": k} for g, t, s, k in rows])
         return 0
-    for group_id, protocol_type, state in rows:
-        print(f"{group_id}\t{protocol_type or '-'}\t{state or '-'}")
+    for group_id, protocol_type, state, kind in rows:
+        print(f"{group_id}\t{protocol_type or '-'}\t{state or '-'}\t{kind}")
     return 0
 
 
 def format_report(report: GroupReport, ends: dict[tuple[str, int], int]) -> list[str]:
-    lines = [
-        f"Group: {report.group_id}\tState: {report.state}\tProtocol: "
-        f"{report.protocol_type or '-'}/{report.protocol or '-'}\tMembers: {len(report.members)}"
-    ]
-    for m in report.members:
-        parts = ", ".join(
+    if report.group_type == "consumer":
+        lines = [
+            f"Group: {report.group_id}\tType: consumer\tState: {report.state}\t"
+            f"Assignor: {report.protocol or '-'}\tGroup epoch: {report.group_epoch}\t"
+            f"Assignment epoch: {report.assignment_epoch}\tMembers: {len(report.members)}"
+        ]
+    else:
+        lines = [
+            f"Group: {report.group_id}\tType: classic\tState: {report.state}\tProtocol: "
+            f"{report.protocol_type or '-'}/{report.protocol or '-'}\t"
+            f"Members: {len(report.members)}"
+        ]
+
+    def named(assignment: Any) -> str:
+        return ", ".join(
             f"{topic}[{','.join(str(p) for p in partitions)}]"
-            for topic, partitions in (m.assignment or ())
+            for topic, partitions in (assignment or ())
         )
+
+    for m in report.members:
         instance = f" instance={m.group_instance_id}" if m.group_instance_id else ""
+        epoch = "" if m.member_epoch is None else f" epoch={m.member_epoch}"
+        target = ""
+        if m.target_assignment is not None and m.target_assignment != m.assignment:
+            target = f" target={named(m.target_assignment) or '-'}"
         lines.append(
-            f"  member {m.member_id} client={m.client_id} host={m.client_host}{instance}"
-            f" assigned={parts or '-'}"
+            f"  member {m.member_id} client={m.client_id} host={m.client_host}{instance}{epoch}"
+            f" assigned={named(m.assignment) or '-'}{target}"
         )
     lines.append("  TOPIC\tPARTITION\tCOMMITTED\tLOG-END\tLAG\tOWNER\tMETADATA")
     for o in sorted(report.offsets, key=lambda o: (o.topic, o.partition)):
@@ -164,8 +208,9 @@ def report_json(report: GroupReport, ends: dict[tuple[str, int], int]) -> dict[s
                 "metadata": None if o is None else o.metadata,
             }
         )
-    return {
+    answer: dict[str, Any] = {
         "group": report.group_id,
+        "type": report.group_type,
         "state": report.state,
         "protocol_type": report.protocol_type,
         "protocol": report.protocol,
@@ -176,11 +221,23 @@ def report_json(report: GroupReport, ends: dict[tuple[str, int], int]) -> dict[s
                 "client_id": m.client_id,
                 "host": m.client_host,
                 "assignment": {t: list(ps) for t, ps in (m.assignment or ())},
+                **(
+                    {}
+                    if m.member_epoch is None
+                    else {
+                        "member_epoch": m.member_epoch,
+                        "target_assignment": {t: list(ps) for t, ps in (m.target_assignment or ())},
+                    }
+                ),
             }
             for m in report.members
         ],
         "partitions": partitions,
     }
+    if report.group_type == "consumer":
+        answer["group_epoch"] = report.group_epoch
+        answer["assignment_epoch"] = report.assignment_epoch
+    return answer
 
 
 _EARLIEST = -2

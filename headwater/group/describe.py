@@ -11,7 +11,7 @@ offsets, which the CLI has and this module does not.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from headwater.group.consumer_protocol import (
     CONSUMER_PROTOCOL_TYPE,
@@ -33,6 +33,9 @@ class MemberReport:
     client_host: str
     # Decoded consumer-protocol assignment; None when the bytes are not one.
     assignment: Partitions | None
+    #: KIP-848 members only: the member epoch and the partitions it is heading to.
+    member_epoch: int | None = None
+    target_assignment: Partitions | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,10 @@ class GroupReport:
     leader_id: str | None
     members: tuple[MemberReport, ...]
     offsets: tuple[CommittedOffsetReport, ...]
+    #: "classic" or "consumer" (KIP-848); a consumer group has epochs, not generations.
+    group_type: str = "classic"
+    group_epoch: int | None = None
+    assignment_epoch: int | None = None
 
 
 def list_groups(coordinator: GroupCoordinator) -> list[GroupListing]:
@@ -105,6 +112,61 @@ def group_report(
         leader_id=description.leader_id,
         members=members,
         offsets=offsets,
+    )
+
+
+def consumer_group_report(
+    group: object, committed: Sequence[tuple[str, int, CommittedOffset | None]]
+) -> GroupReport:
+    """A KIP-848 group from a ConsumerGroupDescribe response group (kio entity):
+    epochs, the assignor, each member's epoch, assignment and target."""
+
+    def partitions(assignment: object) -> Partitions:
+        topics: Sequence[object] = getattr(assignment, "topic_partitions", ())
+        return tuple(
+            sorted(
+                (str(getattr(t, "topic_name", "")), tuple(sorted(getattr(t, "partitions", ()))))
+                for t in topics
+            )
+        )
+
+    members: Sequence[object] = getattr(group, "members", ())
+    description = GroupDescription(
+        group_id=str(getattr(group, "group_id", "")),
+        state=str(getattr(group, "group_state", "")),
+        protocol_type="consumer",
+        protocol_name=str(getattr(group, "assignor_name", "")),
+        generation_id=int(getattr(group, "group_epoch", -1)),
+        leader_id=None,
+        members=(),
+    )
+    report = group_report(description, committed)
+    reports = tuple(
+        MemberReport(
+            member_id=str(getattr(m, "member_id", "")),
+            group_instance_id=getattr(m, "instance_id", None),
+            client_id=str(getattr(m, "client_id", "")),
+            client_host=str(getattr(m, "client_host", "")),
+            assignment=partitions(getattr(m, "assignment", None)),
+            member_epoch=int(getattr(m, "member_epoch", -1)),
+            target_assignment=partitions(getattr(m, "target_assignment", None)),
+        )
+        for m in members
+    )
+    owners = {
+        (topic, partition): m.member_id
+        for m in reports
+        for topic, parts in m.assignment or ()
+        for partition in parts
+    }
+    offsets = tuple(replace(o, owner=owners.get((o.topic, o.partition))) for o in report.offsets)
+    return replace(
+        report,
+        members=reports,
+        offsets=offsets,
+        group_type="consumer",
+        group_epoch=int(getattr(group, "group_epoch", -1)),
+        assignment_epoch=int(getattr(group, "assignment_epoch", -1)),
     )
 
 

@@ -211,9 +211,12 @@ def test_consume_from_an_offset_and_as_a_group(broker: BrokerProcess) -> None:
         {"topic": "replayed", "partition": 0, "committed_offset": 10, "log_end_offset": 10,
          "lag": 0, "owner": None, "metadata": ""}
     ]  # fmt: skip
-    assert {"group": "reader", "protocol_type": "", "state": "Empty"} in json.loads(
-        hw(broker, "groups", "list", "--json").stdout
-    )
+    assert {
+        "group": "reader",
+        "protocol_type": "",
+        "state": "Empty",
+        "type": "classic",
+    } in json.loads(hw(broker, "groups", "list", "--json").stdout)
 
 
 def test_health_log_dirs_and_quotas(broker: BrokerProcess) -> None:

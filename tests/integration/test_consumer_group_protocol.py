@@ -7,6 +7,7 @@ with a 6 s consumer session so a killed member is fenced quickly.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -291,8 +292,35 @@ def test_consumer_group_describe_and_list_through_the_admin_client(broker: Broke
         listed = admin.list_consumer_groups().result(30).valid
         types = {g.group_id: str(g.type) for g in listed}
         assert types["described-g"].endswith("CONSUMER")
+        produce(broker, "described", range(9))
+        wait_for(lambda: len(member.seen) == 9, 30, "the records")
+        wait_for(lambda: not member._positions, 30, "the commit")
+        listed_cli = headwater(broker, "groups", "list")
+        assert "described-g\tconsumer\tStable\tconsumer" in listed_cli.splitlines()
+        text = headwater(broker, "groups", "describe", "described-g")
+        assert "Type: consumer\tState: Stable\tAssignor: uniform" in text
+        assert "Group epoch: 1\tAssignment epoch: 1" in text
+        assert "client=d1" in text and "epoch=1 assigned=described[0,1,2]" in text
+        as_json = json.loads(headwater(broker, "groups", "describe", "described-g", "--json"))
+        assert as_json["type"] == "consumer" and as_json["group_epoch"] == 1
+        (m,) = as_json["members"]
+        assert m["member_epoch"] == 1 and m["assignment"] == {"described": [0, 1, 2]}
+        assert sum(p["committed_offset"] for p in as_json["partitions"]) == 9
+        assert [p["lag"] for p in as_json["partitions"]] == [0, 0, 0]
+        assert {p["owner"] for p in as_json["partitions"]} == {m["member_id"]}
     finally:
         member.close()
+
+
+def headwater(broker: BrokerProcess, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "headwater.cli", *args, "--bootstrap", broker.bootstrap],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout
 
 
 def test_members_keep_their_partitions_across_a_broker_restart(tmp_path: Path) -> None:
