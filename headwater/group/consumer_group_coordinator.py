@@ -744,6 +744,28 @@ class ConsumerGroupCoordinator:
         del self.groups[group_id]
         return ErrorCode.none
 
+    def downgrade_if_empty(self, group_id: str) -> bool:
+        """A classic JoinGroup for an empty consumer group: the group becomes classic
+        (its records tombstoned, its offsets kept) when group.consumer.migration.policy
+        allows a downgrade; False if it may not (members left, or the policy)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return True
+        if group.members or self.config.migration_policy not in ("bidirectional", "downgrade"):
+            return False
+        entries: list[LogEntry] = []
+        for member_id in group.target:
+            entries.extend(member_tombstones(group_id, member_id))
+        entries.extend(group_tombstones(group_id))
+        try:
+            self._store.log.append(entries)
+        except AppendFailed as failed:
+            log.warning("group %s: not downgraded to a classic group: %s", group_id, failed)
+            return False
+        del self.groups[group_id]
+        log.info("group %s: empty consumer group downgraded to a classic group", group_id)
+        return True
+
     def describe(self, group_id: str) -> GroupView | None:
         group = self.groups.get(group_id)
         if group is None:

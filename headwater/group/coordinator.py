@@ -198,9 +198,9 @@ class GroupCoordinator:
             <= self.config.max_session_timeout_ms
         ):
             return Pending.completed(_join_error(ErrorCode.invalid_session_timeout, member_id))
-        if self.consumer_groups.is_consumer_group(group_id):
-            # Classic members in a consumer group (online migration) are not served:
-            # the classic protocol does not match the group's.
+        if not self.consumer_groups.downgrade_if_empty(group_id):
+            # Classic members in a running consumer group (online migration) are not
+            # served yet: the classic protocol does not match the group's.
             return Pending.completed(_join_error(ErrorCode.inconsistent_group_protocol, member_id))
         group = self._groups.get(group_id)
         if group is None:

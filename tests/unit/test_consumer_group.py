@@ -326,3 +326,54 @@ def test_an_empty_classic_group_with_offsets_becomes_a_consumer_group() -> None:
     assert fetched[0][2] is not None and fetched[0][2].offset == 42
     h.restart()
     assert h.cg.group(GROUP) is not None and h.coordinator.group(GROUP) is None
+
+
+def join_classic(h: Harness) -> ErrorCode:
+    pending = h.coordinator.join_group(
+        h.now,
+        group_id=GROUP,
+        member_id="",
+        protocol_type="consumer",
+        protocols=[("range", b"")],
+        session_timeout_ms=10_000,
+        require_known_member_id=True,
+    )
+    return pending.result().error
+
+
+def test_a_classic_member_cannot_join_a_running_consumer_group() -> None:
+    h = Harness()
+    h.topic("orders", 1)
+    h.client("a", "orders").join()
+    assert join_classic(h) is ErrorCode.inconsistent_group_protocol
+
+
+def test_an_empty_consumer_group_becomes_classic_when_a_classic_member_joins() -> None:
+    h = Harness()
+    h.topic("orders", 1)
+    a = h.client("a", "orders")
+    a.join()
+    h.coordinator.commit_offsets(
+        h.now,
+        group_id=GROUP,
+        generation_id=a.epoch,
+        member_id=a.member_id,
+        entries=[OffsetCommitEntry("orders", 0, 7, -1, "")],
+        timestamp_ms=1,
+    )
+    a.leave()
+    assert join_classic(h) is ErrorCode.member_id_required  # the classic protocol answers
+    assert h.cg.group(GROUP) is None
+    h.restart()
+    assert h.cg.group(GROUP) is None
+    fetched = h.coordinator.fetch_offsets(GROUP, [("orders", 0)])
+    assert fetched[0][2] is not None and fetched[0][2].offset == 7
+
+
+def test_migration_policy_disabled_keeps_the_protocols_apart() -> None:
+    h = Harness(ConsumerGroupConfig(migration_policy="disabled"))
+    h.topic("orders", 1)
+    a = h.client("a", "orders")
+    a.join()
+    a.leave()
+    assert join_classic(h) is ErrorCode.inconsistent_group_protocol
