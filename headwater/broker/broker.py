@@ -69,6 +69,7 @@ from headwater.gc_policy import COLLECTOR
 from headwater.group.apis import SUPPORTED_VERSIONS as GROUP_API_VERSIONS
 from headwater.log.cleaner_manager import LogCleanerManager
 from headwater.log.log_directory import LogDirectory
+from headwater.log.scrubber import LogScrubber
 from headwater.protocol.apis import ApiKey
 from headwater.records.validation import prepare as prepare_record_validation
 from headwater.security.acl_store import AclStore, FileAclStore
@@ -492,6 +493,10 @@ class Broker(HandlerTable):
         register_cleaner_metrics(self.metrics.registry, self.cleaner)
         self.configs.on_cleaner_config = self.cleaner.reconfigure
         self.cleaner.start()
+        self.scrubber = LogScrubber(self.logs.loaded_logs, self.config.log_scrub_bytes_per_second)
+        self.metrics.bind_corrupt_batches(self._corrupt_counts)
+        self.metrics.bind_log_dir_offline(self.logs.dir_statuses)
+        self.scrubber.start()
         self._spawn(acceptor.connection_sweep(), "connection-sweep")
         for sock, listener in bound:
             host, port = sock.getsockname()[:2]
@@ -509,6 +514,14 @@ class Broker(HandlerTable):
                     listener.protocol.value,
                 )
         return self.address
+
+    def _corrupt_counts(self) -> list[tuple[str, int, int]]:
+        """(topic, partition, corrupt batches) for the metric (scrape thread)."""
+        return [
+            (topic, partition, len(found.corrupt_ranges()))
+            for topic, partition, found in self.logs.loaded_logs()
+            if found.corrupt
+        ]
 
     def _log_dir_offline(self, path: str, reason: str) -> None:
         """A log directory failed (KIP-112). With none left the broker stops at once,
@@ -579,6 +592,8 @@ class Broker(HandlerTable):
         for sock in self._server_socks:
             sock.close()
         self._server_socks = []
+        if getattr(self, "scrubber", None) is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.scrubber.stop)
         if getattr(self, "cleaner", None) is not None:
             # Off the loop: a cleaner thread may be waiting for the loop to swap.
             await asyncio.get_running_loop().run_in_executor(None, self.cleaner.stop)

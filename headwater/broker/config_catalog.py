@@ -185,6 +185,9 @@ STATIC_BROKER_CONFIGS: dict[str, ConfigType] = {
     "broker.rack": ConfigType.STRING,
     "log.cleaner.enable": ConfigType.BOOLEAN,
     "log.dir.free.space.min.bytes": ConfigType.LONG,
+    "headwater.log.scrub.bytes.per.second": ConfigType.LONG,
+    # A status, not a setting (read-only): what the scrubber found, for `headwater health`.
+    "headwater.log.corrupt.partitions": ConfigType.STRING,
     "connections.max.idle.ms": ConfigType.LONG,
     "fetch.max.bytes": ConfigType.INT,
     "log.dirs": ConfigType.STRING,

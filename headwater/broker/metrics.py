@@ -129,6 +129,14 @@ class BrokerMetrics:
         """Per log directory: full (below its free-space floor or out of room), usable bytes."""
         self.registry.register(_LogDirCollector(statuses))
 
+    def bind_corrupt_batches(self, ranges: Callable[[], Iterable[tuple[str, int, int]]]) -> None:
+        """Per partition: how many batches the scrubber found corrupt (and still held)."""
+        self.registry.register(_CorruptCollector(ranges))
+
+    def bind_log_dir_offline(self, statuses: Callable[[], Iterable[LogDirStatus]]) -> None:
+        """Per log directory: 1 when an I/O error took it offline (KIP-112)."""
+        self.registry.register(_LogDirOfflineCollector(statuses))
+
     def serve(self, host: str, port: int) -> int:
         """Serve ``/metrics`` over HTTP in a daemon thread; returns the bound port."""
         server, thread = start_http_server(port, addr=host, registry=self.registry)
@@ -161,6 +169,37 @@ class _LogDirCollector(Collector):
             usable.add_metric([row.path], row.usable_bytes)
         yield full
         yield usable
+
+
+class _CorruptCollector(Collector):
+    def __init__(self, ranges: Callable[[], Iterable[tuple[str, int, int]]]) -> None:
+        self._ranges = ranges
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "headwater_log_corrupt_batches",
+            "Batches of closed segments whose CRC-32C the scrubber found wrong "
+            "(readers get CORRUPT_MESSAGE)",
+            labels=["topic", "partition"],
+        )
+        for topic, partition, count in self._ranges():
+            family.add_metric([topic, str(partition)], count)
+        yield family
+
+
+class _LogDirOfflineCollector(Collector):
+    def __init__(self, statuses: Callable[[], Iterable[LogDirStatus]]) -> None:
+        self._statuses = statuses
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "headwater_log_dir_offline",
+            "1 when an I/O error took the log directory offline (KIP-112)",
+            labels=["log_dir"],
+        )
+        for row in self._statuses():
+            family.add_metric([row.path], 1 if row.offline is not None else 0)
+        yield family
 
 
 class _SessionCacheCollector(Collector):

@@ -43,7 +43,7 @@ async def _health(args: argparse.Namespace) -> dict[str, Any]:
                     offline.append(f"{name}-{index}")
                 elif len(p.isr) < len(p.replicas):
                     under.append(f"{name}-{index}")
-        full, offline_dirs = await _log_dir_problems(cluster)
+        full, offline_dirs, corrupt = await _log_dir_problems(cluster)
         return {
             "brokers": sorted(cluster.brokers),
             # broker id -> broker.rack (null: none), as Metadata gives it (KIP-36)
@@ -57,7 +57,10 @@ async def _health(args: argparse.Namespace) -> dict[str, Any]:
             "full_log_dirs": full,
             # "broker:path" of log directories taken offline by an I/O error (KIP-112)
             "offline_log_dirs": offline_dirs,
+            # "broker:topic-partition:first-last" ranges the scrubber found corrupt
+            "corrupt_partitions": corrupt,
             "healthy": not under
+            and not corrupt
             and not offline
             and not full
             and not offline_dirs
@@ -72,12 +75,16 @@ _DEFAULT_FREE_SPACE_FLOOR = 64 << 20
 _KAFKA_STORAGE_ERROR = 56
 
 
-async def _log_dir_problems(cluster: ClusterClient) -> tuple[list[str], list[str]]:
+async def _log_dir_problems(
+    cluster: ClusterClient,
+) -> tuple[list[str], list[str], list[str]]:
     """Every broker's log directories that are full (usable bytes below the broker's
     ``log.dir.free.space.min.bytes``) or offline (KAFKA_STORAGE_ERROR), from
-    DescribeLogDirs with no partitions and one DescribeConfigs key."""
+    DescribeLogDirs with no partitions and DescribeConfigs, and the ranges its
+    scrubber found corrupt (the read-only status ``headwater.log.corrupt.partitions``)."""
     full: list[str] = []
     offline: list[str] = []
+    corrupt: list[str] = []
     for node in sorted(cluster.brokers):
         try:
             conn = await cluster.connection(node)
@@ -89,7 +96,10 @@ async def _log_dir_problems(cluster: ClusterClient) -> tuple[list[str], list[str
                         {
                             "resource_type": 4,
                             "resource_name": str(node),
-                            "configuration_keys": ["log.dir.free.space.min.bytes"],
+                            "configuration_keys": [
+                                "log.dir.free.space.min.bytes",
+                                "headwater.log.corrupt.partitions",
+                            ],
                         }
                     ],
                     "include_synonyms": False,
@@ -100,6 +110,8 @@ async def _log_dir_problems(cluster: ClusterClient) -> tuple[list[str], list[str
                 for entry in resource.configs:
                     if entry.name == "log.dir.free.space.min.bytes" and entry.value:
                         floor = int(entry.value)
+                    elif entry.name == "headwater.log.corrupt.partitions" and entry.value:
+                        corrupt.extend(f"{node}:{r}" for r in entry.value.split(","))
             resp = await conn.request(ApiKey.DESCRIBE_LOG_DIRS, {"topics": []})
         except (KafkaError, OSError):
             continue  # an unreachable broker shows in the broker list already
@@ -109,7 +121,7 @@ async def _log_dir_problems(cluster: ClusterClient) -> tuple[list[str], list[str
                 offline.append(where)
             elif 0 <= int(result.usable_bytes) < floor:
                 full.append(where)
-    return full, offline
+    return full, offline, corrupt
 
 
 def cmd_health(args: argparse.Namespace) -> int:
@@ -135,6 +147,8 @@ def cmd_health(args: argparse.Namespace) -> int:
         print(f"Full log directories: {some(report['full_log_dirs'])}")
     if report["offline_log_dirs"]:
         print(f"Offline log directories: {some(report['offline_log_dirs'])}")
+    if report["corrupt_partitions"]:
+        print(f"Corrupt ranges (scrubber): {some(report['corrupt_partitions'])}")
     return 0
 
 

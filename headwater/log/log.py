@@ -114,6 +114,18 @@ class ReadResult(NamedTuple):
     aborted_transactions: list[AbortedTransaction] | None = None
 
 
+class CorruptBatch(NamedTuple):
+    """A batch of a closed segment whose CRC-32C the scrubber found wrong (or, with
+    ``size`` to the segment's end, bytes it could not even parse as batches)."""
+
+    segment: Segment
+    position: int
+    size: int
+    base_offset: int
+    last_offset: int
+    reason: str
+
+
 class LogEvent(enum.Flag):
     """What changed in a log, for its listeners: the one typed event that completes
     parked fetches (consumers and followers), produce waits and session news."""
@@ -179,6 +191,7 @@ class Log:
         "_unflushed_messages",
         "_unflushed_since_ms",
         "config",
+        "corrupt",
         "directory",
         "handles",
         "offline",
@@ -209,6 +222,9 @@ class Log:
         #: Why the log's directory is offline after an I/O error (KIP-112), or None:
         #: set, every append and read answers KAFKA_STORAGE_ERROR without touching the disk.
         self.offline: str | None = None
+        #: Batches the scrubber found corrupt (replaced whole, so another thread may set
+        #: it): no read returns their bytes; reading at them raises CorruptRecordError.
+        self.corrupt: tuple[CorruptBatch, ...] = ()
         self._path = os.fspath(directory)
         self._recover = recover
         self._loaded = False
@@ -1133,6 +1149,8 @@ class Log:
                         break
                     max_position = cap_position
                 found = segment.read(offset, max_bytes, max_position, min_one_batch)
+                if found is not None and self.corrupt:
+                    found = self._without_corrupt(segment, found)
                 if found is not None:
                     records = found if found.size > 0 else None
                     if records is not None and isolation is Isolation.TXN_COMMITTED:
@@ -1141,6 +1159,37 @@ class Log:
         if isolation is Isolation.TXN_COMMITTED:
             aborted = [] if records is None else self.aborted_transactions(offset, upper)
         return ReadResult(records, hw, lso, self._log_start_offset, leo, aborted)
+
+    def _without_corrupt(self, segment: Segment, found: FileSlice) -> FileSlice:
+        """``found`` cut before the first corrupt batch in it; CorruptRecordError when it
+        starts in one (CORRUPT_MESSAGE: the reader is told, never given the bytes)."""
+        stop = found.position + found.size
+        for bad in self.corrupt:
+            if bad.segment is not segment or bad.position >= stop:
+                continue
+            if bad.position <= found.position < bad.position + bad.size:
+                raise CorruptRecordError(
+                    f"{self._path}: offsets {bad.base_offset}-{bad.last_offset} are corrupt "
+                    f"on this broker ({bad.reason})"
+                )
+            if bad.position > found.position:
+                stop = min(stop, bad.position)
+        if stop == found.position + found.size:
+            return found
+        return FileSlice(found.file, found.position, stop - found.position)
+
+    def mark_corrupt(self, bad: CorruptBatch) -> bool:
+        """Remember a corrupt batch (any thread); False if it was known already."""
+        known = self.corrupt
+        if any(c.segment is bad.segment and c.position == bad.position for c in known):
+            return False
+        self.corrupt = (*known, bad)
+        return True
+
+    def corrupt_ranges(self) -> list[tuple[int, int]]:
+        """(first, last) offsets of the corrupt batches still in the log."""
+        live = {id(s) for s in self._segments}
+        return sorted((c.base_offset, c.last_offset) for c in self.corrupt if id(c.segment) in live)
 
     def _upper_bound_after(self, index: int, position: int, end: int) -> int:
         """An offset at or after the end of data read up to ``position`` of segment ``index``.
@@ -1441,6 +1490,7 @@ class Log:
             return
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
+        self.corrupt = tuple(c for c in self.corrupt if c.last_offset < offset)
         self._generation += 1
         if offset <= self._log_start_offset or offset <= self._bases[0]:
             self.truncate_fully_and_start_at(offset)
@@ -1468,6 +1518,7 @@ class Log:
         """
         if offset < 0:
             raise ValueError(f"cannot start a log at negative offset {offset}")
+        self.corrupt = ()
         self._generation += 1
         self._load()
         os.makedirs(self._path, exist_ok=True)

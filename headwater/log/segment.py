@@ -380,6 +380,14 @@ class Segment:
                 consumed = header.size
             position += consumed
 
+    def scrub(self, window: int = SCAN_WINDOW) -> Iterator[tuple[BatchHeader, bool]]:
+        """Every whole batch of the file with whether its CRC-32C holds (the scrubber's
+        read, off the event loop; nothing is written). CorruptRecordError when a batch
+        header's length is impossible: nothing past it can be parsed."""
+        for header, data in self._scan(0, self.size, window, with_bytes=True):
+            assert data is not None
+            yield header, batch_crc_is_valid(data, header._replace(position=0))
+
     def iter_headers(self, start: int = 0) -> Iterator[BatchHeader]:
         """Headers of the whole batches from file position ``start`` (a batch start)."""
         self._ensure_indexes()

@@ -248,6 +248,13 @@ class ConfigsApi:
                 "fetch.max.bytes": str(c.fetch_max_bytes),
                 "log.dirs": str(c.data_dir),
                 "log.dir.free.space.min.bytes": str(c.log.free_space_min_bytes),
+                "headwater.log.scrub.bytes.per.second": str(c.log_scrub_bytes_per_second),
+                "headwater.log.corrupt.partitions": ",".join(
+                    f"{topic}-{partition}:{first}-{last}"
+                    for topic, partition, found in self.logs.loaded_logs()
+                    if found.corrupt
+                    for first, last in found.corrupt_ranges()
+                ),
                 "node.id": str(c.node_id),
                 "num.partitions": str(c.num_partitions),
                 "num.replica.fetchers": str(c.num_replica_fetchers),
