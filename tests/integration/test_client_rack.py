@@ -41,7 +41,7 @@ def cluster(tmp_path: Path, zookeeper: ZooKeeperServer) -> Iterator[Cluster]:
     c = Cluster(
         tmp_path,
         fresh_chroot_connect(zookeeper),
-        overrides=[SELECTOR],
+        overrides=[SELECTOR, "transaction.state.log.num.partitions=4"],
         metrics=True,
         racks=["a", "b", "c"],
     ).start()
@@ -297,3 +297,54 @@ def test_a_dead_follower_still_in_the_isr_is_avoided(slow_isr_cluster: Cluster) 
     assert_once_in_order(got, total)
     assert bytes_out(cluster, LEADER, topic) > 0
     assert RACK_B in cluster.isr(topic), f"the ISR shrank first ({took:.1f} s): nothing shown"
+
+
+def test_read_committed_on_the_follower_stops_at_the_last_stable_offset(
+    cluster: Cluster,
+) -> None:
+    topic = make_topic(cluster, [LEADER, RACK_B, RACK_C])
+    tp = TopicPartition(topic, 0)
+    with Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"}) as plain:
+        for i in range(100):
+            plain.send(topic, b"%d" % i, partition=0)
+        plain.flush(60)
+    txn = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": "rack-txn"})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "client.rack": "b",
+            "isolation.level": "read_committed",
+            "fetch.max.wait.ms": 100,
+        }
+    )
+    got: list[int] = []
+
+    def read_until(count: int, within: float = 30.0) -> None:
+        deadline = time.monotonic() + within
+        while len(got) < count and time.monotonic() < deadline:
+            got.extend(int(r.value or b"-1") for r in consumer.poll(0.2))
+
+    try:
+        txn.init_transactions()
+        txn.begin_transaction()
+        for i in range(100, 150):
+            txn.send(topic, b"%d" % -i, partition=0)
+        txn.abort_transaction()
+        txn.begin_transaction()
+        for i in range(100, 150):
+            txn.send(topic, b"%d" % i, partition=0)
+        txn.flush(30)  # written, not committed: the last stable offset stays before them
+        consumer.assign([tp])
+        consumer.seek(tp, 0)
+        read_until(100)
+        assert got == list(range(100))
+        read_until(101, within=2.0)  # nothing more may come while the transaction is open
+        assert got == list(range(100))
+        txn.commit_transaction()
+        read_until(150)
+    finally:
+        consumer.close()
+        txn.close()
+    assert got == list(range(150))  # the aborted ones skipped, the committed ones once
+    assert bytes_out(cluster, RACK_B, topic) > 0
+    assert bytes_out(cluster, LEADER, topic) == 0
