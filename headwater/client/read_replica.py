@@ -29,7 +29,9 @@ follower is dropped from the ISR (``replica.lag.time.max.ms``, 30 s by
 default), and a consumer that obeyed would make no progress meanwhile. While
 a partition avoids its replica, the consumer fetches it from the leader
 *without* its rack, which is the only way to make a rack-aware leader serve
-it. The avoidance doubles with each consecutive failure (1 s, 2 s, ... up to
+it (a fetch carries one rack for all its partitions, so the leader's other
+partitions of that fetch come from the leader too, for that short while). The
+avoidance doubles with each consecutive failure (1 s, 2 s, ... up to
 the lease length) and is forgotten once the replica serves data again.
 A follower that only lags is not avoided: that is the normal, brief case the
 leader's selector already steers around (the consumer waits ``retry.backoff.ms``
