@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import re2
@@ -743,6 +743,13 @@ class ConsumerGroupCoordinator:
         self._store.offsets.forget_group(group_id)
         del self.groups[group_id]
         return ErrorCode.none
+
+    def remove_empty(self, holds_offsets: Callable[[str], bool]) -> None:
+        """Forget empty consumer groups whose offsets have expired (or that never had
+        any), tombstoning their records, as Kafka's cleanupGroupMetadata does."""
+        for group_id, group in list(self.groups.items()):
+            if not group.members and not holds_offsets(group_id):
+                self.delete_group(group_id)
 
     def downgrade_if_empty(self, group_id: str) -> bool:
         """A classic JoinGroup for an empty consumer group: the group becomes classic

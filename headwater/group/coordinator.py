@@ -712,6 +712,7 @@ class GroupCoordinator:
                     now_ms + self.config.offsets_retention_check_interval_ms
                 )
                 self._expire_offsets(now_ms)
+                self.consumer_groups.remove_empty(self._store.holds_offsets)
             self._remove_idle_groups(now_ms)
 
     def next_deadline_ms(self) -> int | None:
@@ -775,10 +776,13 @@ class GroupCoordinator:
         retention = self.config.empty_group_retention_ms
         for group_id in list(self.offsets.group_ids()):
             group = self._groups.get(group_id)
-            if self._store.pending_txn.has_group(group_id) or (
-                group is not None and group.state is not GroupState.EMPTY
+            consumer_group = self.consumer_groups.group(group_id)
+            if (
+                self._store.pending_txn.has_group(group_id)
+                or (group is not None and group.state is not GroupState.EMPTY)
+                or (consumer_group is not None and consumer_group.members)
             ):
-                continue
+                continue  # a group with members keeps its offsets (KIP-848 ones too)
             committed = self.offsets.fetch(group_id, None)
             if group is not None and group.protocol_type:
                 if now_ms - group.empty_since_ms < retention:

@@ -21,14 +21,17 @@ from headwater.group.consumer_group_coordinator import (
     HeartbeatResult,
 )
 from headwater.group.consumer_group_records import Assignment
-from headwater.group.coordinator import GroupCoordinator
+from headwater.group.coordinator import GroupConfig, GroupCoordinator
 from headwater.group.topics_image import StaticTopics
 
 GROUP = "g"
 
 
 class Harness:
-    def __init__(self, config: ConsumerGroupConfig | None = None) -> None:
+    def __init__(
+        self, config: ConsumerGroupConfig | None = None, group_config: GroupConfig | None = None
+    ) -> None:
+        self.group_config = group_config
         self.log = InMemoryStateLog()
         self.topics = StaticTopics()
         self.config = config or ConsumerGroupConfig(session_timeout_ms=45_000)
@@ -40,6 +43,7 @@ class Harness:
             self.log,
             lambda topic, partition: True,
             now_ms=self.now,
+            config=self.group_config,
             consumer_config=self.config,
             topics=self.topics,
         )

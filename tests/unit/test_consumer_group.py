@@ -6,6 +6,7 @@ from kio.schema.errors import ErrorCode
 
 from headwater.group.consumer_group import ConsumerGroupState, MemberState
 from headwater.group.consumer_group_coordinator import ConsumerGroupConfig, HeartbeatRequest
+from headwater.group.coordinator import GroupConfig
 from headwater.group.offsets import OffsetCommitEntry
 from tests.unit.consumer_group_harness import GROUP, Harness, owned_twice
 
@@ -377,3 +378,34 @@ def test_migration_policy_disabled_keeps_the_protocols_apart() -> None:
     a.join()
     a.leave()
     assert join_classic(h) is ErrorCode.inconsistent_group_protocol
+
+
+def test_offsets_of_a_group_with_members_never_expire_and_an_empty_group_goes_with_them() -> None:
+    h = Harness(
+        group_config=GroupConfig(
+            empty_group_retention_ms=60_000, offsets_retention_check_interval_ms=1_000
+        )
+    )
+    h.topic("orders", 1)
+    a = h.client("a", "orders")
+    a.join()
+    h.coordinator.commit_offsets(
+        h.now,
+        group_id=GROUP,
+        generation_id=a.epoch,
+        member_id=a.member_id,
+        entries=[OffsetCommitEntry("orders", 0, 7, -1, "")],
+        timestamp_ms=h.now,
+    )
+    for _ in range(3):
+        h.now += 50_000
+        a.beat()
+        h.coordinator.tick(h.now)
+    assert h.coordinator.fetch_offsets(GROUP, None)  # kept: the group has a member
+    a.leave()
+    h.advance(61_000)
+    h.advance(1_000)
+    assert h.coordinator.fetch_offsets(GROUP, None) == []
+    assert h.cg.group(GROUP) is None
+    h.restart()
+    assert h.cg.group(GROUP) is None
