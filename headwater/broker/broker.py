@@ -68,6 +68,7 @@ from headwater.fetch.session_cache import FetchSessionCache
 from headwater.gc_policy import COLLECTOR
 from headwater.group.apis import SUPPORTED_VERSIONS as GROUP_API_VERSIONS
 from headwater.log.cleaner_manager import LogCleanerManager
+from headwater.log.log import CorruptBatch, Log
 from headwater.log.log_directory import LogDirectory
 from headwater.log.scrubber import LogScrubber
 from headwater.protocol.apis import ApiKey
@@ -493,7 +494,19 @@ class Broker(HandlerTable):
         register_cleaner_metrics(self.metrics.registry, self.cleaner)
         self.configs.on_cleaner_config = self.cleaner.reconfigure
         self.cleaner.start()
-        self.scrubber = LogScrubber(self.logs.loaded_logs, self.config.log_scrub_bytes_per_second)
+        loop = asyncio.get_running_loop()
+        replicas = self.cluster.replicas
+
+        def corrupt(topic: str, partition: int, _log: Log, _bad: CorruptBatch) -> None:
+            # Repair from another replica (replica_manager.on_corrupt), on the loop.
+            loop.call_soon_threadsafe(replicas.on_corrupt, topic, partition)
+
+        self.scrubber = LogScrubber(
+            self.logs.loaded_logs,
+            self.config.log_scrub_bytes_per_second,
+            on_corrupt=corrupt,
+            pass_pause_s=self.config.log_scrub_pass_interval_ms / 1000,
+        )
         self.metrics.bind_corrupt_batches(self._corrupt_counts)
         self.metrics.bind_log_dir_offline(self.logs.dir_statuses)
         self.scrubber.start()

@@ -122,6 +122,8 @@ class BrokerConfig:
     housekeeping_interval_ms: int = 1000
     #: headwater.log.scrub.bytes.per.second: the scrubber's read rate; 0: off.
     log_scrub_bytes_per_second: int = 4 << 20
+    #: headwater.log.scrub.pass.interval.ms: the rest between two scrubber passes.
+    log_scrub_pass_interval_ms: int = 60_000
     retention_check_interval_ms: int = 300_000
     # -- cluster mode (ZooKeeper); without zookeeper.connect this is one broker --------
     zookeeper_connect: str | None = None
@@ -256,6 +258,7 @@ class BrokerConfig:
             "offsets.retention.check.interval.ms": "offsets_retention_check_interval_ms",
             "headwater.housekeeping.interval.ms": "housekeeping_interval_ms",
             "headwater.log.scrub.bytes.per.second": "log_scrub_bytes_per_second",
+            "headwater.log.scrub.pass.interval.ms": "log_scrub_pass_interval_ms",
             "log.retention.check.interval.ms": "retention_check_interval_ms",
             "zookeeper.session.timeout.ms": "zookeeper_session_timeout_ms",
             "zookeeper.connection.timeout.ms": "zookeeper_connection_timeout_ms",

@@ -186,6 +186,7 @@ STATIC_BROKER_CONFIGS: dict[str, ConfigType] = {
     "log.cleaner.enable": ConfigType.BOOLEAN,
     "log.dir.free.space.min.bytes": ConfigType.LONG,
     "headwater.log.scrub.bytes.per.second": ConfigType.LONG,
+    "headwater.log.scrub.pass.interval.ms": ConfigType.LONG,
     # A status, not a setting (read-only): what the scrubber found, for `headwater health`.
     "headwater.log.corrupt.partitions": ConfigType.STRING,
     "connections.max.idle.ms": ConfigType.LONG,

@@ -285,6 +285,8 @@ _KEYS += [
     _long("headwater.housekeeping.interval.ms", 1000, "session and quota upkeep", at_least=1),
     _long("headwater.log.scrub.bytes.per.second", 4 << 20,
           "the scrubber's CRC-32C checks of closed segments, bytes/s; 0 off", at_least=0),
+    _long("headwater.log.scrub.pass.interval.ms", 60_000, "rest between two scrubber passes",
+          at_least=0),
     _int("headwater.log.open.files.max", 1024, "LRU bound on open segment files", at_least=1),
     _int(
         "headwater.log.message.max.decompressed.bytes", 64 << 20,

@@ -534,6 +534,9 @@ class Controller:
             self.store.watch_leader_elections(
                 lambda names: self._enqueue(lambda: self._leader_elections(names))
             ),
+            self.store.watch_log_dir_events(
+                lambda names: self._enqueue(lambda: self._log_dir_events(names))
+            ),
             self.store.watch_reassignment_requests(
                 lambda names: self._enqueue(lambda: self._reassignment_requests(names))
             ),
@@ -612,6 +615,46 @@ class Controller:
         keys = [k for k, st in self._states.items() if new & ({st.leader} | set(st.isr))]
         self._states.update(self.store.partition_states(keys))
         self._reconcile(keys)
+
+    def _log_dir_events(self, names: frozenset[str]) -> None:
+        """Log directory failure notifications (KIP-112, Kafka's onBrokerLogDirFailure):
+        each names a broker and the replicas it holds offline (a failed directory) or
+        corrupt (the scrubber). Their leadership moves to another live in-sync replica
+        and the broker leaves their ISR, as a controlled shutdown does for those
+        partitions alone; then the notification is deleted. Kafka's controller learned
+        the offline replicas from the LeaderAndIsr responses it sent after the event;
+        here the broker lists them in the notification (zk_layout.encode_log_dir_event).
+        A partition no other live ISR member can lead keeps its leader (it would go
+        offline otherwise; an offline replica answers KAFKA_STORAGE_ERROR meanwhile).
+        The broker stops fetching for an offline replica, so it never rejoins an ISR;
+        a corrupt one truncates, re-fetches and rejoins as any follower catching up."""
+        if self._fence is None:
+            return
+        for name in sorted(names):
+            event = self.store.log_dir_event(name)
+            if event is None:
+                continue
+            broker, partitions, reason = event
+            keys = [k for k in partitions if k in self._states]
+            self._states.update(self.store.partition_states(keys))
+            staying = self._live - self._shutting_down - {broker}
+            changes: dict[TopicPartition, PartitionState] = {}
+            for key in keys:
+                topic = self._topics.get(key[0])
+                state = self._states.get(key)
+                if topic is None or state is None:
+                    continue
+                if state.leader != broker and broker not in state.isr:
+                    continue
+                new = next_state(topic.replicas.get(key[1], []), state, staying, unclean=False)
+                if new is not None and new.leader != NO_LEADER:
+                    changes[key] = new
+            log.info("controller %d: broker %d reports %d replica(s) %s; moving %d",
+                     self.broker_id, broker, len(partitions), reason,
+                     len(changes))  # fmt: skip
+            if changes:
+                self._write(changes)
+            self.store.delete_log_dir_event(name)
 
     def _leader_elections(self, names: frozenset[str]) -> None:
         """ElectLeaders requests (through ZooKeeper): decide each, write the new states,

@@ -531,6 +531,56 @@ class ReplicaManager:
         elif replica.is_leader:
             self._high_watermark_may_move(replica)
         self._nudge_out_of_sync(replica)
+        if replica.log.corrupt and not replica.is_leader and self.local_id not in state.isr:
+            self._repair_corrupt(replica, state.leader)
+
+    # -- corrupt replicas (issue 31 item 4) ------------------------------------------------
+
+    def on_corrupt(self, topic: str, partition: int) -> None:
+        """The scrubber found a corrupt range in this replica (on the loop).
+
+        With other replicas, the good copy comes from them: this broker tells the
+        controller (a log dir event notification, reason "corrupt"), which moves a
+        leadership away and takes it out of the ISR; out of the ISR and following, it
+        truncates to the first corrupt offset and re-fetches (``_repair_corrupt``). At
+        replication factor 1 there is no good copy: readers get CORRUPT_MESSAGE.
+        """
+        key = (topic, partition)
+        replica = self.replicas.get(key)
+        state = self.view.partition_states.get(key)
+        assignment = self.view.topics.get(topic)
+        replicas = assignment.replicas.get(partition, []) if assignment is not None else []
+        if replica is None or state is None or len(replicas) <= 1:
+            return
+        if not replica.is_leader and self.local_id not in state.isr:
+            self._repair_corrupt(replica, state.leader)
+            return
+        loop = asyncio.get_running_loop()
+        sent = loop.run_in_executor(
+            None, self.store.notify_log_dir_event, self.local_id, [key], "corrupt"
+        )
+
+        def done(f: asyncio.Future[str]) -> None:
+            if f.exception() is not None:
+                log.error("cannot tell the controller that %s-%d is corrupt here: %s",
+                          topic, partition, f.exception())  # fmt: skip
+
+        sent.add_done_callback(done)
+
+    def _repair_corrupt(self, replica: PartitionReplica, leader: int) -> None:
+        """A follower out of the ISR: cut the log at its first corrupt batch and fetch
+        the rest again from the leader."""
+        ranges = replica.log.corrupt_ranges()
+        if not ranges:
+            replica.log.corrupt = ()
+            return
+        first = ranges[0][0]
+        self._unfollow(replica.key)
+        replica.log.truncate_to(first)
+        log.warning("%s-%d: corrupt from offset %d here; truncated there, re-fetching from "
+                    "leader %d", replica.topic, replica.partition, first, leader)  # fmt: skip
+        if leader >= 0 and not self.following_stopped:
+            self._fetcher_for(leader, replica.key).add(replica)
 
     def _nudge_out_of_sync(self, replica: PartitionReplica) -> None:
         """Have followers outside the ISR tell this leader where they are.

@@ -328,6 +328,13 @@ class ClusterStore(Protocol):
         self, callback: Callable[[frozenset[str]], None]
     ) -> WatchHandle: ...
     def watch_leader_elections(self, callback: Callable[[frozenset[str]], None]) -> WatchHandle: ...
+    # Failed log directories, corrupt replicas: zk_layout.LOG_DIR_EVENT_NOTIFICATION.
+    def notify_log_dir_event(
+        self, broker_id: int, partitions: list[tuple[str, int]], reason: str
+    ) -> str: ...
+    def log_dir_event(self, name: str) -> tuple[int, list[tuple[str, int]], str] | None: ...
+    def delete_log_dir_event(self, name: str) -> None: ...
+    def watch_log_dir_events(self, callback: Callable[[frozenset[str]], None]) -> WatchHandle: ...
     def watch_controlled_shutdowns(
         self, callback: Callable[[frozenset[int]], None]
     ) -> WatchHandle: ...
@@ -1332,6 +1339,38 @@ class ZkClusterStore:
 
     def watch_leader_elections(self, callback: Callable[[frozenset[str]], None]) -> WatchHandle:
         return self._watch(zk.LEADER_ELECTIONS, True, lambda c: callback(frozenset(c or ())))
+
+    def notify_log_dir_event(
+        self, broker_id: int, partitions: list[tuple[str, int]], reason: str
+    ) -> str:
+        """Tell the controller that these replicas of this broker are offline (a failed
+        log directory) or corrupt; the notification's name."""
+        path = self.create_sequential(
+            zk.LOG_DIR_EVENT_NOTIFICATION + "/log_dir_event_",
+            zk.encode_log_dir_event(broker_id, partitions, reason),
+        )
+        return path.rsplit("/", 1)[1]
+
+    def log_dir_event(self, name: str) -> tuple[int, list[tuple[str, int]], str] | None:
+        """(broker, partitions, reason); None when gone or malformed (then deleted)."""
+        path = f"{zk.LOG_DIR_EVENT_NOTIFICATION}/{name}"
+        got = self._get(path)
+        if got is None:
+            return None
+        try:
+            return zk.decode_log_dir_event(got[0])
+        except zk.ZkLayoutError:
+            log.error("malformed log dir event notification %s; dropping it", name)
+            self.delete_znode(path)
+            return None
+
+    def delete_log_dir_event(self, name: str) -> None:
+        self.delete_znode(f"{zk.LOG_DIR_EVENT_NOTIFICATION}/{name}")
+
+    def watch_log_dir_events(self, callback: Callable[[frozenset[str]], None]) -> WatchHandle:
+        return self._watch(
+            zk.LOG_DIR_EVENT_NOTIFICATION, True, lambda c: callback(frozenset(c or ()))
+        )
 
     def watch_controlled_shutdowns(self, callback: Callable[[frozenset[int]], None]) -> WatchHandle:
         """Ids of the brokers asking for a controlled shutdown, on every change."""

@@ -39,9 +39,15 @@ LEADER_ELECTIONS = "/admin/elect_leaders"
 """ElectLeaders (KIP-460) requests for the controller: sequential children holding
 the election type and partitions; the controller writes the results into them."""
 
+LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
+"""Kafka's log directory failure notifications (KIP-112): sequential persistent
+``log_dir_event_<seq>`` children, ``{"version":1,"broker":<id>,"event":1}``, which the
+controller handles and deletes. See ``encode_log_dir_event`` for Headwater's extension."""
+LOG_DIR_FAILURE_EVENT = 1
+
 PERSISTENT_PATHS = (
     BROKER_IDS, TOPICS, CONFIG_TOPICS, DELETE_TOPICS, CONTROLLED_SHUTDOWN, LEADER_ELECTIONS,
-    REASSIGNMENTS,
+    REASSIGNMENTS, LOG_DIR_EVENT_NOTIFICATION,
     "/cluster",
 )  # fmt: skip
 """Created at start (like Kafka's ``ZkData.PersistentZkPaths``)."""
@@ -350,6 +356,34 @@ def decode_cluster_id(data: bytes) -> str:
         return str(value["id"])
     except (KeyError, TypeError) as exc:
         raise ZkLayoutError(f"cluster id: {exc!r}") from None
+
+
+def encode_log_dir_event(broker_id: int, partitions: list[tuple[str, int]], reason: str) -> bytes:
+    """Kafka's ``{"version":1,"broker":<id>,"event":1}`` plus which replicas of that broker
+    are offline, and why ("log_dir_failure", or "corrupt" for a replica the scrubber found
+    a corrupt range in). Kafka's ZooKeeper controller learned offline replicas from the
+    LeaderAndIsr responses it sent after the event; Headwater has no such round trip, so
+    the broker says them here (a reader of Kafka's fields alone ignores the extension)."""
+    return _dump(
+        {
+            "version": 1,
+            "broker": broker_id,
+            "event": LOG_DIR_FAILURE_EVENT,
+            "offline_partitions": [{"topic": t, "partition": p} for t, p in partitions],
+            "reason": reason,
+        }
+    )
+
+
+def decode_log_dir_event(data: bytes) -> tuple[int, list[tuple[str, int]], str]:
+    """(broker, its offline partitions, reason) of a log directory event notification."""
+    value = _load(data, "log dir event notification")
+    try:
+        listed = value.get("offline_partitions") or []
+        partitions = [(str(e["topic"]), int(e["partition"])) for e in listed]
+        return int(value["broker"]), partitions, str(value.get("reason", "log_dir_failure"))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ZkLayoutError(f"malformed log dir event notification: {exc}") from None
 
 
 def encode_election_request(election_type: int, partitions: list[tuple[str, int]] | None) -> bytes:

@@ -487,3 +487,39 @@ def test_reassignment_moves_completes_and_can_be_cancelled(cluster: Cluster) -> 
     answered = store.reassignment_request(again)
     assert answered is not None and answered[1] is not None
     assert answered[1][("t", 1)][0] == 85  # NO_REASSIGNMENT_IN_PROGRESS
+
+
+def test_log_dir_events_move_the_reported_replicas_away_and_are_deleted(cluster: Cluster) -> None:
+    """KIP-112: a broker lists its offline (or corrupt) replicas in a
+    /log_dir_event_notification znode; their leadership moves to another ISR member,
+    the broker leaves their ISRs, its other partitions stay, the znode goes."""
+    from headwater.cluster import zk_layout
+
+    for b in (1, 2, 3):
+        cluster.add_broker(b)
+    create_topic(
+        cluster.stores[1], "t", 3, 3,
+        replica_assignment={0: [2, 3, 1], 1: [3, 2, 1], 2: [2, 1, 3]},
+    )  # fmt: skip
+    create_topic(cluster.stores[1], "alone", 1, 2, replica_assignment={0: [2, 3]})
+    cluster.settle()
+    state = cluster.state("alone", 0)
+    cluster.stores[2].update_partition_state(
+        "alone", 0, PartitionState(2, 0, (2,), 1), state.zk_version
+    )
+    cluster.settle()
+    name = cluster.stores[2].notify_log_dir_event(
+        2, [("t", 0), ("t", 1), ("alone", 0)], "log_dir_failure"
+    )
+    assert name.startswith("log_dir_event_")
+    cluster.settle()
+    assert cluster.state("t", 0) == PartitionState(3, 1, (3, 1), 1, 1)  # leader moved
+    assert cluster.state("t", 1).leader == 3 and cluster.state("t", 1).isr == (3, 1)
+    assert cluster.state("t", 2).leader == 2  # not reported: untouched
+    assert cluster.state("t", 2).isr == (2, 1, 3)
+    assert cluster.state("alone", 0).leader == 2  # nobody else in sync: kept
+    assert cluster.stores[1].log_dir_event(name) is None
+    assert cluster.stores[1]._children(zk_layout.LOG_DIR_EVENT_NOTIFICATION) == []
+    data = zk_layout.encode_log_dir_event(2, [("t", 0)], "corrupt")
+    assert b'"version":1' in data.replace(b" ", b"") and b'"event":1' in data.replace(b" ", b"")
+    assert zk_layout.decode_log_dir_event(data) == (2, [("t", 0)], "corrupt")

@@ -249,6 +249,7 @@ class ConfigsApi:
                 "log.dirs": str(c.data_dir),
                 "log.dir.free.space.min.bytes": str(c.log.free_space_min_bytes),
                 "headwater.log.scrub.bytes.per.second": str(c.log_scrub_bytes_per_second),
+                "headwater.log.scrub.pass.interval.ms": str(c.log_scrub_pass_interval_ms),
                 "headwater.log.corrupt.partitions": ",".join(
                     f"{topic}-{partition}:{first}-{last}"
                     for topic, partition, found in self.logs.loaded_logs()
