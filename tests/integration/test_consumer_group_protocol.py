@@ -366,3 +366,39 @@ def group_epoch(broker: BrokerProcess, group: str) -> int:
         return int(described.group_epoch)
     finally:
         wire.close()
+
+
+def test_a_static_member_that_restarts_gets_its_partitions_back_without_a_rebalance(
+    broker: BrokerProcess,
+) -> None:
+    create_topic(broker, "static", 4)
+
+    def member(name: str, instance: str) -> Member:
+        m = Member.__new__(Member)
+        m.name = name
+        m.consumer = Consumer(
+            consumer_config(broker.bootstrap, "static-g", **{"group.instance.id": instance})
+        )
+        m.seen, m.errors, m._positions, m.owned = [], [], {}, set()
+        m._stop = threading.Event()
+        m.consumer.subscribe(
+            ["static"], on_assign=m._on_assign, on_revoke=m._on_revoke, on_lost=m._on_lost
+        )
+        m.thread = threading.Thread(target=m._run, name=name, daemon=True)
+        m.thread.start()
+        return m
+
+    a, b = member("a", "instance-a"), member("b", "instance-b")
+    try:
+        wait_for(lambda: [len(a.assignment()), len(b.assignment())] == [2, 2], 30, "two each")
+        mine = a.assignment()
+        epoch = group_epoch(broker, "static-g")
+        a.close()  # a static member leaves with epoch -2: its partitions wait for it
+        time.sleep(1.5)  # b heartbeats meanwhile: it must not take a's partitions
+        assert len(b.assignment()) == 2
+        a = member("a-again", "instance-a")
+        wait_for(lambda: a.assignment() == mine, 30, "a's old partitions")
+        assert group_epoch(broker, "static-g") == epoch
+    finally:
+        a.close()
+        b.close()
