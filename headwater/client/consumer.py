@@ -2,8 +2,10 @@
 
 ``AsyncConsumer`` runs on an asyncio loop; ``Consumer`` is the blocking
 front that scripts and Spark tasks use (it runs the async one on a loop
-thread). There are no consumer groups here: the application assigns
-partitions and seeks, as Spark's source does.
+thread). The application assigns partitions and seeks, as Spark's source
+does, or subscribes as a member of a consumer group with
+``group.protocol=consumer`` (KIP-848: ``consumer_group_membership`` and
+``consumer_group_heartbeat``; the classic protocol is not implemented).
 
 How fetching works (the book chapter's Fetcher and poll(), KIP-227, KIP-74):
 
@@ -52,6 +54,9 @@ from headwater.client.cluster import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, Clust
 from headwater.client.completed_fetch import CompletedFetch
 from headwater.client.config import ConsumerConfig
 from headwater.client.connection import BrokerConnection
+from headwater.client.consumer_group_heartbeat import GroupMember
+from headwater.client.consumer_group_membership import Membership
+from headwater.client.coordinator import CoordinatorClient
 from headwater.client.errors import KafkaError
 from headwater.client.loop_thread import EventLoopThread
 from headwater.client.read_replica import (
@@ -154,6 +159,9 @@ class AsyncConsumer:
         self._reset_task: asyncio.Task[None] | None = None
         self._metadata_stale = False
         self._closed = False
+        self._group: GroupMember | None = None
+        self._auto_commit_task: asyncio.Task[None] | None = None
+        self._next_auto_commit = 0.0
 
     async def __aenter__(self) -> AsyncConsumer:
         return self
@@ -179,6 +187,127 @@ class AsyncConsumer:
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._states)
+
+    # -- consumer groups (group.protocol=consumer) -----------------------------------
+
+    def subscribe(
+        self,
+        topics: Iterable[str] | None = None,
+        *,
+        pattern: str | None = None,
+        listener: object | None = None,
+    ) -> None:
+        """Join ``group.id`` for these topics, or every topic matching ``pattern``
+        (RE2, evaluated by the broker); partitions come from the coordinator.
+
+        ``listener`` may have ``on_partitions_revoked``, ``on_partitions_assigned``
+        and ``on_partitions_lost`` (each takes a set of partitions; they run on
+        the consumer's loop).
+        """
+        self._check_open()
+        c = self.config
+        if not c.group_id:
+            raise ValueError("subscribe needs group.id")
+        if c.group_protocol != "consumer":
+            raise NotImplementedError(
+                "this client speaks only group.protocol=consumer (KIP-848) for subscribe"
+            )
+        if self._group is None:
+            if self._states:
+                raise ValueError("subscribe after assign: unsubscribe/assign([]) first")
+            membership = Membership(
+                c.group_id,
+                instance_id=c.group_instance_id or None,
+                rack_id=c.client_rack or None,
+                remote_assignor=c.group_remote_assignor or None,
+                rebalance_timeout_ms=c.max_poll_interval_ms,
+            )
+            coordinators = CoordinatorClient(
+                self._cluster,
+                retry_backoff_ms=c.retry_backoff_ms,
+                max_block_ms=c.request_timeout_ms,
+            )
+            self._group = GroupMember(
+                self,
+                self._cluster,
+                coordinators,
+                membership,
+                auto_commit=c.enable_auto_commit,
+                retry_backoff_s=max(c.retry_backoff_ms, 10) / 1000,
+            )
+            self._next_auto_commit = (
+                asyncio.get_running_loop().time() + c.auto_commit_interval_ms / 1000
+            )
+        self._group.listener = listener
+        self._group.membership.subscribe(topics, pattern=pattern)
+        self._group.start()
+
+    async def unsubscribe(self) -> None:
+        """Leave the group (committing first with auto-commit); no partitions after."""
+        group, self._group = self._group, None
+        if group is not None:
+            await group.close()
+
+    async def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+        """Commit ``offsets`` (default: every owned partition's position) as this member."""
+        group = self._require_group()
+        wanted = self._group_positions() if offsets is None else dict(offsets)
+        await group.commit(wanted)
+
+    async def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The group's committed offsets of ``partitions`` (those with none are left out)."""
+        return await self._require_group().committed({TopicPartition(*tp) for tp in partitions})
+
+    def member_id(self) -> str:
+        return "" if self._group is None else self._group.membership.member_id
+
+    def _require_group(self) -> GroupMember:
+        if self._group is None:
+            raise ValueError("not subscribed to a group")
+        return self._group
+
+    def _group_positions(self) -> dict[TopicPartition, int]:
+        return {
+            tp: s.position
+            for tp, s in self._states.items()
+            if s.position is not None and s.reset is None
+        }
+
+    def _group_remove(self, partitions: set[TopicPartition]) -> None:
+        for tp in partitions:
+            self._states.pop(tp, None)
+        self._kick()
+
+    def _group_add(self, offsets: Mapping[TopicPartition, int | None]) -> None:
+        for tp, offset in offsets.items():
+            state = _PartitionState()
+            if offset is None:
+                self._mark_reset(state, self.config.auto_offset_reset)
+            else:
+                state.position = state.fetch_offset = offset
+            self._states[tp] = state
+        self._kick()
+
+    def _group_wake(self) -> None:
+        self._data.set()
+
+    def _group_poll(self) -> None:
+        """Raise the group's error, if any; start an auto-commit when one is due."""
+        group = self._group
+        if group is None:
+            return
+        if group.error is not None:
+            error, group.error = group.error, None
+            raise error
+        if not self.config.enable_auto_commit:
+            return
+        now = asyncio.get_running_loop().time()
+        task = self._auto_commit_task
+        if now >= self._next_auto_commit and (task is None or task.done()):
+            self._next_auto_commit = now + self.config.auto_commit_interval_ms / 1000
+            positions = self._group_positions()
+            if positions:
+                self._auto_commit_task = asyncio.ensure_future(group._commit_quietly(positions))
 
     def _state(self, tp: TopicPartition) -> _PartitionState:
         state = self._states.get(TopicPartition(*tp))
@@ -369,6 +498,7 @@ class AsyncConsumer:
         return out
 
     def _raise_partition_error(self) -> None:
+        self._group_poll()
         for tp, state in self._states.items():
             if state.error is not None:
                 error, state.error = state.error, None
@@ -819,9 +949,14 @@ class AsyncConsumer:
         """Close fetch sessions (best effort), cancel fetches, close connections."""
         if self._closed:
             return
+        if self._group is not None:
+            with contextlib.suppress(Exception):
+                await self.unsubscribe()
         self._closed = True
         tasks: list[asyncio.Future[Any]] = [
-            t for t in (self._metadata_task, self._reset_task) if t is not None
+            t
+            for t in (self._metadata_task, self._reset_task, self._auto_commit_task)
+            if t is not None
         ]
         for node in self._nodes.values():
             tasks.extend(t for t in (node.in_flight, node.connecting) if t is not None)
@@ -892,6 +1027,34 @@ class Consumer:
 
     def assignment(self) -> set[TopicPartition]:
         result: set[TopicPartition] = self._call(self._consumer.assignment)
+        return result
+
+    def subscribe(
+        self,
+        topics: Iterable[str] | None = None,
+        *,
+        pattern: str | None = None,
+        listener: object | None = None,
+    ) -> None:
+        """See ``AsyncConsumer.subscribe``; the listener runs on the loop thread."""
+        names = None if topics is None else list(topics)
+
+        async def call() -> None:
+            self._consumer.subscribe(names, pattern=pattern, listener=listener)
+
+        self._thread.run(call())
+
+    def unsubscribe(self) -> None:
+        self._thread.run(self._consumer.unsubscribe())
+
+    def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+        self._thread.run(self._consumer.commit(None if offsets is None else dict(offsets)))
+
+    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return self._thread.run(self._consumer.committed(list(partitions)))
+
+    def member_id(self) -> str:
+        result: str = self._call(self._consumer.member_id)
         return result
 
     def seek(self, tp: TopicPartition, offset: int) -> None:

@@ -41,8 +41,16 @@ def test_keyword_arguments_use_underscores_for_dots() -> None:
 
 
 def test_unknown_keys_are_ignored_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
-    ConsumerConfig.from_mapping({"group.id": "g"})
-    assert "group.id" in caplog.text
+    ConsumerConfig.from_mapping({"interceptor.classes": "x"})
+    assert "interceptor.classes" in caplog.text
+
+
+def test_group_keys() -> None:
+    c = ConsumerConfig.from_mapping({"group.id": "g", "group.protocol": "CONSUMER"})
+    assert (c.group_id, c.group_protocol) == ("g", "consumer")
+    assert ConsumerConfig.from_mapping({}).group_protocol == "classic"
+    with pytest.raises(ValueError, match=r"group\.protocol"):
+        ConsumerConfig.from_mapping({"group.protocol": "eager"})
 
 
 def test_idempotence_follows_kafka_3_defaults() -> None:

@@ -1,0 +1,243 @@
+"""KIP-848 with Headwater's own client: ``Consumer`` with ``group.protocol=consumer``.
+
+One broker serves the module (a 6 s consumer session, 500 ms heartbeats);
+topics and records are made with confluent-kafka, the consumers under test
+are ``headwater.client.Consumer``. Every wait has a deadline; none sleeps
+a fixed time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer as CKConsumer
+from confluent_kafka import Producer as CKProducer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from headwater.client import Consumer, TopicPartition
+from tests.integration.broker_process import BrokerProcess
+
+OVERRIDES = (
+    "group.consumer.session.timeout.ms=6000",
+    "group.consumer.min.session.timeout.ms=1000",
+    "group.consumer.heartbeat.interval.ms=500",
+    "offsets.topic.num.partitions=2",
+    "transaction.state.log.num.partitions=1",
+)
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(tmp_path_factory.mktemp("hwkip848") / "data", overrides=OVERRIDES).start(
+        timeout=60
+    )
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+def name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def create_topic(broker: BrokerProcess, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
+
+
+def produce(broker: BrokerProcess, topic: str, values: range) -> None:
+    producer = CKProducer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    for i in values:
+        producer.produce(topic, str(i).encode(), key=str(i).encode())
+    assert producer.flush(30) == 0
+
+
+def hw_consumer(broker: BrokerProcess, group: str, **extra: Any) -> Consumer:
+    config: dict[str, Any] = {
+        "bootstrap.servers": broker.bootstrap,
+        "group.id": group,
+        "group.protocol": "consumer",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
+    config.update(extra)
+    return Consumer(config)
+
+
+class Recorder:
+    """A rebalance listener that records what it was told."""
+
+    def __init__(self) -> None:
+        self.revoked: list[set[TopicPartition]] = []
+        self.assigned: list[set[TopicPartition]] = []
+        self.lost: list[set[TopicPartition]] = []
+
+    def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None:
+        self.revoked.append(partitions)
+
+    def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None:
+        self.assigned.append(partitions)
+
+    def on_partitions_lost(self, partitions: set[TopicPartition]) -> None:
+        self.lost.append(partitions)
+
+
+def read_until(consumers: list[Consumer], counts: Counter[str], total: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while sum(counts.values()) < total:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"read {sum(counts.values())} of {total} records")
+        for c in consumers:
+            for r in c.poll(0.1):
+                assert r.value is not None
+                counts[r.value.decode()] += 1
+            c.commit()
+
+
+def test_single_consumer_gets_every_partition_and_reads(broker: BrokerProcess) -> None:
+    topic, group = name("solo"), name("g")
+    create_topic(broker, topic, 3)
+    produce(broker, topic, range(300))
+    recorder = Recorder()
+    with hw_consumer(broker, group) as consumer:
+        consumer.subscribe([topic], listener=recorder)
+        wait_for(lambda: len(consumer.assignment()) == 3, 20, "3 partitions")
+        assert consumer.member_id()
+        counts: Counter[str] = Counter()
+        read_until([consumer], counts, 300, 30)
+        assert set(counts) == {str(i) for i in range(300)}
+        assert max(counts.values()) == 1
+        committed = consumer.committed(consumer.assignment())
+        assert sum(committed.values()) == 300
+    assert recorder.assigned == [{TopicPartition(topic, p) for p in range(3)}]
+    assert recorder.revoked == [{TopicPartition(topic, p) for p in range(3)}]
+
+
+def test_two_consumers_split_six_partitions_then_one_takes_all(broker: BrokerProcess) -> None:
+    topic, group = name("pair"), name("g")
+    create_topic(broker, topic, 6)
+    produce(broker, topic, range(600))
+    a = hw_consumer(broker, group)
+    b = hw_consumer(broker, group)
+    try:
+        a.subscribe([topic])
+        wait_for(lambda: len(a.assignment()) == 6, 20, "a owns 6")
+        b.subscribe([topic])
+
+        def split() -> bool:
+            owned_a, owned_b = a.assignment(), b.assignment()
+            # Polling lets each member's reconciliation be seen; never overlapping.
+            assert not owned_a & owned_b
+            return len(owned_a) == 3 and len(owned_b) == 3
+
+        wait_for(split, 20, "3 partitions each")
+        counts: Counter[str] = Counter()
+        read_until([a, b], counts, 600, 30)
+        assert max(counts.values()) == 1
+        # Everything committed once: the group's offsets are at the log ends.
+        offsets = a.committed(a.assignment()) | b.committed(b.assignment())
+        assert sum(offsets.values()) == 600
+
+        b.close()
+        wait_for(lambda: len(a.assignment()) == 6, 20, "a takes b's partitions back")
+        produce(broker, topic, range(600, 660))
+        more: Counter[str] = Counter()
+        read_until([a], more, 60, 20)
+        assert set(more) == {str(i) for i in range(600, 660)}
+    finally:
+        a.close()
+        b.close()
+
+
+def test_regex_subscription_picks_up_a_later_topic(broker: BrokerProcess) -> None:
+    prefix = name("rx")
+    group = name("g")
+    create_topic(broker, f"{prefix}-a", 2)
+    with hw_consumer(broker, group) as consumer:
+        consumer.subscribe(pattern=f"{prefix}-.*")
+        wait_for(lambda: len(consumer.assignment()) == 2, 20, "the first topic's partitions")
+        create_topic(broker, f"{prefix}-b", 2)
+        produce(broker, f"{prefix}-b", range(20))
+        wait_for(
+            lambda: {tp.topic for tp in consumer.assignment()} == {f"{prefix}-a", f"{prefix}-b"},
+            30,
+            "the later topic",
+        )
+        counts: Counter[str] = Counter()
+        read_until([consumer], counts, 20, 20)
+        assert set(counts) == {str(i) for i in range(20)}
+
+
+def test_headwater_and_confluent_consumers_share_a_group(broker: BrokerProcess) -> None:
+    topic, group = name("mixed"), name("g")
+    create_topic(broker, topic, 4)
+    produce(broker, topic, range(400))
+    counts: Counter[str] = Counter()
+    lock = threading.Lock()
+    stop = threading.Event()
+    ck_owned: set[int] = set()
+
+    def run_confluent() -> None:
+        ck = CKConsumer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "group.id": group,
+                "group.protocol": "consumer",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        ck.subscribe([topic])
+        try:
+            while not stop.is_set():
+                msg = ck.poll(0.1)
+                ck_owned.clear()
+                ck_owned.update(p.partition for p in ck.assignment())
+                if msg is None or msg.error():
+                    continue
+                with lock:
+                    counts[msg.value().decode()] += 1
+                ck.commit(msg, asynchronous=False)
+        finally:
+            ck.close()
+
+    thread = threading.Thread(target=run_confluent, daemon=True)
+    with hw_consumer(broker, group) as hw:
+        hw.subscribe([topic])
+        wait_for(lambda: len(hw.assignment()) == 4, 20, "the headwater member owns all")
+        thread.start()
+        try:
+            deadline = time.monotonic() + 40
+            while True:
+                for r in hw.poll(0.1):
+                    assert r.value is not None
+                    with lock:
+                        counts[r.value.decode()] += 1
+                hw.commit()
+                with lock:
+                    done = sum(counts.values()) >= 400
+                owned = {tp.partition for tp in hw.assignment()}
+                if done and len(owned) == 2 and len(ck_owned) == 2:
+                    break
+                assert time.monotonic() < deadline, (sum(counts.values()), owned, ck_owned)
+        finally:
+            stop.set()
+            thread.join(30)
+    assert not owned & ck_owned
+    assert set(counts) == {str(i) for i in range(400)}
+    assert max(counts.values()) == 1
