@@ -8,6 +8,7 @@ broker runs last.
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -19,6 +20,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from kafka.admin import KafkaAdminClient
+from kafka.admin import NewTopic as KafkaNewTopic
 
 from headwater.cluster.zookeeper_server import ZooKeeperServer
 from headwater.console.auth import hash_password_scrypt
@@ -154,6 +157,17 @@ def test_create_a_topic_produce_with_the_cli_and_see_the_messages(
     expect(page.get_by_role("cell", name="customer-7")).to_be_visible()
     expect(page.get_by_text("=console")).to_be_visible()
     page.snap("5-produced-json")
+
+    # A long value is cut in the list, with a way to see it whole.
+    page.get_by_label("Value", exact=True).fill("long-" + "x" * 995)
+    page.get_by_role("button", name="Produce").click()
+    expect(page.get_by_text(re.compile(r"produced to orders-\d at offset \d+"))).to_be_visible()
+    page.get_by_label("Key or value contains").fill("long-")
+    page.get_by_label("As").select_option("text")
+    page.get_by_role("button", name="Browse").click()
+    page.get_by_role("link", name="Show all 1000 B").click()
+    expect(page.get_by_text("long-" + "x" * 995, exact=True)).to_be_visible()
+    expect(page.get_by_role("link", name="Download the value")).to_be_visible()
 
 
 def test_a_groups_lag_rises_then_falls_live_and_its_offsets_reset(
@@ -421,12 +435,13 @@ def test_an_unreachable_cluster_is_a_banner_that_keeps_retrying(web: Any) -> Non
 
 
 def test_zz_a_killed_broker_shows_down_with_under_replicated_partitions(
-    web: Any, console: str, cluster: Cluster
+    web: Any, console: str, cluster: Cluster, tmp_path: Path
 ) -> None:
     from playwright.sync_api import expect
 
     page = web
 
+    cluster.create_topic("health", partitions=3, replication=3)
     page.goto(console)
     expect(page.get_by_role("heading", name="Overview")).to_be_visible()
     brokers = page.get_by_role("row").filter(has_text="127.0.0.1:")
@@ -444,7 +459,32 @@ def test_zz_a_killed_broker_shows_down_with_under_replicated_partitions(
     )
     expect(page.get_by_text("Unhealthy partitions:")).to_be_visible()
     page.snap("2-broker-down", "overview-broker-down")
-    page.goto(f"{console}/topics/orders")
+    page.goto(f"{console}/topics/health")
     expect(page.get_by_text("under-replicated").first).to_be_visible()
     expect(page.get_by_text("(broker 1 down)").first).to_be_visible()
     page.snap("3-topic-under-replicated")
+
+    # A reassignment onto the dead broker waits: it shows as in progress, with its bar.
+    kadmin = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+    kadmin.create_topics([KafkaNewTopic("moving", replica_assignments={0: [0, 2]})])
+    kadmin.close()
+    wait_for(lambda: cluster.all_have_leaders("moving", 1), what="leader of moving")
+    cli_produce(cluster.bootstrap, "moving", [f"m{i}" for i in range(100)])
+    plan = tmp_path / "plan.json"
+    plan.write_text(
+        json.dumps({"version": 1, "partitions": [
+            {"topic": "moving", "partition": 0, "replicas": [0, 2, 1]}]})
+    )  # fmt: skip
+    reassign = [
+        *(sys.executable, "-m", "headwater.cli", "partitions", "reassign"),
+        *("--reassignment-json-file", str(plan), "--bootstrap", cluster.bootstrap),
+    ]
+    subprocess.run(reassign, check=True, capture_output=True, timeout=120)
+    page.goto(f"{console}/operations")
+    moving = page.get_by_role("row").filter(has_text="moving-0")
+    expect(moving).to_contain_text("0, 2, 1")
+    expect(moving.get_by_role("progressbar")).to_be_visible()
+    expect(moving).to_contain_text(re.compile(r"0 B of \d+"))
+    page.snap("4-reassignment", "operations-reassignment")
+    subprocess.run([*reassign, "--cancel"], check=True, capture_output=True, timeout=120)
+    expect(page.get_by_text("No reassignment in progress.")).to_be_visible()
