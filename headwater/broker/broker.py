@@ -101,7 +101,7 @@ class Broker(HandlerTable):
         super().__init__()
         self.config = config
         self.metrics = BrokerMetrics()
-        self.logs = LogDirectory(config.data_dir, config.log)
+        self.logs = LogDirectory(config.data_dir, config.log, config.extra_data_dirs)
         self.purgatory = FetchPurgatory()
         self.sessions = FetchSessionCache(
             max_slots=config.max_incremental_fetch_session_cache_slots,
@@ -419,6 +419,7 @@ class Broker(HandlerTable):
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         self.logs.open()
         self.logs.on_offline = self._log_dir_offline
+        self._loop = asyncio.get_running_loop()
         self._build_handlers()
         self._preload_schemas()
         if self.config.metrics_port is not None:
@@ -544,14 +545,22 @@ class Broker(HandlerTable):
         start recovers and checks the logs). Runs on its own thread: the caller may
         be the event loop or a worker in the middle of a write."""
         if self.logs.offline is None:
-            return  # not this broker's data directory (cannot happen with one)
+            # Another directory is left (JBOD): serve it, hand the lost replicas over.
+            self._loop.call_soon_threadsafe(self._log_dir_lost, path, reason)
+            return
+        left = [d for d in self.logs.dirs if self.logs.dir_offline(str(d)) is None]
+        why = (
+            "it was the last one"
+            if not left
+            else "it is the first one, which holds the topic registry and checkpoints"
+        )
 
         def halt() -> None:
             log.critical(
-                "stopping: log directory %s failed (%s) and it was the last one "
-                "(KIP-112); exit status 1",
+                "stopping: log directory %s failed (%s) and %s (KIP-112); exit status 1",
                 path,
                 reason,
+                why,
             )
             if not self.cluster.is_local:
                 closer = threading.Thread(target=self.cluster.store.close, daemon=True)
@@ -561,6 +570,19 @@ class Broker(HandlerTable):
             os._exit(1)
 
         threading.Thread(target=halt, name="log-dir-failure", daemon=True).start()
+
+    def _log_dir_lost(self, path: str, reason: str) -> None:
+        """One of several directories failed (on the loop): its partitions answer
+        KAFKA_STORAGE_ERROR, the controller is told, the others are served."""
+        lost = self.logs.partitions_in(path)
+        log.error(
+            "log directory %s failed (%s): %d partition(s) offline; serving the other "
+            "directories (KIP-112)",
+            path,
+            reason,
+            len(lost),
+        )
+        self.cluster.replicas.on_log_dir_failure(lost)
 
     def _spawn(self, coro: Awaitable[None], name: str) -> None:
         task = asyncio.ensure_future(coro)

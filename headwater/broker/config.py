@@ -75,6 +75,8 @@ class BrokerConfig:
     advertised_host: str | None = None
     advertised_port: int | None = None
     data_dir: Path = Path("headwater-data")
+    #: ``log.dirs=A,B,C``: B and C (JBOD); the first is ``data_dir``.
+    extra_data_dirs: tuple[Path, ...] = ()
     node_id: int = 0
     cluster_id: str = "headwater-cluster"
     #: ``broker.rack``: registered with the broker (KIP-36); None for no rack.
@@ -329,7 +331,9 @@ class BrokerConfig:
             elif key == "advertised.listeners":
                 kw["advertised_host"], kw["advertised_port"] = parse_host_port(value)
             elif key in ("log.dirs", "log.dir"):
-                kw["data_dir"] = Path(value.split(",")[0].strip())
+                dirs = [Path(d.strip()) for d in value.split(",") if d.strip()]
+                kw["data_dir"] = dirs[0]
+                kw["extra_data_dirs"] = tuple(dirs[1:])
             elif key == "cluster.id":
                 kw["cluster_id"] = value
             elif key == "group.coordinator.rebalance.protocols":

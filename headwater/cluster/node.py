@@ -258,15 +258,22 @@ class ClusterNode:
         proposed = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         try:
             cluster_id = self.store.cluster_id(proposed)
-            stored = read_meta_properties(self.data_dir)
-        except (ClusterStoreError, MetaPropertiesError) as exc:
+        except ClusterStoreError as exc:
             raise ClusterStartError(f"cannot check the data directory's cluster: {exc}") from exc
-        if stored is None:
-            write_meta_properties(self.data_dir, MetaProperties(self.broker_id, cluster_id))
-            return
-        why = inconsistency(stored, self.broker_id, None if self.is_local else cluster_id)
-        if why is not None:
-            raise ClusterStartError(f"data directory {self.data_dir}: {why}; refusing to start")
+        # Each of several data directories (JBOD) has its own file, as in Kafka.
+        for directory in [self.data_dir, *(e.path for e in self.logs.extra)]:
+            try:
+                stored = read_meta_properties(directory)
+            except MetaPropertiesError as exc:
+                raise ClusterStartError(
+                    f"cannot check the data directory's cluster: {exc}"
+                ) from exc
+            if stored is None:
+                write_meta_properties(directory, MetaProperties(self.broker_id, cluster_id))
+                continue
+            why = inconsistency(stored, self.broker_id, None if self.is_local else cluster_id)
+            if why is not None:
+                raise ClusterStartError(f"data directory {directory}: {why}; refusing to start")
 
     # -- stray replicas ------------------------------------------------------------------
 

@@ -516,7 +516,7 @@ class ReplicaManager:
             self._check_low_watermark(replica)  # waiting DeleteRecords: not the leader now
             self._unwatch_appends(replica)
             self._unfollow(key)
-            if state.leader >= 0 and not self.following_stopped:
+            if state.leader >= 0 and not self.following_stopped and replica.log.offline is None:
                 self._fetcher_for(state.leader, key).add(replica)
             log.log(
                 self.role_log_level,
@@ -564,6 +564,26 @@ class ReplicaManager:
             if f.exception() is not None:
                 log.error("cannot tell the controller that %s-%d is corrupt here: %s",
                           topic, partition, f.exception())  # fmt: skip
+
+        sent.add_done_callback(done)
+
+    def on_log_dir_failure(self, keys: list[PartitionKey]) -> None:
+        """A data directory failed (KIP-112, Kafka's handleLogDirFailure; on the loop):
+        stop fetching for its replicas (their logs answer KAFKA_STORAGE_ERROR) and tell
+        the controller, which moves their leaderships and takes them out of the ISRs."""
+        hosted = [key for key in keys if key in self.replicas]
+        for key in hosted:
+            self._unfollow(key)
+        if not hosted:
+            return
+        sent = asyncio.get_running_loop().run_in_executor(
+            None, self.store.notify_log_dir_event, self.local_id, hosted, "log_dir_failure"
+        )
+
+        def done(f: asyncio.Future[str]) -> None:
+            if f.exception() is not None:
+                log.error("cannot tell the controller about a failed log directory: %s",
+                          f.exception())  # fmt: skip
 
         sent.add_done_callback(done)
 

@@ -93,6 +93,17 @@ def _collision_key(name: str) -> str:
     return name.replace(".", "_")
 
 
+def _partition_names(directory: Path) -> list[tuple[str, int]]:
+    """(topic, partition) of every ``<topic>-<partition>`` directory in ``directory``."""
+    found: list[tuple[str, int]] = []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            topic, sep, index = entry.name.rpartition("-")
+            if sep and index.isdigit() and str(int(index)) == index and entry.is_dir():
+                found.append((topic, int(index)))
+    return found
+
+
 def _fsync_directory(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -101,10 +112,25 @@ def _fsync_directory(path: Path) -> None:
         os.close(fd)
 
 
-class LogDirectory:
-    """Topics and the logs of their partitions under one data directory."""
+@dataclass(slots=True)
+class ExtraDir:
+    """A further data directory (``log.dirs=A,B,C``: B and C), holding partitions only:
+    its own lock, ``meta.properties`` (written by the cluster node), clean-shutdown
+    marker and free-space floor. The first directory also holds the topic registry and
+    the broker's checkpoints, so it failing stops the broker as the last one does."""
 
-    def __init__(self, path: Path, config: LogConfig) -> None:
+    path: Path
+    lock: DataDirLock
+    space: DirSpace
+    clean_shutdown: bool = False
+    offline: str | None = None
+
+
+class LogDirectory:
+    """Topics and the logs of their partitions under one data directory (JBOD: several;
+    see :class:`ExtraDir`)."""
+
+    def __init__(self, path: Path, config: LogConfig, extra_dirs: Iterable[Path] = ()) -> None:
         self.path = Path(path)
         self.config = config
         self.handles = FileHandleCache(config.file_handle_cache_size)
@@ -116,8 +142,18 @@ class LogDirectory:
         self._opened = False
         self.lock = DataDirLock(self.path)
         self.space = DirSpace(str(self.path), SpaceFloor(config.free_space_min_bytes))
-        #: Why this directory is offline (an I/O error that was not a full disk), or None.
-        self.offline: str | None = None
+        #: Why the first directory is offline (an I/O error that was not a full disk), or None.
+        self.primary_offline: str | None = None
+        self.extra = [
+            ExtraDir(
+                Path(p),
+                DataDirLock(Path(p)),
+                DirSpace(str(p), SpaceFloor(config.free_space_min_bytes)),
+            )
+            for p in extra_dirs
+        ]
+        #: Where each partition placed in an extra directory lives (others: the first).
+        self._placement: dict[tuple[str, int], ExtraDir] = {}
         #: Called once, from the thread that met the error, when the directory goes
         #: offline: (directory, reason). The broker stops when no directory is left.
         self.on_offline: Callable[[str, str], None] | None = None
@@ -130,6 +166,17 @@ class LogDirectory:
         holds the directory."""
         self.path.mkdir(parents=True, exist_ok=True)
         self.lock.acquire()
+        self._placement = {}
+        for extra in self.extra:
+            extra.path.mkdir(parents=True, exist_ok=True)
+            extra.lock.acquire()
+            extra_marker = extra.path / CLEAN_SHUTDOWN_FILE
+            extra.clean_shutdown = extra_marker.exists()
+            if extra.clean_shutdown:
+                extra_marker.unlink()
+                _fsync_directory(extra.path)
+            for topic, partition in _partition_names(extra.path):
+                self._placement[(topic, partition)] = extra
         marker = self.path / CLEAN_SHUTDOWN_FILE
         self.clean_shutdown = marker.exists()
         if self.clean_shutdown:
@@ -163,7 +210,16 @@ class LogDirectory:
         """
         if not self.lock.held:
             return
-        if self.offline is not None:
+        for extra in self.extra:
+            if extra.lock.held and extra.offline is None:
+                for key, log in self._logs.items():
+                    if self._placement.get(key) is extra:
+                        log.close()
+                (extra.path / CLEAN_SHUTDOWN_FILE).touch()
+                _fsync_directory(extra.path)
+            if extra.lock.held:
+                extra.lock.release()
+        if self.primary_offline is not None:
             # A failed disk: nothing more is written, and no clean-shutdown marker,
             # so that the next start recovers (and checks) what is there.
             for log in self._logs.values():
@@ -238,6 +294,7 @@ class LogDirectory:
                 path = self._partition_path(name, partition)
                 self.handles.forget_under(path)
                 shutil.rmtree(path, ignore_errors=True)
+            self._placement.pop((name, partition), None)
 
     def delete_partition(self, name: str, partition: int) -> None:
         """Remove one partition's replica here (it was reassigned away); the topic stays."""
@@ -248,6 +305,7 @@ class LogDirectory:
             path = self._partition_path(name, partition)
             self.handles.forget_under(path)
             shutil.rmtree(path, ignore_errors=True)
+        self._placement.pop((name, partition), None)
 
     def create_partitions(self, name: str, new_total: int) -> TopicInfo:
         info = self._require_topic(name)
@@ -304,7 +362,13 @@ class LogDirectory:
         that a directory someone else put here is never taken for one.
         """
         found: list[tuple[str, int, uuid.UUID | None]] = []
-        with os.scandir(self.path) as entries:
+        for directory in self.dirs:
+            found.extend(self._partition_dirs_in(directory))
+        return sorted(found, key=lambda t: (t[0], t[1]))
+
+    def _partition_dirs_in(self, directory: Path) -> list[tuple[str, int, uuid.UUID | None]]:
+        found: list[tuple[str, int, uuid.UUID | None]] = []
+        with os.scandir(directory) as entries:
             for entry in entries:
                 topic, sep, index = entry.name.rpartition("-")
                 if not sep or not index.isdigit() or str(int(index)) != index:
@@ -315,7 +379,7 @@ class LogDirectory:
                 if info is None and not self._only_partition_files(entry.path, topic):
                     continue
                 found.append((topic, int(index), info.topic_id if info else None))
-        return sorted(found, key=lambda t: (t[0], t[1]))
+        return found
 
     @staticmethod
     def _only_partition_files(path: str, topic: str) -> bool:
@@ -335,9 +399,10 @@ class LogDirectory:
         source = self._partition_path(topic, partition)
         self.handles.forget_under(source)
         tail = f"-{partition}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}"
-        target = self.path / (topic[: 255 - len(tail)] + tail)
+        target = source.parent / (topic[: 255 - len(tail)] + tail)
         os.rename(source, target)
-        _fsync_directory(self.path)
+        _fsync_directory(source.parent)
+        self._placement.pop((topic, partition), None)
         return target
 
     def forget_topics(self, names: Iterable[str]) -> None:
@@ -358,12 +423,15 @@ class LogDirectory:
 
     def stray_dirs(self) -> list[Path]:
         """The directories moved aside as strays (by this run or one that crashed)."""
-        with os.scandir(self.path) as entries:
-            return sorted(
-                Path(e.path)
-                for e in entries
-                if _STRAY_DIR.fullmatch(e.name) and e.is_dir(follow_symlinks=False)
-            )
+        found: list[Path] = []
+        for directory in self.dirs:
+            with os.scandir(directory) as entries:
+                found.extend(
+                    Path(e.path)
+                    for e in entries
+                    if _STRAY_DIR.fullmatch(e.name) and e.is_dir(follow_symlinks=False)
+                )
+        return sorted(found)
 
     def delete_stray_dirs(self) -> int:
         """Delete every stray directory; how many went. Safe off the event loop: nothing
@@ -380,15 +448,19 @@ class LogDirectory:
         100,000 partitions the per-partition probes took seconds.
         """
         prefix = topic + "-"
-        with os.scandir(self.path) as entries:
-            doomed = [
-                entry.path
-                for entry in entries
-                if entry.name.startswith(prefix)
-                and entry.name[len(prefix) :].isdigit()
-                and int(entry.name[len(prefix) :]) in partitions
-                and entry.is_dir()
-            ]
+        doomed: list[str] = []
+        for directory in self.dirs:
+            with os.scandir(directory) as entries:
+                doomed.extend(
+                    entry.path
+                    for entry in entries
+                    if entry.name.startswith(prefix)
+                    and entry.name[len(prefix) :].isdigit()
+                    and int(entry.name[len(prefix) :]) in partitions
+                    and entry.is_dir()
+                )
+        for p in partitions:
+            self._placement.pop((topic, p), None)
         for path in doomed:
             shutil.rmtree(path, ignore_errors=True)
 
@@ -421,8 +493,41 @@ class LogDirectory:
 
     # -- logs -----------------------------------------------------------------------------
 
+    @property
+    def dirs(self) -> list[Path]:
+        """Every data directory, the first (registry, checkpoints) first."""
+        return [self.path, *(extra.path for extra in self.extra)]
+
     def _partition_path(self, topic: str, partition: int) -> Path:
-        return self.path / f"{topic}-{partition}"
+        extra = self._placement.get((topic, partition))
+        return (extra.path if extra is not None else self.path) / f"{topic}-{partition}"
+
+    def _place(self, topic: str, partition: int) -> None:
+        """A partition new here goes to the online directory holding the fewest
+        partitions (Kafka's rule); its directory is found again at the next start."""
+        key = (topic, partition)
+        if not self.extra or key in self._placement or self._partition_path(*key).is_dir():
+            return
+        counts: dict[int, int] = {}
+        for placed in self._placement.values():
+            counts[id(placed)] = counts.get(id(placed), 0) + 1
+        primary = len(self._logs) - sum(1 for k in self._logs if k in self._placement)
+        choices: list[tuple[int, int, ExtraDir | None]] = []
+        if self.primary_offline is None:
+            choices.append((primary, 0, None))
+        for i, extra in enumerate(self.extra, start=1):
+            if extra.offline is None:
+                choices.append((counts.get(id(extra), 0), i, extra))
+        if not choices:
+            return
+        chosen = min(choices, key=lambda c: (c[0], c[1]))[2]
+        if chosen is not None:
+            self._placement[key] = chosen
+
+    def dir_of(self, topic: str, partition: int) -> str:
+        """The data directory holding (or to hold) the partition."""
+        extra = self._placement.get((topic, partition))
+        return str(extra.path if extra is not None else self.path)
 
     def existing_log(self, topic: str, partition: int) -> Log | None:
         """The log of ``topic``-``partition`` if that partition exists, else None."""
@@ -439,15 +544,17 @@ class LogDirectory:
         info = self._topics.get(topic)
         if info is None or not 0 <= partition < info.num_partitions:
             raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{partition}")
+        self._place(topic, partition)
+        extra = self._placement.get((topic, partition))
         log = Log(
             self._partition_path(topic, partition),
             self._topic_configs[topic],
             self.handles,
             topic_id=info.topic_id,
-            recover=not self.clean_shutdown,
+            recover=not (extra.clean_shutdown if extra is not None else self.clean_shutdown),
         )
         log.on_io_error = self._on_io_error
-        log.offline = self.offline
+        log.offline = extra.offline if extra is not None else self.primary_offline
         self._logs[(topic, partition)] = log
         COLLECTOR.long_lived_created()
         return log
@@ -474,36 +581,84 @@ class LogDirectory:
         """Every log directory's state (read at scrape time, any thread)."""
         space = self.space
         reading = space.reading()
-        return [
+        rows = [
             LogDirStatus(
-                space.path, space.is_full, reading.usable_bytes, reading.total_bytes, self.offline
+                space.path,
+                space.is_full,
+                reading.usable_bytes,
+                reading.total_bytes,
+                self.primary_offline,
             )
         ]
+        for extra in self.extra:
+            got = extra.space.reading()
+            rows.append(
+                LogDirStatus(
+                    extra.space.path,
+                    extra.space.is_full,
+                    got.usable_bytes,
+                    got.total_bytes,
+                    extra.offline,
+                )
+            )
+        return rows
+
+    @property
+    def offline(self) -> str | None:
+        """Why the broker has no usable data directory left, or None: the first one is
+        offline (it holds the registry and checkpoints), or every one is."""
+        return self.primary_offline
 
     def offline_dirs(self) -> list[str]:
         """The directories taken offline by an I/O error (health, DescribeLogDirs)."""
-        return [str(self.path)] if self.offline is not None else []
+        out = [str(self.path)] if self.primary_offline is not None else []
+        return out + [str(e.path) for e in self.extra if e.offline is not None]
+
+    def dir_offline(self, path: str) -> str | None:
+        """Why the data directory ``path`` is offline, or None."""
+        if path == str(self.path):
+            return self.primary_offline
+        for extra in self.extra:
+            if str(extra.path) == path:
+                return extra.offline
+        return None
+
+    def partitions_in(self, path: str) -> list[tuple[str, int]]:
+        """The loaded partitions whose logs live in data directory ``path``."""
+        return sorted(k for k in self._logs if self.dir_of(*k) == path)
 
     def full_dirs(self) -> list[str]:
         """The directories below their free-space floor or out of room (health, metrics)."""
         return [self.space.path] if self.space.is_full else []
 
     def _on_io_error(self, log: Log, exc: OSError) -> None:
+        parent = str(Path(log.directory).parent)
+        extra = next((e for e in self.extra if str(e.path) == parent), None)
         if is_full_disk_error(exc):
-            self.space.note_full()
+            (extra.space if extra is not None else self.space).note_full()
         else:
-            self.fail(f"{exc.strerror or exc} on {exc.filename or log.directory}")
+            self.fail(f"{exc.strerror or exc} on {exc.filename or log.directory}", parent)
 
-    def fail(self, reason: str) -> None:
-        """Take the directory offline (KIP-112): every log in it answers
-        KAFKA_STORAGE_ERROR from now on, and ``on_offline`` is told once."""
-        if self.offline is not None:
-            return
-        self.offline = reason
-        for log in list(self._logs.values()):
+    def fail(self, reason: str, path: str | None = None) -> None:
+        """Take a data directory (the first by default) offline (KIP-112): every log in
+        it answers KAFKA_STORAGE_ERROR from now on, and ``on_offline`` is told once."""
+        where = str(self.path) if path is None else path
+        if where == str(self.path):
+            if self.primary_offline is not None:
+                return
+            self.primary_offline = reason
+            # The registry and checkpoints are gone with it: every log stops.
+            doomed = list(self._logs.values())
+        else:
+            extra = next((e for e in self.extra if str(e.path) == where), None)
+            if extra is None or extra.offline is not None:
+                return
+            extra.offline = reason
+            doomed = [log for key, log in self._logs.items() if self._placement.get(key) is extra]
+        for log in doomed:
             log.offline = reason
         if self.on_offline is not None:
-            self.on_offline(str(self.path), reason)
+            self.on_offline(where, reason)
 
     @property
     def loaded_count(self) -> int:

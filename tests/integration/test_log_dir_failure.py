@@ -11,8 +11,12 @@ once (the broker closes its ZooKeeper session on the way out).
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import (
@@ -151,3 +155,114 @@ def test_a_failed_leader_directory_moves_leadership_and_loses_nothing(
         assert sorted(values) == list(range(total))  # every record, once
     finally:
         cluster.stop()
+
+
+def health(bootstrap: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-m", "headwater.cli", "health", "--json", "--bootstrap", bootstrap],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+@pytest.mark.cluster
+def test_one_of_two_directories_failing_moves_only_its_partitions(
+    tmp_path: Path, zk_connect: str, control: Path
+) -> None:
+    """JBOD: broker 1 has two data directories; the second fails. Its partitions there
+    answer KAFKA_STORAGE_ERROR and their leadership moves; the partitions in the first
+    stay led by broker 1, which keeps running; nothing acknowledged is lost. Then the
+    first directory fails too: the broker stops with its one line."""
+    first, second = tmp_path / "broker-1-a", tmp_path / "broker-1-b"
+    cluster = Cluster(tmp_path, zk_connect)
+    cluster.brokers[1].args += ["--data-dir", f"{first},{second}"]
+    cluster.start()
+    try:
+        admin = cluster.admin()
+        topic = NewTopic(
+            "j", 4, replica_assignment=[[1, 0, 2]] * 4, config={"min.insync.replicas": "2"}
+        )
+        admin.create_topics([topic], request_timeout=30)["j"].result(30)
+        for p in range(4):
+            wait_for(lambda p=p: cluster.leader("j", p) == 1, timeout=60, what=f"j-{p} on 1")
+        errors: list[KafkaError] = []
+
+        def delivered(err: KafkaError | None, _msg: Message) -> None:
+            if err is not None:
+                errors.append(err)
+
+        producer = Producer(
+            {
+                "bootstrap.servers": cluster.bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "message.timeout.ms": 120_000,
+            }
+        )
+        total = 2000
+        for i in range(total):
+            producer.produce("j", str(i).encode(), partition=i % 4, on_delivery=delivered)
+            producer.poll(0)
+            if i == 400:
+                assert producer.flush(60) == 0
+                in_second = sorted(int(d.name.rsplit("-", 1)[1]) for d in second.glob("j-*"))
+                in_first = sorted(int(d.name.rsplit("-", 1)[1]) for d in first.glob("j-*"))
+                assert in_second and in_first, (in_first, in_second)
+                control.write_text(f"{second}\n")
+        assert producer.flush(180) == 0
+        assert errors == []
+        for p in in_second:
+            wait_for(lambda p=p: cluster.leader("j", p) in (0, 2), timeout=60, what="a move")
+        assert all(cluster.leader("j", p) == 1 for p in in_first)
+        proc = cluster.brokers[1].proc
+        assert proc is not None and proc.poll() is None
+        assert any("serving the other directories" in x for x in cluster.brokers[1].lines)
+        report = wait_for(
+            lambda: (h := health(cluster.bootstrap))["offline_log_dirs"] and h,
+            timeout=60,
+            what="health to name the offline directory",
+        )
+        assert report["offline_log_dirs"] == [f"1:{second}"]
+        values: list[int] = []
+        for p in range(4):
+            values += consume_partition(cluster.bootstrap, "j", p, total // 4)
+        assert sorted(values) == list(range(total))  # every record, once
+        # The last directory: the broker stops, saying why in one line.
+        control.write_text(f"{second}\n{first}\n")
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            producer.produce("j", b"-1", partition=in_first[0])
+            producer.flush(0.5)
+        assert exit_status(cluster.brokers[1], timeout=60) == 1
+        lines = stop_lines(cluster.brokers[1])
+        assert len(lines) == 1 and "last one" in lines[0], lines
+        cluster.brokers[1].proc = None
+    finally:
+        cluster.stop()
+
+
+def consume_partition(bootstrap: str, topic: str, partition: int, expected: int) -> list[int]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"reader-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+    got: list[int] = []
+    deadline = time.monotonic() + 90
+    try:
+        while len(got) < expected and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None and msg.value() is not None:
+                got.append(int(msg.value()))  # type: ignore[arg-type]
+        settle = time.monotonic() + 1.0
+        while time.monotonic() < settle:
+            msg = consumer.poll(0.2)
+            if msg is not None and msg.error() is None and msg.value() is not None:
+                got.append(int(msg.value()))  # type: ignore[arg-type]
+    finally:
+        consumer.close()
+    return got
