@@ -235,10 +235,6 @@ class GroupMember:
                 committed.update(await self.committed(set(step.add)))
             except KafkaError as exc:
                 log.warning("group %r: no committed offsets (%s); resetting", self.group_id, exc)
-            missing = {tp.topic for tp in step.add} - set(self.cluster.topics)
-            if missing:
-                with contextlib.suppress(KafkaError):
-                    await self.cluster.refresh_metadata(missing)
             self.host._group_add(committed)
             _listener_call(self.listener, "on_partitions_assigned", set(step.add))
         m.reconciled(step)
@@ -300,7 +296,9 @@ class GroupMember:
             )
             if not code:
                 return
-            if code in (STALE_MEMBER_EPOCH, REBALANCE_IN_PROGRESS) and loop.time() < deadline:
+            retry = code in (STALE_MEMBER_EPOCH, REBALANCE_IN_PROGRESS)
+            # The heartbeat task itself (a commit before a revocation) cannot wait for itself.
+            if retry and asyncio.current_task() is not self._task and loop.time() < deadline:
                 # Our epoch moved on: the next heartbeat brings the new one.
                 waiter = self._heartbeat_done
                 self.wake()

@@ -210,9 +210,11 @@ def test_headwater_and_confluent_consumers_share_a_group(broker: BrokerProcess) 
                 ck_owned.update(p.partition for p in ck.assignment())
                 if msg is None or msg.error():
                     continue
+                value = msg.value()
+                assert value is not None
                 with lock:
-                    counts[msg.value().decode()] += 1
-                ck.commit(msg, asynchronous=False)
+                    counts[value.decode()] += 1
+                ck.commit(message=msg, asynchronous=False)
         finally:
             ck.close()
 
