@@ -403,9 +403,23 @@ class _Watch:
         except (*_UNAVAILABLE, KazooException):
             self.pending = True
 
+    def wait_for_connection(self) -> None:
+        """The watch went with the connection, or its read failed for want of one: the
+        store re-arms it once connected again (``_reconnected``, ``_restore``).
+
+        kazoo hands the news to its own threads (a connection loss reaches every watcher
+        as a NONE event on the watch thread, a failed read on the completion thread),
+        while the store's session thread handles the reconnection: the news can come
+        after the reconnection was handled and its pending watches collected. Such a
+        watch would wait for the next session event, deaf meanwhile; so when the
+        connection is back already, it is re-armed here and now."""
+        self.pending = True
+        if self._store.connected:
+            self.arm()
+
     def _on_event(self, event: WatchedEvent) -> None:
-        if event.type == EventType.NONE:  # the session ended; re-armed on the new one
-            self.pending = True
+        if event.type == EventType.NONE:  # the connection or session ended
+            self.wait_for_connection()
             return
         self.arm()
 
@@ -421,7 +435,7 @@ class _Watch:
                 self.pending = True
             return
         except _UNAVAILABLE:
-            self.pending = True
+            self.wait_for_connection()
             return
         except Exception:
             log.exception("watch on %s failed", self.path)
@@ -437,7 +451,7 @@ class _Watch:
         try:
             stat = result.get()
         except _UNAVAILABLE:
-            self.pending = True
+            self.wait_for_connection()
             return
         if stat is not None:  # created between the two reads: read it
             self.arm()
@@ -1211,7 +1225,7 @@ class ZkClusterStore:
             try:
                 brokers = self._read_brokers(ids)
             except ClusterStoreUnavailableError:
-                watch.pending = True
+                watch.wait_for_connection()
                 return
             seen = {b: (r, r.epoch) for b, r in brokers.items()}
             if last and last[0] == seen:
@@ -1395,7 +1409,7 @@ class ZkClusterStore:
             except zk.ZkLayoutError:
                 log.error("malformed znodes of topic %s", name)
             except ClusterStoreUnavailableError:
-                watch.pending = True
+                watch.wait_for_connection()
 
         watch = self._watch(zk.topic_path(name), False, deliver)
         return watch

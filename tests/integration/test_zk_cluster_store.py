@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 import uuid
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
+from headwater.cluster import zk_layout
 from headwater.cluster.store import (
     BrokerIdInUseError,
     BrokerRegistration,
@@ -165,3 +167,26 @@ def test_writes_fail_fast_while_zookeeper_is_down(tmp_path: Path) -> None:
         server.kill()
         if again is not None:
             again.stop()
+
+
+def test_a_watch_dropped_with_the_connection_is_rearmed_however_late_kazoo_says_so(
+    stores: StoreFactory,
+) -> None:
+    """A dropped connection takes every watch with it; kazoo tells each watcher on its
+    watch thread, which may run after the store handled the reconnection. Here the watch
+    thread is held until then (issue 31: a broker missed two partition states)."""
+    broker, controller = stores(), stores()
+    events: list[SessionEvent] = []
+    broker.add_session_listener(events.append)
+    seen: list[PartitionState | None] = []
+    broker.watch_partition_state("t", 0, seen.append)
+    wait_for(lambda: seen == [None])
+    gate = threading.Event()
+    broker.client.handler.callback_queue.put(lambda: gate.wait(10))  # a busy watch thread
+    broker.client._connection._socket.shutdown(socket.SHUT_RDWR)  # the connection drops
+    wait_for(lambda: SessionEvent.RECONNECTED in events)
+    gate.set()  # the watch thread now hands out the connection loss
+    state = zk_layout.encode_partition_state(1, 0, (1,), 1)
+    controller.write_znode(zk_layout.partition_state_path("t", 0), state, None)
+    wait_for(lambda: bool(seen) and seen[-1] is not None, timeout=5)
+    assert seen[-1] == PartitionState(1, 0, (1,), 1, zk_version=0)
