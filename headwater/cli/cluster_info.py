@@ -171,6 +171,10 @@ async def _log_dirs(args: argparse.Namespace) -> list[tuple[int, str, str, int, 
             conn = await cluster.connection(node)
             resp = await conn.request(ApiKey.DESCRIBE_LOG_DIRS, {"topics": wanted})
             for result in resp.results:
+                if int(result.error_code) == _KAFKA_STORAGE_ERROR:
+                    # An offline directory (KIP-112): listed, with no partitions.
+                    rows.append((node, result.log_dir, "OFFLINE", -1, -1))
+                    continue
                 if int(result.error_code):
                     raise KafkaError(
                         int(result.error_code), f"log dir {result.log_dir} of broker {node}"

@@ -749,6 +749,11 @@ class Log:
         self._load()
         return tuple(self._segments)
 
+    def loaded_segments(self) -> tuple[Segment, ...]:
+        """The segments if the log is loaded, else none: never loads (another thread's
+        view, the scrubber's)."""
+        return tuple(self._segments) if self._loaded else ()
+
     # -- listeners ------------------------------------------------------------------------
 
     def add_listener(self, listener: LogListener) -> None:

@@ -132,7 +132,7 @@ class LogScrubber:
             if only_new and id(target) in self._seen:
                 continue
             self._seen.add(id(target))
-            segments = target.segments
+            segments = target.loaded_segments()
             for i, segment in enumerate(segments[:-1]):  # the active one is still written
                 if self._stop.is_set():
                     break

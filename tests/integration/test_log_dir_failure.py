@@ -224,6 +224,17 @@ def test_one_of_two_directories_failing_moves_only_its_partitions(
             what="health to name the offline directory",
         )
         assert report["offline_log_dirs"] == [f"1:{second}"]
+        listed = subprocess.run(
+            [sys.executable, "-m", "headwater.cli", "log-dirs", "--json",
+             "--bootstrap", cluster.bootstrap],
+            capture_output=True, text=True, timeout=60, check=True,
+        )  # fmt: skip
+        rows = [r for r in json.loads(listed.stdout) if r["broker"] == 1]
+        assert {"broker": 1, "log_dir": str(second), "partition": "OFFLINE", "size": -1,
+                "offset_lag": -1} in rows  # fmt: skip
+        assert {r["partition"] for r in rows if r["log_dir"] == str(first)} >= {
+            f"j-{p}" for p in in_first
+        }
         values: list[int] = []
         for p in range(4):
             values += consume_partition(cluster.bootstrap, "j", p, total // 4)
