@@ -375,7 +375,7 @@ class ConsoleApp:
             brokers.append(
                 {
                     "id": broker_id,
-                    "address": f"{broker.host}:{broker.port}",
+                    "address": f"{broker.host}:{broker.port}" if broker.port else "unknown",
                     "rack": broker.rack or "-",
                     "up": up,
                     "controller": broker_id == snap.controller_id,

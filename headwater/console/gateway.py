@@ -410,6 +410,13 @@ class ClusterGateway:
             cluster = self._client()
             topics = dict(sorted((await cluster.refresh_metadata(None)).items()))
             self._known.update(cluster.brokers)
+            # A broker named as a replica but absent from Metadata is down, even if this
+            # console never saw it up (it died before the console started).
+            for meta in topics.values():
+                for p in meta.partitions.values():
+                    for replica in p.replicas:
+                        if replica not in self._known:
+                            self._known[replica] = BrokerMetadata(replica, "", 0)
             snap = Snapshot(
                 at=time.monotonic(),
                 cluster_id=cluster.cluster_id,

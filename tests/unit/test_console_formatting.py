@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from headwater.client.types import TopicPartition
@@ -216,3 +218,21 @@ def test_a_consumer_assignment_decodes_and_junk_reads_as_none() -> None:
     assert decode_assignment(data) == (("t", (0, 3)),)
     assert decode_assignment(b"") == ()
     assert decode_assignment(b"\x00\x00\xff") == ()
+
+
+def test_a_snapshot_counts_health_and_leaders() -> None:
+    from headwater.client.types import BrokerMetadata, PartitionMetadata, TopicMetadata
+    from headwater.console.gateway import Snapshot
+
+    parts = {
+        0: PartitionMetadata(0, 1, 0, (1, 2), (1, 2)),
+        1: PartitionMetadata(1, 2, 0, (2, 3), (2,)),  # broker 3 out of the ISR
+        2: PartitionMetadata(2, -1, 0, (3,), ()),  # no leader
+    }
+    live = {1: BrokerMetadata(1, "h", 1), 2: BrokerMetadata(2, "h", 2)}
+    snap = Snapshot(0.0, "c", 1, live, {**live, 3: BrokerMetadata(3, "", 0)},
+                    {"t": TopicMetadata("t", uuid.uuid4(), parts)})  # fmt: skip
+    under, offline = snap.health()
+    assert under == [TopicPartition("t", 1)] and offline == [TopicPartition("t", 2)]
+    assert snap.leaders() == {1: 1, 2: 1, 3: 0}
+    assert snap.partition_count() == 3
