@@ -154,6 +154,8 @@ class LogDirectory:
         ]
         #: Where each partition placed in an extra directory lives (others: the first).
         self._placement: dict[tuple[str, int], ExtraDir] = {}
+        #: With extra directories: the partitions found in the first one at open.
+        self._in_primary: set[tuple[str, int]] = set()
         #: Called once, from the thread that met the error, when the directory goes
         #: offline: (directory, reason). The broker stops when no directory is left.
         self.on_offline: Callable[[str, str], None] | None = None
@@ -177,6 +179,7 @@ class LogDirectory:
                 _fsync_directory(extra.path)
             for topic, partition in _partition_names(extra.path):
                 self._placement[(topic, partition)] = extra
+        self._in_primary = set(_partition_names(self.path)) if self.extra else set()
         marker = self.path / CLEAN_SHUTDOWN_FILE
         self.clean_shutdown = marker.exists()
         if self.clean_shutdown:
@@ -511,7 +514,7 @@ class LogDirectory:
         counts: dict[int, int] = {}
         for placed in self._placement.values():
             counts[id(placed)] = counts.get(id(placed), 0) + 1
-        primary = len(self._logs) - sum(1 for k in self._logs if k in self._placement)
+        primary = len(self._in_primary | {k for k in self._logs if k not in self._placement})
         choices: list[tuple[int, int, ExtraDir | None]] = []
         if self.primary_offline is None:
             choices.append((primary, 0, None))

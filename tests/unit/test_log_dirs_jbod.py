@@ -101,3 +101,18 @@ def test_the_first_directory_failing_stops_everything(
     assert logs.offline is not None
     faults.clear()
     logs.close()
+
+
+def test_placement_counts_what_is_on_disk_after_a_restart(tmp_path: Path) -> None:
+    logs = open_jbod(tmp_path)
+    logs.create_topic("t", 3)
+    for p in range(3):
+        logs.log("t", p).append(batch(1), NOW)
+    logs.close()
+    again = open_jbod(tmp_path)  # nothing loaded yet: the counts come from the disk
+    again.create_topic("u", 3)
+    for p in range(3):
+        again.log("u", p)
+    counts = [len([p for p in range(3) if again.dir_of("u", p) == str(d)]) for d in again.dirs]
+    assert counts == [1, 1, 1]
+    again.close()
