@@ -950,8 +950,10 @@ class AsyncConsumer:
         if self._closed:
             return
         if self._group is not None:
+            # Bounded: the blocking close waits 10 s for all of it.
             with contextlib.suppress(Exception):
-                await self.unsubscribe()
+                async with asyncio.timeout(6.0):
+                    await self.unsubscribe()
         self._closed = True
         tasks: list[asyncio.Future[Any]] = [
             t

@@ -20,7 +20,7 @@ from confluent_kafka import Consumer as CKConsumer
 from confluent_kafka import Producer as CKProducer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from headwater.client import Consumer, TopicPartition
+from headwater.client import Consumer, KafkaError, TopicPartition
 from tests.integration.broker_process import BrokerProcess
 
 OVERRIDES = (
@@ -243,3 +243,74 @@ def test_headwater_and_confluent_consumers_share_a_group(broker: BrokerProcess) 
     assert not owned & ck_owned
     assert set(counts) == {str(i) for i in range(400)}
     assert max(counts.values()) == 1
+
+
+def test_an_unknown_assignor_is_raised_by_poll(broker: BrokerProcess) -> None:
+    topic, group = name("bad"), name("g")
+    create_topic(broker, topic, 1)
+    with hw_consumer(broker, group, **{"group.remote.assignor": "nonesuch"}) as consumer:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 20
+        with pytest.raises(KafkaError) as raised:
+            while time.monotonic() < deadline:
+                consumer.poll(0.1)
+        assert raised.value.code == 112  # UNSUPPORTED_ASSIGNOR
+        assert consumer.assignment() == set()
+
+
+def test_a_static_member_leaves_with_minus_2_and_gets_its_partitions_back(
+    broker: BrokerProcess,
+) -> None:
+    topic, group = name("static"), name("g")
+    create_topic(broker, topic, 4)
+    static = {"group.instance.id": "static-1"}
+    a = hw_consumer(broker, group, **static)
+    b = hw_consumer(broker, group)
+    try:
+        a.subscribe([topic])
+        wait_for(lambda: len(a.assignment()) == 4, 20, "a owns all")
+        b.subscribe([topic])
+        wait_for(lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2, 20, "a split")
+        mine = a.assignment()
+        a.close()  # epoch -2: the group keeps a's partitions for its session
+        a = hw_consumer(broker, group, **static)
+        a.subscribe([topic])
+        wait_for(lambda: a.assignment() == mine, 20, "a's partitions back")
+        assert len(b.assignment()) == 2 and not b.assignment() & mine
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_fenced_member_loses_its_partitions_and_rejoins(broker: BrokerProcess) -> None:
+    topic, group = name("fenced"), name("g")
+    create_topic(broker, topic, 4)
+    recorder = Recorder()
+    a = hw_consumer(broker, group)
+    b = hw_consumer(broker, group)
+    try:
+        a.subscribe([topic], listener=recorder)
+        b.subscribe([topic])
+        wait_for(lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2, 20, "a split")
+        member = a._consumer._group
+        assert member is not None
+
+        async def stop_heartbeats() -> None:
+            assert member._task is not None
+            member._task.cancel()
+
+        async def restart_heartbeats() -> None:
+            member.start()
+
+        a._thread.run(stop_heartbeats())
+        # The session (6 s) expires: the coordinator removes a and b gets everything.
+        wait_for(lambda: len(b.assignment()) == 4, 30, "b takes a's partitions")
+        a._thread.run(restart_heartbeats())
+        # a's next heartbeat is answered UNKNOWN_MEMBER_ID: it loses its partitions
+        # without committing and rejoins with epoch 0.
+        wait_for(lambda: len(a.assignment()) == 2 and len(b.assignment()) == 2, 30, "a back")
+        assert len(recorder.lost) == 1 and len(recorder.lost[0]) == 2
+        assert not a.assignment() & b.assignment()
+    finally:
+        a.close()
+        b.close()
