@@ -314,3 +314,32 @@ def test_a_fenced_member_loses_its_partitions_and_rejoins(broker: BrokerProcess)
     finally:
         a.close()
         b.close()
+
+
+def test_auto_commit_commits_positions_while_polling_and_on_close(broker: BrokerProcess) -> None:
+    topic, group = name("auto"), name("g")
+    create_topic(broker, topic, 2)
+    produce(broker, topic, range(100))
+    config = {"enable.auto.commit": True, "auto.commit.interval.ms": 100}
+    with hw_consumer(broker, group, **config) as consumer:
+        consumer.subscribe([topic])
+        seen = 0
+        deadline = time.monotonic() + 20
+        while seen < 100:
+            assert time.monotonic() < deadline, seen
+            seen += len(consumer.poll(0.1))
+
+        def committed_all() -> bool:
+            consumer.poll(0.05)  # auto-commits are started by poll
+            return sum(consumer.committed(consumer.assignment()).values()) == 100
+
+        wait_for(committed_all, 10, "auto-committed positions")
+    produce(broker, topic, range(100, 110))
+    with hw_consumer(broker, group, **config) as again:
+        again.subscribe([topic])
+        values: list[str] = []
+        deadline = time.monotonic() + 20
+        while len(values) < 10:
+            assert time.monotonic() < deadline, values
+            values += [r.value.decode() for r in again.poll(0.1) if r.value is not None]
+        assert sorted(values, key=int) == [str(i) for i in range(100, 110)]

@@ -234,8 +234,12 @@ class FakeHost:
 class FakeCoordinators:
     def __init__(self, events: list[str]) -> None:
         self.events = events
+        self.commit_errors: list[int] = []
 
     async def request(self, kind: Any, key: str, api_key: int, data: Any, **kw: Any) -> Any:
+        if api_key == 8 and self.commit_errors:
+            self.events.append(f"commit@{data['generation_id_or_member_epoch']} refused")
+            return None, self.commit_errors.pop(0)
         if api_key == 8:  # OffsetCommit
             self.events.append(
                 f"commit {data['member_id']}@{data['generation_id_or_member_epoch']} "
@@ -325,3 +329,26 @@ def test_driver_fenced_loses_partitions_without_committing() -> None:
     t10 = TopicPartition("t1", 0)
     assert events == [f"remove {[t10]}", f"lost {[t10]}"]
     assert m.state is State.JOINING and m.member_epoch == 0
+
+
+def test_a_stale_member_epoch_commit_is_retried_after_the_next_heartbeat() -> None:
+    events: list[str] = []
+    m = stable(tps("t1", 0), epoch=5)
+    member, _ = driver(events, m)
+    fake = member.coordinators
+    assert isinstance(fake, FakeCoordinators)
+    fake.commit_errors = [113]  # STALE_MEMBER_EPOCH
+
+    async def run() -> None:
+        commit = asyncio.ensure_future(member.commit({TopicPartition("t1", 0): 9}))
+        while not events:  # the first attempt is refused
+            await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert not commit.done()  # waiting for a heartbeat
+        m.heartbeat_request(1)
+        m.on_response(0, member_epoch=6, heartbeat_interval_ms=500)
+        member._heartbeat_done.set()
+        await asyncio.wait_for(commit, 5)
+
+    asyncio.run(run())
+    assert events == ["commit@5 refused", f"commit {m.member_id}@6 t1-0"]
