@@ -174,6 +174,8 @@ class AsyncConsumer:
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Consume exactly these partitions; new ones start per ``auto.offset.reset``."""
         self._check_open()
+        if self._group is not None:
+            raise ValueError("assign while subscribed to a group: unsubscribe first")
         wanted = [TopicPartition(*tp) for tp in partitions]
         old = self._states
         self._states = {}
@@ -1038,7 +1040,8 @@ class Consumer:
         pattern: str | None = None,
         listener: object | None = None,
     ) -> None:
-        """See ``AsyncConsumer.subscribe``; the listener runs on the loop thread."""
+        """See ``AsyncConsumer.subscribe``. The listener runs on the consumer's loop
+        thread, so it must not call this blocking consumer's methods."""
         names = None if topics is None else list(topics)
 
         async def call() -> None:
