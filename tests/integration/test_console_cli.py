@@ -41,7 +41,8 @@ def test_serve_console_listen_serves_the_console_beside_the_broker(tmp_path: Pat
         assert f"127.0.0.1:{broker.port}" in page  # the broker, up, in its own console
         assert ">up<" in page
     finally:
-        assert broker.stop() == 0
+        code = broker.stop()
+        assert code == 0, "\n".join(broker.lines[-80:])
 
 
 def test_the_config_key_serves_it_too(tmp_path: Path) -> None:
