@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import errno
+import faulthandler
 import logging
 import os
 import signal
@@ -307,6 +308,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(BROKER_CONFIG_DEF.table(), end="")
         return 0
     debug = args.log_level.lower() == "debug"
+    # A crash in C code (an extension, the interpreter's exit with threads still
+    # running) then leaves every thread's Python stack on stderr, as a JVM's
+    # hs_err file does, instead of a bare "exit -11".
+    faulthandler.enable()
     try:
         config = broker_config(args, default_data_dir="headwater-data")
         return _run(config, console_settings(args, config))
