@@ -183,6 +183,9 @@ def dynamic_broker_config_type(name: str) -> ConfigType | None:
 STATIC_BROKER_CONFIGS: dict[str, ConfigType] = {
     "auto.create.topics.enable": ConfigType.BOOLEAN,
     "broker.rack": ConfigType.STRING,
+    # Where this broker's Prometheus /metrics is served: how a console or any
+    # tool finds every broker's endpoint from one bootstrap address.
+    "headwater.metrics.listen": ConfigType.STRING,
     "log.cleaner.enable": ConfigType.BOOLEAN,
     "log.dir.free.space.min.bytes": ConfigType.LONG,
     "headwater.log.scrub.bytes.per.second": ConfigType.LONG,

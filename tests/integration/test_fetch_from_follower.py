@@ -352,3 +352,5 @@ def test_describe_configs_shows_the_rack_and_the_selector(cluster: Cluster) -> N
     assert configs["broker.rack"].value == "b"
     assert configs["broker.rack"].is_read_only
     assert configs["replica.selector.class"].value == SELECTOR.split("=", 1)[1]
+    # Where its /metrics is: how the console finds every broker's endpoint.
+    assert configs["headwater.metrics.listen"].value == f"127.0.0.1:{cluster.metrics_ports[1]}"

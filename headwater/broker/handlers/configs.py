@@ -260,6 +260,9 @@ class ConfigsApi:
                 "num.partitions": str(c.num_partitions),
                 "num.replica.fetchers": str(c.num_replica_fetchers),
                 "broker.rack": c.broker_rack or "",
+                "headwater.metrics.listen": (
+                    f"{c.metrics_host}:{c.metrics_port}" if c.metrics_port is not None else ""
+                ),
                 "replica.selector.class": (
                     RACK_AWARE_SELECTOR_CLASS if c.replica_selector == RACK_AWARE else ""
                 ),
@@ -720,6 +723,7 @@ _DEFAULTS = {
     "num.replica.fetchers": "1",
     # Kafka's default is null for both; DescribeConfigs values here are strings.
     "broker.rack": "",
+    "headwater.metrics.listen": "",
     "replica.selector.class": "",
     **{d.broker_name: d.default for d in TOPIC_CONFIGS},
     **CleanerConfig().as_properties(),
