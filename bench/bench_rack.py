@@ -53,8 +53,12 @@ class RackCluster(LocalCluster):
 
     def __enter__(self) -> RackCluster:
         self.zookeeper.start()
-        for broker_id, rack in enumerate(RACKS):
-            self._start_one(broker_id, rack)
+        try:
+            for broker_id, rack in enumerate(RACKS):
+                self._start_one(broker_id, rack)
+        except BaseException:
+            self.__exit__()  # no broker left running when another fails to start
+            raise
         return self
 
     def _start_one(self, broker_id: int, rack: str) -> None:
