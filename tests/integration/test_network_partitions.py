@@ -23,7 +23,6 @@ Needs root, ``ip`` and ``nft`` (``bash scripts/system-deps.sh``); skipped otherw
 from __future__ import annotations
 
 import os
-import random
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,9 +34,11 @@ from tests.integration.netns import Network, run_in, unavailable_reason
 pytestmark = pytest.mark.cluster
 
 SECONDS = float(os.environ.get("HEADWATER_PARTITION_CAMPAIGN_S", "30"))
+#: CI's seed (issue 31: a fixed seed in CI, random ones by hand through the variables).
+FIXED_SEED = 31
 SEEDS = [
     int(s) for s in os.environ.get("HEADWATER_PARTITION_CAMPAIGN_SEEDS", "").split(",") if s.strip()
-] or [int(os.environ.get("HEADWATER_FAULT_CAMPAIGN_SEED", random.randrange(1 << 16)))]
+] or [int(os.environ.get("HEADWATER_FAULT_CAMPAIGN_SEED", FIXED_SEED))]
 KINDS = (
     NETWORK_FAULTS + PROCESS_FAULTS
     if os.environ.get("HEADWATER_PARTITION_CAMPAIGN_KINDS") == "all"
