@@ -343,6 +343,8 @@ class LogDirectory:
         """New broker-wide log defaults (dynamic ``log.*`` configs), applied to every topic now."""
         self.config = config
         self.space.floor = SpaceFloor(config.free_space_min_bytes)
+        for extra in self.extra:
+            extra.space.floor = SpaceFloor(config.free_space_min_bytes)
         for name, info in self._topics.items():
             self._topic_configs[name] = config.with_topic_overrides(info.configs)
         for (topic, _partition), log in self._logs.items():
@@ -570,8 +572,10 @@ class LogDirectory:
         Below ``log.dir.free.space.min.bytes`` free: the rest is kept for the
         checkpoints, the metadata snapshot, the cleaner, the coordinators and
         followers. Asked again on every Produce, so writes resume when space returns.
+        With several directories the partition's own directory decides.
         """
-        space = self.space
+        extra = self._placement.get((topic, partition))
+        space = extra.space if extra is not None else self.space
         if not space.below_floor(size):
             return None
         free = space.reading().usable_bytes

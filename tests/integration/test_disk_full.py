@@ -80,6 +80,11 @@ def fill(mount: Path, leave: int) -> Path:
     return filler
 
 
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return r.read().decode()  # type: ignore[no-any-return]
+
+
 def wait_until(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -162,6 +167,13 @@ def test_below_the_floor_produce_gets_storage_error_and_resumes_when_space_retur
         assert produce(idempotent, "disk", [b"before-%d" % i for i in range(100)]) == [None] * 100
         filler = fill(small_fs, leave=4 << 20)
         assert free_bytes(small_fs) < 8 << 20
+        # The broker re-reads free space at most every 250 ms: wait until it has seen the
+        # filler (a fast fill and a fast producer fit inside one reading otherwise).
+        metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+        full_line = f'headwater_log_dir_full{{log_dir="{data.resolve()}"}} 1.0'
+        wait_until(
+            "the broker to see the disk below its floor", lambda: full_line in scrape(metrics_url)
+        )
         # Refused before the disk is truly full, as KAFKA_STORAGE_ERROR (not a transport
         # error), and the idempotent producer is not told its sequence is out of order.
         refused = produce(no_retries, "disk", [b"refused-%d" % i for i in range(20)])

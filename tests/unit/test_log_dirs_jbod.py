@@ -12,6 +12,7 @@ import pytest
 
 from headwater.log import disk_io
 from headwater.log.config import LogConfig
+from headwater.log.disk_space import DirSpace, SpaceFloor, SpaceReading
 from headwater.log.errors import KafkaStorageError
 from headwater.log.isolation import Isolation
 from headwater.log.log_directory import CLEAN_SHUTDOWN_FILE, LogDirectory
@@ -116,3 +117,22 @@ def test_placement_counts_what_is_on_disk_after_a_restart(tmp_path: Path) -> Non
     counts = [len([p for p in range(3) if again.dir_of("u", p) == str(d)]) for d in again.dirs]
     assert counts == [1, 1, 1]
     again.close()
+
+
+def test_the_free_space_floor_is_each_partition_s_own_directory(tmp_path: Path) -> None:
+    logs = open_jbod(tmp_path)
+    logs.create_topic("t", 3)
+    for p in range(3):
+        logs.log("t", p).append(batch(1), NOW)
+    full = logs.extra[1]
+    full.space = DirSpace(
+        str(full.path), SpaceFloor(1 << 20), reader=lambda _path: SpaceReading(4096, 1 << 30)
+    )
+    refusals = {p: logs.write_refusal("t", p, 10) for p in range(3)}
+    [refused] = [p for p, why in refusals.items() if why is not None]
+    assert logs.dir_of("t", refused) == str(full.path)
+    assert str(full.path) in (refusals[refused] or "")
+    # A new broker-wide floor reaches every directory, not only the first.
+    logs.alter_base_config(LogConfig(free_space_min_bytes=1 << 62))
+    assert all(logs.write_refusal("t", p, 10) is not None for p in range(3))
+    logs.close()
