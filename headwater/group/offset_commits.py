@@ -130,22 +130,13 @@ class OffsetCommits:
             error = consumer_group.validate_offset_commit(
                 member_id, generation_id, transactional=True, api_version=-1
             )
-            if error is not ErrorCode.none:
-                return Pending.completed(
-                    [e if e is not ErrorCode.none else error for e in partition_errors]
-                )
-            valid = [
-                e for e, err in zip(entries, partition_errors, strict=True) if err is ErrorCode.none
-            ]
-            return self._append(
+            return self._commit_checked(
                 group_id,
-                valid,
+                entries,
                 partition_errors,
-                timestamp_ms=timestamp_ms,
+                error,
+                timestamp_ms,
                 producer=(producer_id, producer_epoch),
-                on_replicated=lambda accepted: self._store.pending_txn.add(
-                    producer_id, group_id, accepted
-                ),
             )
         group = self._store.groups.get(group_id)
         error = ErrorCode.none
@@ -165,24 +156,15 @@ class OffsetCommits:
             error = ErrorCode.unknown_member_id
         elif generation_id >= 0:
             error = ErrorCode.illegal_generation
-        if error is not ErrorCode.none:
-            return Pending.completed(
-                [e if e is not ErrorCode.none else error for e in partition_errors]
-            )
-        if group is None:
-            group = self._store.groups[group_id] = Group(group_id, empty_since_ms=now_ms)
-        valid = [
-            entry for entry, e in zip(entries, partition_errors, strict=True) if e is ErrorCode.none
-        ]
-        return self._append(
+        if error is ErrorCode.none and group is None:
+            self._store.groups[group_id] = Group(group_id, empty_since_ms=now_ms)
+        return self._commit_checked(
             group_id,
-            valid,
+            entries,
             partition_errors,
-            timestamp_ms=timestamp_ms,
+            error,
+            timestamp_ms,
             producer=(producer_id, producer_epoch),
-            on_replicated=lambda accepted: self._store.pending_txn.add(
-                producer_id, group_id, accepted
-            ),
         )
 
     def _commit_checked(
@@ -192,8 +174,10 @@ class OffsetCommits:
         partition_errors: list[ErrorCode],
         error: ErrorCode,
         timestamp_ms: int,
+        producer: tuple[int, int] | None = None,
     ) -> Pending[list[ErrorCode]]:
-        """A commit whose group check is done: ``error`` on every partition, or write."""
+        """A commit whose group check is done: ``error`` on every partition, or write
+        the valid entries (committed at once, or pending in ``producer``'s transaction)."""
         if error is not ErrorCode.none:
             return Pending.completed(
                 [e if e is not ErrorCode.none else error for e in partition_errors]
@@ -201,13 +185,20 @@ class OffsetCommits:
         valid = [
             entry for entry, e in zip(entries, partition_errors, strict=True) if e is ErrorCode.none
         ]
+
+        def on_replicated(accepted: dict[TopicPartition, CommittedOffset]) -> None:
+            if producer is None:
+                self._store.offsets.apply(group_id, accepted)
+            else:
+                self._store.pending_txn.add(producer[0], group_id, accepted)
+
         return self._append(
             group_id,
             valid,
             partition_errors,
             timestamp_ms=timestamp_ms,
-            producer=None,
-            on_replicated=lambda accepted: self._store.offsets.apply(group_id, accepted),
+            producer=producer,
+            on_replicated=on_replicated,
         )
 
     def _append(
