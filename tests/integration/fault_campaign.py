@@ -41,7 +41,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import random
+import re
 import signal
 import threading
 import time
@@ -57,6 +59,16 @@ from confluent_kafka.admin import NewTopic
 from headwater.cluster.zookeeper_server import ZooKeeperServer
 from tests.integration.broker_process import free_port
 from tests.integration.cluster_process import Cluster, wait_for
+from tests.integration.idempotence_forensics import (
+    ClientLogHandler,
+    LineClock,
+    StoredCopy,
+    TimedLines,
+    is_epoch_bump_duplicate,
+    logged_epoch_bumps,
+    stored_copies,
+    wall,
+)
 from tests.integration.leadership import short_isrs, stale_leaders
 from tests.integration.netns import Network
 
@@ -139,8 +151,23 @@ class Workload:
         raise NotImplementedError
 
 
+#: librdkafka lines of the idempotent producer worth a note: its idempotence state
+#: machine (drains, epoch bumps, PIDs), sequence errors and anything it warns about.
+CLIENT_EVENT = re.compile(
+    r"DRAIN|GETPID|IDEMPSTATE|ERRSEQ|DUPSEQ|UNKPID|ERRPID|PID|epoch|[Ss]equence|persisted|"
+    r"[Ff]atal|FATAL"
+)
+#: The events that change what a retry means: epoch bumps, sequence errors, fatal ones.
+NOTABLE_EVENT = re.compile(r"previous PID|epoch bump|ERRSEQ|DUPSEQ|UNKPID|ERRPID|[Ff]atal|FATAL")
+#: A note from librdkafka's log: reported, but a problem only when it says fatal.
+CLIENT_NOTE = "librdkafka: "
+
+
 class IdempotentWriter(Workload):
-    """``acks=all`` idempotent writes of ``<n>`` to ``src``; remembers the acknowledged."""
+    """``acks=all`` idempotent writes of ``<n>`` to ``src``; remembers the acknowledged.
+
+    librdkafka logs its idempotence state machine (``debug=eos``) into
+    ``client_log``: the epoch bumps and sequence errors that explain a duplicate."""
 
     name = "idempotent"
 
@@ -151,6 +178,11 @@ class IdempotentWriter(Workload):
         self.acked_offsets: dict[int, dict[int, int]] = {p: {} for p in range(PARTITIONS)}
         self.failed = 0
         self.interval = 1 / rate_per_s
+        self.client_log = TimedLines()
+        logger = logging.getLogger(f"campaign.idempotent.{id(self)}")
+        logger.propagate = False
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(_NotingHandler(self, self.client_log))
         self.producer = Producer(
             {
                 "bootstrap.servers": bootstrap,
@@ -158,14 +190,16 @@ class IdempotentWriter(Workload):
                 "acks": "all",
                 "linger.ms": 5,
                 "message.timeout.ms": 300_000,
-                "log_level": 2,
+                "log_level": 7,
+                "debug": "eos",
+                "logger": logger,
             }
         )
 
     def _done(self, err: Any, msg: Any) -> None:
         if err is not None:
             self.failed += 1
-            self.notes.append(f"delivery failed: {err}")
+            self.notes.append(f"delivery failed: {err} (value {msg.value()!r})")
             return
         self.acked[msg.partition()].append(int(msg.value()))
         self.acked_offsets[msg.partition()][int(msg.value())] = msg.offset()
@@ -182,6 +216,21 @@ class IdempotentWriter(Workload):
         remaining = self.producer.flush(300)
         if remaining:
             self.notes.append(f"{remaining} records never delivered")
+
+
+class _NotingHandler(ClientLogHandler):
+    """Every librdkafka line into the writer's ``client_log``; the idempotence events
+    and warnings also into its notes (with the time), so the report shows them."""
+
+    def __init__(self, writer: Workload, into: TimedLines) -> None:
+        super().__init__(into, "librdkafka idempotent")
+        self.writer = writer
+
+    def emit(self, record: logging.LogRecord) -> None:
+        super().emit(record)
+        message = record.getMessage()
+        if record.levelno >= logging.WARNING or CLIENT_EVENT.search(message):
+            self.writer.notes.append(f"{CLIENT_NOTE}{wall(record.created)} {message}")
 
 
 @dataclass
@@ -554,6 +603,16 @@ class FaultLog:
     counts: Counter[str] = field(default_factory=Counter)
     #: Seconds from each heal of a network cut to every ISR full: (kind, seconds).
     full_isr_after_heal: list[tuple[str, float]] = field(default_factory=list)
+    #: When each fault was in force: (what, wall-clock start, wall-clock end).
+    windows: list[tuple[str, float, float]] = field(default_factory=list)
+
+    def active(self, start: float, end: float) -> list[str]:
+        """The faults in force at some moment of [start, end] (wall clock), with their times."""
+        return [
+            f"{what} ({wall(began)}-{wall(ended)})"
+            for what, began, ended in self.windows
+            if began <= end and ended >= start
+        ]
 
 
 class Faults:
@@ -580,6 +639,8 @@ class Faults:
         self.network = network
         self.kinds = kinds
         self._round: list[str] = []
+        #: When the running network cut was healed (wall clock), for its window.
+        self._healed_at: float | None = None
         #: Waits (at most the given seconds) for full ISRs; the seconds it took, or None.
         self.full_isrs = full_isrs
         if network is None and set(kinds) & set(NETWORK_FAULTS):
@@ -594,6 +655,8 @@ class Faults:
     def one(self) -> None:
         kind = self._next_kind()
         started = time.monotonic()
+        began = time.time()
+        self._healed_at = None
         if kind in NETWORK_FAULTS:
             what = self._cut(kind)
         elif kind in ("kill", "kill-controller"):
@@ -620,6 +683,7 @@ class Faults:
         self.log.counts[kind] += 1
         entry = f"{what} ({time.monotonic() - started:.1f} s)"
         self.log.done.append(entry)
+        self.log.windows.append((f"{kind}: {what}", began, self._healed_at or time.time()))
         log(entry)
 
     def _cut(self, kind: str) -> str:
@@ -647,6 +711,7 @@ class Faults:
         held = self.rng.uniform(*CUT_S)
         time.sleep(held)
         network.heal()
+        self._healed_at = time.time()
         what += f", {held:.1f} s"
         if self.full_isrs is not None:
             took = self.full_isrs(FULL_ISR_AFTER_HEAL_S)
@@ -698,13 +763,25 @@ class Report:
     full_isr_after_heal: list[tuple[str, float]] = field(default_factory=list)
     idempotent_lost: int = 0
     idempotent_duplicated: int = 0
+    #: Duplicates whose copies are in successive epochs after a bump librdkafka logged
+    #: (docs/reliability.md, "Duplicates from librdkafka's epoch bump"): counted apart.
+    idempotent_epoch_bump_duplicated: int = 0
+    #: Each duplicate explained: its copies' offsets, producer id/epoch/sequence, the
+    #: faults in force, librdkafka's and the brokers' lines around it.
+    duplicates: list[str] = field(default_factory=list)
+    #: librdkafka's idempotence events (drains, epoch bumps, sequence errors, warnings).
+    idempotent_client_events: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         return [
             f"seed {self.seed}; {len(self.faults)} faults: {'; '.join(self.faults)}",
             f"faults by kind: {self.fault_counts}",
             f"idempotent records acknowledged: {self.idempotent_acked}, lost: "
-            f"{self.idempotent_lost}, duplicated: {self.idempotent_duplicated}",
+            f"{self.idempotent_lost}, duplicated: {self.idempotent_duplicated} (and "
+            f"{self.idempotent_epoch_bump_duplicated} after a librdkafka epoch bump)",
+            f"librdkafka idempotence events: {len(self.idempotent_client_events)}; notable:",
+            *[f"  {e}" for e in self.idempotent_client_events if NOTABLE_EVENT.search(e)][:40],
+            *self.duplicates,
             "seconds to full ISRs after each heal: "
             + (", ".join(f"{k} {t:.1f}" for k, t in self.full_isr_after_heal) or "none"),
             f"transactions: {self.transactions}",
@@ -793,6 +870,9 @@ class Campaign:
         txn = TransactionalWriter(cluster.bootstrap, self.seed)
         copy = CopyLoop(cluster.bootstrap)
         workloads: list[Workload] = [idem, txn, copy]
+        broker_lines = TimedLines()
+        clock = LineClock(cluster.brokers, broker_lines)
+        clock.start()
         for w in workloads:
             w.start()
         faults = Faults(
@@ -826,10 +906,10 @@ class Campaign:
             copy.stop(300)
         problems: list[str] = []
         for w in workloads:
-            problems += [f"{w.name}: {n}" for n in w.notes if not n.startswith("delivery failed")]
+            problems += [f"{w.name}: {n}" for n in w.notes if is_problem_note(n)]
         problems += self._full_isrs()
         problems += self._check_leaders()
-        idem_problems, lost, duplicated = self._check_idempotent(idem)
+        idem_problems, lost, dups = self._check_idempotent(idem)
         problems += idem_problems
         problems += [
             f"ISRs not full {FULL_ISR_AFTER_HEAL_S:.0f} s after healing a {kind}"
@@ -842,6 +922,9 @@ class Campaign:
         self.cluster = None
         compared, mismatches = self._check_replicas_identical(cluster)
         problems += mismatches
+        clock.stop()
+        explained = explain_duplicates(cluster, dups, idem, faults.log, broker_lines)
+        problems += [d.text for d in explained if not d.epoch_bump]
         return Report(
             seed=self.seed,
             faults=faults.log.done,
@@ -860,7 +943,12 @@ class Campaign:
             fault_counts=dict(faults.log.counts),
             full_isr_after_heal=faults.log.full_isr_after_heal,
             idempotent_lost=lost,
-            idempotent_duplicated=duplicated,
+            idempotent_duplicated=sum(not d.epoch_bump for d in explained),
+            idempotent_epoch_bump_duplicated=sum(d.epoch_bump for d in explained),
+            duplicates=[d.text for d in explained],
+            idempotent_client_events=[
+                n[len(CLIENT_NOTE) :] for n in idem.notes if n.startswith(CLIENT_NOTE)
+            ][:500],
         )
 
     # -- healing and checks --------------------------------------------------------------
@@ -935,9 +1023,15 @@ class Campaign:
         return []
 
     def _read(
-        self, topic: str, partition: int, committed: bool, offsets: dict[int, int] | None = None
+        self,
+        topic: str,
+        partition: int,
+        committed: bool,
+        offsets: dict[int, list[int]] | None = None,
     ) -> list[bytes]:
-        """The partition's values; ``offsets`` (when given) gets each integer value's offset."""
+        """The partition's values, one per offset (a record the consumer delivers again,
+        at an offset it already gave, is one record, not a duplicate); ``offsets`` (when
+        given) gets every offset of each integer value."""
         cluster = self.cluster
         assert cluster is not None
         consumer = Consumer(
@@ -954,14 +1048,19 @@ class Campaign:
             low, high = consumer.get_watermark_offsets(tp, timeout=30)
             consumer.assign([TopicPartition(topic, partition, low)])
             values: list[bytes] = []
+            seen: set[int] = set()
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
                 msg = consumer.poll(0.5)
                 if msg is not None and not msg.error():
+                    if msg.offset() in seen:
+                        log(f"{topic}-{partition}: offset {msg.offset()} delivered again")
+                        continue
+                    seen.add(msg.offset())
                     values.append(msg.value())
                     if offsets is not None:
                         with contextlib.suppress(ValueError):
-                            offsets.setdefault(int(msg.value()), msg.offset())
+                            offsets.setdefault(int(msg.value()), []).append(msg.offset())
                     if msg.offset() + 1 >= high:
                         break
                 elif msg is None and consumer.position([tp])[0].offset >= high:
@@ -970,35 +1069,45 @@ class Campaign:
         finally:
             consumer.close()
 
-    def _check_idempotent(self, idem: IdempotentWriter) -> tuple[list[str], int, int]:
-        """(problems, acknowledged records lost, records duplicated): every acknowledged
-        record present once, at the offset it was acknowledged at."""
+    def _check_idempotent(
+        self, idem: IdempotentWriter
+    ) -> tuple[list[str], int, dict[int, list[int]]]:
+        """(problems, acknowledged records lost, values read more than once per partition):
+        every acknowledged record present once, at the offset it was acknowledged at.
+        Duplicates become problems once explained (``explain_duplicates``)."""
         problems = []
-        lost_total = dup_total = 0
+        lost_total = 0
+        duplicated: dict[int, list[int]] = {}
         for p in range(PARTITIONS):
-            at: dict[int, int] = {}
+            at: dict[int, list[int]] = {}
             read = self._read("src", p, committed=False, offsets=at)
             values = [int(v) for v in read]
             counts = Counter(values)
             dups = sorted(v for v, c in counts.items() if c > 1)
             lost = sorted(set(idem.acked[p]) - set(values))
+            # A duplicate's acknowledged copy may be its later one (acknowledged after
+            # the retry that wrote it): the record must be at that offset, duplicated
+            # or not (the duplicate itself is reported as such).
             moved = sorted(
-                v for v, offset in idem.acked_offsets[p].items() if at.get(v, offset) != offset
+                v
+                for v, offset in idem.acked_offsets[p].items()
+                if v in at and offset not in at[v]
             )
             lost_total += len(lost)
-            dup_total += len(dups)
             if dups:
-                problems.append(f"src-{p}: {len(dups)} duplicates, e.g. {dups[:10]}")
+                duplicated[p] = dups
             if lost:
                 problems.append(f"src-{p}: {len(lost)} acknowledged records lost, e.g. {lost[:10]}")
             if moved:
                 problems.append(
                     f"src-{p}: {len(moved)} acknowledged records not at their acknowledged "
-                    f"offset, e.g. {[(v, idem.acked_offsets[p][v], at.get(v)) for v in moved[:5]]}"
+                    f"offset, e.g. {[(v, idem.acked_offsets[p][v], at[v]) for v in moved[:5]]}"
                 )
-            if values != sorted(values):
+            # First copies: a duplicate's later copy is reported as a duplicate.
+            firsts = list(dict.fromkeys(values))
+            if firsts != sorted(firsts):
                 problems.append(f"src-{p}: records out of order")
-        return problems, lost_total, dup_total
+        return problems, lost_total, duplicated
 
     def _check_transactions(self, outcome: TxnOutcome) -> list[str]:
         problems = []
@@ -1024,13 +1133,15 @@ class Campaign:
         for p in range(PARTITIONS):
             src = [int(v) for v in self._read("src", p, committed=True)]
             dst = [int(v.split(b":", 1)[1]) for v in self._read("dst", p, committed=True)]
-            counts = Counter(dst)
-            dups = sorted(v for v, c in counts.items() if c > 1)
-            if dups:
-                problems.append(f"dst-{p}: {len(dups)} records copied twice, e.g. {dups[:10]}")
-            if sorted(set(dst)) != sorted(src):
-                missing = sorted(set(src) - set(dst))
-                extra = sorted(set(dst) - set(src))
+            # Each src record copied exactly once: as multisets, so that a value src
+            # holds twice (a duplicate, reported as such) is expected twice in dst.
+            wanted, copied = Counter(src), Counter(dst)
+            twice = sorted((copied - wanted).elements())
+            if twice:
+                problems.append(f"dst-{p}: {len(twice)} records copied twice, e.g. {twice[:10]}")
+            missing = sorted((wanted - copied).elements())
+            if missing or set(copied) - set(wanted):
+                extra = sorted(set(copied) - set(wanted))
                 problems.append(
                     f"dst-{p} is not src-{p}: {len(missing)} missing (e.g. {missing[:5]}), "
                     f"{len(extra)} extra"
@@ -1062,6 +1173,103 @@ class Campaign:
         if not compared:
             problems.append("no partition found on two replicas to compare")
         return compared, problems
+
+
+def is_problem_note(note: str) -> bool:
+    """A workload's note is a problem unless it is a delivery failure (counted apart)
+    or a librdkafka log line that is not fatal (kept for the report)."""
+    if note.startswith("delivery failed"):
+        return False
+    if note.startswith(CLIENT_NOTE):
+        return "fatal" in note.lower()
+    return True
+
+
+@dataclass
+class Duplicate:
+    """One duplicated value with what explains it."""
+
+    partition: int
+    value: int
+    epoch_bump: bool  # copies in successive epochs after a logged bump
+    text: str
+
+
+#: Broker lines shown around a duplicate: about its partition, sessions, step-downs,
+#: and anything logged at WARNING or louder.
+def _relevant_broker_line(partition: int) -> Callable[[str], bool]:
+    name = f"src-{partition}"
+
+    def keep(line: str) -> bool:
+        return (
+            name in line
+            or "session" in line
+            or "stepping down" in line
+            or line.startswith(("WARNING", "ERROR", "CRITICAL"))
+        )
+
+    return keep
+
+
+def explain_duplicates(
+    cluster: Cluster,
+    duplicated: dict[int, list[int]],
+    idem: IdempotentWriter,
+    faults: FaultLog,
+    broker_lines: TimedLines,
+    detailed: int = 3,
+) -> list[Duplicate]:
+    """Each duplicated value of ``src`` with its stored copies (read from the stopped
+    brokers' segment files: offset, producer id, epoch, sequence), the offset it was
+    acknowledged at, the faults in force, and, for the first ``detailed`` ones of a
+    partition, librdkafka's and the brokers' lines around it."""
+    bumps = logged_epoch_bumps(idem.client_log.lines())
+    out: list[Duplicate] = []
+    for p, values in sorted(duplicated.items()):
+        per_broker: dict[int, dict[int, list[StoredCopy]]] = {}
+        for broker_id, broker in enumerate(cluster.brokers):
+            directory = broker.data_dir / f"src-{p}"
+            if directory.is_dir():
+                per_broker[broker_id] = stored_copies(directory, values)
+        for n, value in enumerate(values):
+            held = {b: copies.get(value, []) for b, copies in per_broker.items()}
+            reference = max(held.values(), key=len, default=[])
+            agree = sorted(b for b, c in held.items() if c == reference)
+            epoch_bump = is_epoch_bump_duplicate(reference, bumps)
+            kind = (
+                "copies in successive epochs after a librdkafka epoch bump"
+                if epoch_bump
+                else "NOT explained by an epoch bump"
+            )
+            lines = [
+                f"src-{p} value {value} stored {len(reference)} times ({kind}); "
+                f"acknowledged at offset {idem.acked_offsets[p].get(value, 'never')}; "
+                f"on brokers {agree}:",
+                *[f"    {c.describe()}" for c in reference],
+            ]
+            lines += [
+                f"    broker {b} differs: {[c.describe() for c in c_]}"
+                for b, c_ in held.items()
+                if b not in agree
+            ]
+            if reference:
+                created = reference[0].timestamp_ms / 1000
+                lines.append(
+                    f"  faults in force from 10 s before its creation to 60 s after: "
+                    f"{faults.active(created - 10, created + 60) or 'none'}"
+                )
+                lines.append(f"  librdkafka epoch bumps logged: {bumps or 'none'}")
+                if n < detailed:
+                    client = idem.client_log.between(created - 10, created + 120)
+                    lines.append("  librdkafka (debug=eos) from 10 s before to 120 s after:")
+                    lines += [f"    {line}" for line in client or ["(nothing)"]]
+                    near = broker_lines.between(
+                        created - 10, created + 60, keep=_relevant_broker_line(p), limit=80
+                    )
+                    lines.append(f"  brokers on src-{p}, sessions, warnings, -10 s to +60 s:")
+                    lines += [f"    {line}" for line in near or ["(nothing)"]]
+            out.append(Duplicate(p, value, epoch_bump, "\n".join(lines)))
+    return out
 
 
 def partition_campaign(
