@@ -25,7 +25,7 @@ serve: $(STAMP)
 
 ## Lint, type-check and every test (CI runs exactly this).
 test: setup lint
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -ra $(PYTEST_ARGS)
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest -q -ra --durations=40 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check headwater tests bench
