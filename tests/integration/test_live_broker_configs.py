@@ -233,7 +233,7 @@ def test_a_listener_keystore_is_replaced_for_new_connections_only(
     try:
         assert _api_versions(old, 1) == 0
         _alter_keystore(broker.bootstrap, str(two.server_keystore))
-        wait_for(lambda: _served_certificate(ssl_port) == _der(two), timeout=15,
+        wait_for(lambda: _served_certificate(ssl_port) == _der(two), timeout=60,
                  what="the new certificate on new connections")  # fmt: skip
         assert _api_versions(old, 2) == 0  # the open connection keeps its session
         assert _ssl_client_works(ssl_port, two.ca)  # a real client trusting the new CA only
