@@ -1,4 +1,4 @@
-"""Produce and consume throughput: Headwater (zero-copy on and off) against tansu.
+"""Produce and consume throughput: Headwater (zero-copy on and off) against tansu and Kafka.
 
 Why this shape: the machine is small and noisy, so every figure is a ratio
 of measurements taken side by side in one run. All three brokers run at
@@ -10,6 +10,11 @@ ways a broker can send a cached file: ``sendfile`` and ``read`` + ``sendall``.
 Broker CPU-seconds per GB come from the broker process's utime + stime
 (``/proc/PID/stat``) before and after each phase; for the consume phase
 they say what zero-copy saves, whatever the wall-clock rate.
+
+``--peer kafka`` adds Apache Kafka 4.x (``kafka_peer.py``: jars fetched by mvn
+on first use, one KRaft combined-mode node) to the brokers of every round;
+``--warmup`` first gives every broker an untimed round a tenth the size (the
+JVM compiles its hot paths in the first seconds).
 
 Run: ``.venv/bin/python bench/bench_broker.py`` (defaults take ~1 minute;
 see ``--help`` for sizes). Prints a table and writes bench/results/broker.json.
@@ -35,10 +40,14 @@ from typing import Any
 from brokers import BrokerUnderTest, Headwater, ScratchDir, Tansu, machine_info
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from kafka_peer import Kafka, peer_info
 
 RESULTS = Path(__file__).parent / "results" / "broker.json"
 GB = 1e9
 MB = 1e6
+
+#: The Kafka peer's one departure from its defaults, see ``run``.
+KAFKA_OVERRIDES = {"file.delete.delay.ms": "1000"}
 
 #: Phases give up after this long: a broker that stalls costs a bounded wait.
 PHASE_TIMEOUT_S = 120.0
@@ -330,10 +339,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             brokers[f"headwater_tree_{tree.name}"] = Headwater(data / f"tree-{n}", source_tree=tree)
         if not args.skip_tansu:
             brokers["tansu"] = Tansu()
+        if "kafka" in args.peer:
+            # file.delete.delay.ms: Kafka keeps a deleted topic's files 60 s by
+            # default; this bench deletes each round's topic to hand its page
+            # cache back before the next phase (see above), on every broker.
+            brokers["kafka"] = Kafka(data / "kafka", overrides=KAFKA_OVERRIDES)
         phases: dict[tuple[str, str, str], list[Phase]] = {}
         try:
             for broker in brokers.values():
                 broker.start()
+            if args.warmup:
+                warm = [Workload(w.label, w.record_size, max(1, w.count // 10)) for w in workloads]
+                for work in warm:
+                    for name, broker in brokers.items():
+                        topic = f"warmup-{work.label}"
+                        create_topic(broker.bootstrap, topic)
+                        produce(broker, topic, work, args)
+                        consume(broker, topic, work, args)
+                        delete_topic(broker.bootstrap, topic)
+                        print(f"warm-up {work.label:>5} {name}", flush=True)
             for rnd in range(args.rounds):
                 for work in workloads:
                     for name, broker in brokers.items():
@@ -369,7 +393,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "--override headwater.zero.copy.enable=false",
         "headwater_data_dir": str(args.data_dir or tempfile.gettempdir()),
         "tansu": "0.6.0, --storage-engine memory://tansu/",
+        "warmup": args.warmup,
     }
+    if "kafka" in brokers:
+        result["config"]["kafka"] = {**peer_info(), "overrides": KAFKA_OVERRIDES}
     table: dict[str, Any] = {}
     for (name, label, kind), rows in phases.items():
         table.setdefault(name, {}).setdefault(label, {})[kind] = summarise(rows)
@@ -395,6 +422,15 @@ def ratios(table: dict[str, Any], loopback: dict[str, Any]) -> dict[str, Any]:
                 hw[label]["consume"]["mb_per_s"], loopback["sendfile"]["gb_per_s"] * 1000
             ),
         }
+        if "kafka" in table:
+            ka = table["kafka"][label]
+            for kind in ("produce", "consume"):
+                row[f"{kind}_headwater_vs_kafka"] = ratio(
+                    hw[label][kind]["mb_per_s"], ka[kind]["mb_per_s"]
+                )
+                row[f"{kind}_cpu_per_gb_headwater_vs_kafka"] = ratio(
+                    hw[label][kind]["broker_cpu_s_per_gb"], ka[kind]["broker_cpu_s_per_gb"]
+                )
         if "tansu" in table:
             ta = table["tansu"][label]
             row["produce_headwater_vs_tansu"] = ratio(
@@ -454,6 +490,16 @@ def main() -> None:
         help="where Headwater's logs go (default: the system temp dir; /dev/shm for RAM)",
     )
     parser.add_argument("--skip-tansu", action="store_true")
+    parser.add_argument(
+        "--peer",
+        action="append",
+        choices=["kafka"],
+        default=[],
+        help="also run this peer (kafka: Apache Kafka 4.x, fetched by mvn on first use)",
+    )
+    parser.add_argument(
+        "--warmup", action="store_true", help="an untimed tenth-size round per broker first"
+    )
     parser.add_argument(
         "--compare-override",
         action="append",

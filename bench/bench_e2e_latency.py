@@ -18,6 +18,10 @@ each record comes out of ``poll()``. p50/p90/p99/max of send to receipt, and
 of send to delivery report (the acks=all latency), per round; medians over
 rounds and the pooled distribution per broker.
 
+``--peer kafka`` and ``--peer tansu`` add Apache Kafka 4.x (``kafka_peer.py``,
+one KRaft combined-mode node) and tansu to the brokers that take turns, with
+the same clients and pacing.
+
 Run: ``.venv/bin/python bench/bench_e2e_latency.py --tree before=/tmp/before
 --tree after=/tmp/after`` (defaults: 6 rounds of 10 s per broker, ~3
 minutes). Prints a table and writes bench/results/e2e_latency.json.
@@ -37,9 +41,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from brokers import Headwater, ScratchDir, machine_info
+from brokers import BrokerUnderTest, Headwater, ScratchDir, Tansu, machine_info
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from kafka_peer import Kafka, peer_info
 
 RESULTS = Path(__file__).parent / "results" / "e2e_latency.json"
 TOPIC = "e2e"
@@ -123,7 +128,7 @@ def wait_for(predicate: Any, timeout: float) -> bool:
     return True
 
 
-def one_round(broker: Headwater, args: argparse.Namespace) -> dict[str, Any]:
+def one_round(broker: BrokerUnderTest, args: argparse.Namespace) -> dict[str, Any]:
     """Send ``rate * seconds`` paced records; time each to its receipt and to its ack."""
     receiver = Receiver(broker.bootstrap)
     producer = Producer(
@@ -205,6 +210,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "rate_per_s": args.rate,
             "seconds_per_round": args.seconds,
             "rounds": args.rounds,
+            "warmup_seconds": args.warmup_seconds,
             "producer": "confluent-kafka, acks=all, enable.idempotence=true, linger.ms=0",
             "consumer": "confluent-kafka, fetch.wait.max.ms=500, fetch.queue.backoff.ms=0, "
             "explicit assignment at the end offset",
@@ -212,13 +218,31 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         },
     }
     rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
+    for peer in args.peer:
+        rounds[peer] = []
+    if "kafka" in args.peer:
+        result["config"]["kafka"] = peer_info()
+    if "tansu" in args.peer:
+        result["config"]["tansu"] = "0.6.0, --storage-engine memory://tansu/"
     with contextlib.ExitStack() as stack:
-        brokers: dict[str, Headwater] = {}
+        brokers: dict[str, BrokerUnderTest] = {}
         for name, path in trees.items():
             data = stack.enter_context(ScratchDir(f"hw-bench-e2e-{name}-"))
-            broker = stack.enter_context(Headwater(data, source_tree=path))
+            brokers[name] = stack.enter_context(Headwater(data, source_tree=path))
+        for peer in args.peer:
+            if peer == "kafka":
+                data = stack.enter_context(ScratchDir("hw-bench-e2e-kafka-"))
+                brokers[peer] = stack.enter_context(Kafka(data))
+            else:
+                brokers[peer] = stack.enter_context(Tansu())
+        for broker in brokers.values():
             create_topic(broker.bootstrap)
-            brokers[name] = broker
+        if args.warmup_seconds > 0:
+            # Untimed: a JVM broker compiles its hot paths during its first seconds of traffic.
+            warm = argparse.Namespace(**{**vars(args), "seconds": args.warmup_seconds})
+            for name, broker in brokers.items():
+                one_round(broker, warm)
+                print(f"warm-up {name}: {args.warmup_seconds:.0f} s", flush=True)
         for n in range(args.rounds):
             order = list(brokers.items())
             if n % 2:
@@ -278,6 +302,20 @@ def main() -> None:
         metavar="NAME=PATH",
         help="a checkout whose broker to run (its directory first on PYTHONPATH); repeat "
         "(default: this checkout)",
+    )
+    parser.add_argument(
+        "--peer",
+        action="append",
+        choices=["kafka", "tansu"],
+        default=[],
+        help="also run this broker, in turn with the others (kafka: Apache Kafka 4.x, fetched "
+        "by mvn on first use)",
+    )
+    parser.add_argument(
+        "--warmup-seconds",
+        type=float,
+        default=0.0,
+        help="an untimed paced round of this length per broker before the timed rounds",
     )
     parser.add_argument("--rounds", type=int, default=6, help="rounds per broker")
     parser.add_argument("--rate", type=float, default=1000.0, help="records per second")

@@ -27,6 +27,9 @@ small and noisy, so the figures that matter are ratios):
    cache is settled before each timed phase (``brokers.settle_page_cache``:
    this VM's fresh memory is slow). Prints the targets with the figures;
    the CPU and throughput ratios are medians of per-round ratios.
+   ``--peer kafka`` adds a three-node Apache Kafka 4.x cluster
+   (``kafka_peer.py``: KRaft combined mode, three voters) that takes its turns
+   like a checkout, with the same clients.
 
 Run: ``.venv/bin/python bench/bench_replication.py`` (defaults: a few
 minutes); ``--help`` for sizes. Prints a table, writes
@@ -43,10 +46,12 @@ import statistics
 import threading
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from brokers import (
+    BrokerUnderTest,
     Headwater,
     ScratchDir,
     cpu_seconds,
@@ -57,6 +62,7 @@ from brokers import (
 )
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from kafka_peer import KafkaCluster, peer_info
 
 from headwater.cluster.zookeeper_server import ZooKeeperServer
 
@@ -64,7 +70,75 @@ RESULTS = Path(__file__).parent / "results" / "replication.json"
 MB = 1e6
 
 
-class LocalCluster:
+class ClusterOps:
+    """What the benches do to a running cluster, whichever broker it runs."""
+
+    brokers: Sequence[BrokerUnderTest]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers if b.proc is not None)
+
+    def admin(self) -> AdminClient:
+        return AdminClient({"bootstrap.servers": self.bootstrap})
+
+    def create_topic(self, name: str, partitions: int, rf: int, **configs: str) -> None:
+        topic = NewTopic(name, partitions, rf, config=configs)
+        admin = self.admin()  # alive until the future completes
+        admin.create_topics([topic], request_timeout=300)[name].result(300)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            admin = self.admin()
+            md = admin.list_topics(name, timeout=30).topics[name]
+            if len(md.partitions) == partitions and all(
+                p.leader >= 0 and len(p.isrs) == rf for p in md.partitions.values()
+            ):
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"topic {name} never got all its leaders and ISRs")
+
+    def delete_topics(self, names: list[str]) -> None:
+        """Delete and wait until the metadata no longer lists them (their files go with them)."""
+        admin = self.admin()
+        for future in admin.delete_topics(names, request_timeout=60).values():
+            future.result(60)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            listed = self.admin().list_topics(timeout=30).topics
+            if not any(name in listed for name in names):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"topics {names} still listed 60 s after their deletion")
+
+    def cpu_seconds(self) -> float:
+        return sum(cpu_seconds(b.pid) for b in self.brokers if b.proc is not None)
+
+    def user_and_system_seconds(self) -> tuple[float, float]:
+        split = [user_and_system_seconds(b.pid) for b in self.brokers if b.proc is not None]
+        return sum(u for u, _ in split), sum(s for _, s in split)
+
+
+class KafkaLocalCluster(ClusterOps):
+    """Three Apache Kafka nodes in KRaft combined mode (node ids 0-2, every one a voter).
+
+    ``file.delete.delay.ms=1000``: Kafka keeps a deleted topic's files 60 s by
+    default, and ``bench_compare`` deletes each round's topics to hand their
+    page cache back before the next round, on every cluster.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.kafka = KafkaCluster(root, 3, {"file.delete.delay.ms": "1000"})
+        self.brokers = self.kafka.brokers
+
+    def __enter__(self) -> KafkaLocalCluster:
+        self.kafka.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kafka.stop()
+
+
+class LocalCluster(ClusterOps):
     """A ZooKeeper server and N Headwater brokers, each with a metrics endpoint."""
 
     def __init__(
@@ -112,41 +186,6 @@ class LocalCluster:
             broker.stop()
         self.zookeeper.stop()
 
-    @property
-    def bootstrap(self) -> str:
-        return ",".join(b.bootstrap for b in self.brokers if b.proc is not None)
-
-    def admin(self) -> AdminClient:
-        return AdminClient({"bootstrap.servers": self.bootstrap})
-
-    def create_topic(self, name: str, partitions: int, rf: int, **configs: str) -> None:
-        topic = NewTopic(name, partitions, rf, config=configs)
-        admin = self.admin()  # alive until the future completes
-        admin.create_topics([topic], request_timeout=300)[name].result(300)
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            admin = self.admin()
-            md = admin.list_topics(name, timeout=30).topics[name]
-            if len(md.partitions) == partitions and all(
-                p.leader >= 0 and len(p.isrs) == rf for p in md.partitions.values()
-            ):
-                return
-            time.sleep(0.5)
-        raise RuntimeError(f"topic {name} never got all its leaders and ISRs")
-
-    def delete_topics(self, names: list[str]) -> None:
-        """Delete and wait until the metadata no longer lists them (their files go with them)."""
-        admin = self.admin()
-        for future in admin.delete_topics(names, request_timeout=60).values():
-            future.result(60)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            listed = self.admin().list_topics(timeout=30).topics
-            if not any(name in listed for name in names):
-                return
-            time.sleep(0.2)
-        raise RuntimeError(f"topics {names} still listed 60 s after their deletion")
-
     def metric(self, name: str) -> float:
         """The sum of one metric over every live broker."""
         total = 0.0
@@ -158,13 +197,6 @@ class LocalCluster:
                     if line.startswith(name + " ") or line.startswith(name + "{"):
                         total += float(line.rsplit(" ", 1)[1])
         return total
-
-    def cpu_seconds(self) -> float:
-        return sum(cpu_seconds(b.pid) for b in self.brokers if b.proc is not None)
-
-    def user_and_system_seconds(self) -> tuple[float, float]:
-        split = [user_and_system_seconds(b.pid) for b in self.brokers if b.proc is not None]
-        return sum(u for u, _ in split), sum(s for _, s in split)
 
 
 # -- 1. and 2.: throughput and latency, RF 1 against RF 3 -----------------------------
@@ -439,7 +471,7 @@ def paced_ack_latencies(
     }
 
 
-Target = tuple[LocalCluster, str]
+Target = tuple[ClusterOps, str]
 """A cluster and a topic to produce to."""
 
 #: The clients the throughput turns can use: confluent-kafka's per-record
@@ -496,7 +528,7 @@ def interleaved_produce_costs(
     make = arrow_producer if arrow else throughput_producer
     producers = {k: make(c.bootstrap) for k, (c, _) in targets.items()}
 
-    def produce(key: str, cluster: LocalCluster, topic: str, records: int) -> float:
+    def produce(key: str, cluster: ClusterOps, topic: str, records: int) -> float:
         if arrow:
             return arrow_throughput(producers[key], topic, records, size)
         return produce_throughput(cluster.bootstrap, topic, records, size, producer=producers[key])
@@ -510,13 +542,13 @@ def interleaved_produce_costs(
         for key in keys if turn % 2 == 0 else keys[::-1]:
             cluster, topic = targets[key]
             settle_page_cache()
-            (user, system), client = cluster.user_and_system_seconds(), time.process_time()
+            (user, system), client_cpu = cluster.user_and_system_seconds(), time.process_time()
             rate = produce(key, cluster, topic, per_turn)
             user_after, system_after = cluster.user_and_system_seconds()
             spent[key]["seconds"] += per_turn / rate
             spent[key]["user"] += user_after - user
             spent[key]["system"] += system_after - system
-            spent[key]["client"] += time.process_time() - client
+            spent[key]["client"] += time.process_time() - client_cpu
     if arrow:
         for producer in producers.values():
             producer.close()
@@ -535,7 +567,7 @@ def interleaved_produce_costs(
     return out
 
 
-def role_cost(cluster: LocalCluster, topic: str, count: int, size: int) -> dict[str, float]:
+def role_cost(cluster: ClusterOps, topic: str, count: int, size: int) -> dict[str, float]:
     """CPU per GB of the leader and of each follower (mean) of a one-partition topic.
 
     User and system time apart: the system part is the kernel's copies and
@@ -592,14 +624,30 @@ def bench_compare(args: argparse.Namespace) -> dict[str, Any]:
     rounds: dict[str, dict[str, list[dict[str, float]]]] = {
         name: {k: [] for k in ("lat1", "lat3", "thr1", "thr3", "roles")} for name in trees
     }
+    for peer in args.peer:
+        rounds[peer] = {k: [] for k in ("lat1", "lat3", "thr1", "thr3", "roles")}
     with contextlib.ExitStack() as stack:
-        clusters: dict[str, LocalCluster] = {}
+        clusters: dict[str, ClusterOps] = {}
         for name, path in trees.items():
             root = stack.enter_context(ScratchDir(f"hw-bench-cmp-{name}-"))
-            cluster = stack.enter_context(LocalCluster(root, 3, [], pythonpath=path))
-            clusters[name] = cluster
+            clusters[name] = stack.enter_context(LocalCluster(root, 3, [], pythonpath=path))
+        if "kafka" in args.peer:
+            root = stack.enter_context(ScratchDir("hw-bench-cmp-kafka-"))
+            clusters["kafka"] = stack.enter_context(KafkaLocalCluster(root))
+        for cluster in clusters.values():
             cluster.create_topic("lat1", 1, 1)
             cluster.create_topic("lat3", 1, 3, **{"min.insync.replicas": "2"})
+        if args.warmup:
+            # Untimed: a JVM broker compiles its hot paths during its first seconds of traffic.
+            for name, cluster in clusters.items():
+                cluster.create_topic("warmup", 6, 3, **{"min.insync.replicas": "2"})
+                produce_throughput(cluster.bootstrap, "warmup", args.records, args.size)
+                for topic in ("lat1", "lat3"):
+                    paced_ack_latencies(
+                        cluster.bootstrap, topic, args.compare_seconds, rate, args.size
+                    )
+                cluster.delete_topics(["warmup"])
+                print(f"  warm-up {name} done", flush=True)
         for n in range(args.rounds):
             order = list(clusters.items())
             if n % 2:
@@ -669,7 +717,9 @@ def bench_compare(args: argparse.Namespace) -> dict[str, Any]:
         "throughput_turns": args.turns,
         "throughput_client": args.client,
         "throughput_settings": dict(THROUGHPUT_SETTINGS),
-        "trees": trees,
+        "warmup": args.warmup,
+        "trees": {**trees, **{peer: "peer" for peer in args.peer}},
+        "kafka": peer_info() if "kafka" in args.peer else None,
         "targets": {
             "acks_all_p50_ms": LATENCY_TARGET_MS["p50"],
             "acks_all_p99_ms": LATENCY_TARGET_MS["p99"],
@@ -678,8 +728,8 @@ def bench_compare(args: argparse.Namespace) -> dict[str, Any]:
         },
     }
     for name, r in rounds.items():
-        summary = {k: _median_of(v) for k, v in r.items()}
-        summary["rounds"] = r  # type: ignore[assignment]
+        summary: dict[str, Any] = {k: _median_of(v) for k, v in r.items()}
+        summary["rounds"] = r
         # Per round: RF 1 and RF 3 ran in alternating turns, so their ratio
         # holds even when the host's speed changed between rounds.
         cpu_ratios = [
@@ -690,11 +740,11 @@ def bench_compare(args: argparse.Namespace) -> dict[str, Any]:
             r3["records_per_s"] / r1["records_per_s"]
             for r1, r3 in zip(r["thr1"], r["thr3"], strict=True)
         ]
-        summary["rf3_cpu_over_rf1"] = {  # type: ignore[assignment]
+        summary["rf3_cpu_over_rf1"] = {
             "ratio": statistics.median(cpu_ratios),
             "per_round": cpu_ratios,
         }
-        summary["rf3_throughput_over_rf1"] = {  # type: ignore[assignment]
+        summary["rf3_throughput_over_rf1"] = {
             "ratio": statistics.median(rate_ratios),
             "per_round": rate_ratios,
         }
@@ -777,6 +827,19 @@ def main() -> int:
         action="append",
         metavar="NAME=PATH",
         help="compare: a checkout whose brokers to run (PYTHONPATH); repeat for side by side",
+    )
+    parser.add_argument(
+        "--peer",
+        action="append",
+        choices=["kafka"],
+        default=[],
+        help="compare: also run this cluster in turn with the checkouts (kafka: three Apache "
+        "Kafka 4.x nodes, KRaft combined mode, fetched by mvn on first use)",
+    )
+    parser.add_argument(
+        "--warmup",
+        action="store_true",
+        help="compare: an untimed full-speed produce and paced latency run per cluster first",
     )
     parser.add_argument("--compare-mb-per-s", type=float, default=2.0, help="latency rate")
     parser.add_argument("--compare-seconds", type=float, default=5.0, help="per latency run")

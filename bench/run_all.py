@@ -3,6 +3,10 @@
 Each benchmark runs in its own process, as a user would run it, so one
 benchmark's broker processes, page cache and heap do not leak into the next.
 Results land in bench/results/*.json; docs/benchmarks.md explains them.
+
+``--kafka`` adds Apache Kafka 4.x as a peer to the benchmarks that have one
+(:data:`KAFKA_PEER_ARGS`); its jars are fetched by mvn on first use into
+bench/.kafka-cache/. Without it nothing downloads Kafka.
 """
 
 from __future__ import annotations
@@ -33,10 +37,22 @@ SCRIPTS = [
     "bench_cleaner.py",
 ]
 
+#: The arguments that add the Kafka peer, per benchmark that has one (``--kafka``).
+KAFKA_PEER_ARGS = {
+    "bench_broker.py": ["--peer", "kafka", "--warmup"],
+    "bench_e2e_latency.py": ["--peer", "kafka", "--peer", "tansu", "--warmup-seconds", "10"],
+    "bench_replication.py": ["--peer", "kafka", "--warmup"],
+}
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("only", nargs="*", help="run only these scripts (e.g. bench_broker.py)")
+    parser.add_argument(
+        "--kafka",
+        action="store_true",
+        help="add Apache Kafka as a peer where a benchmark has one (fetched by mvn on first use)",
+    )
     args = parser.parse_args()
     failed = []
     for script in args.only or SCRIPTS:
@@ -46,7 +62,8 @@ def main() -> int:
             continue
         print(f"== {script}", flush=True)
         start = time.monotonic()
-        code = subprocess.call([sys.executable, str(path)], cwd=BENCH.parent)
+        extra = KAFKA_PEER_ARGS.get(script, []) if args.kafka else []
+        code = subprocess.call([sys.executable, str(path), *extra], cwd=BENCH.parent)
         print(f"== {script}: exit {code} after {time.monotonic() - start:.0f} s", flush=True)
         if code:
             failed.append(script)
