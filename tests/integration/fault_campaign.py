@@ -771,6 +771,8 @@ class Report:
     duplicates: list[str] = field(default_factory=list)
     #: librdkafka's idempotence events (drains, epoch bumps, sequence errors, warnings).
     idempotent_client_events: list[str] = field(default_factory=list)
+    #: Offsets the checking consumers were handed twice (one record each, not duplicates).
+    redelivered: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         return [
@@ -782,6 +784,7 @@ class Report:
             f"librdkafka idempotence events: {len(self.idempotent_client_events)}; notable:",
             *[f"  {e}" for e in self.idempotent_client_events if NOTABLE_EVENT.search(e)][:40],
             *self.duplicates,
+            f"offsets a checking consumer delivered twice: {self.redelivered or 'none'}",
             "seconds to full ISRs after each heal: "
             + (", ".join(f"{k} {t:.1f}" for k, t in self.full_isr_after_heal) or "none"),
             f"transactions: {self.transactions}",
@@ -820,6 +823,9 @@ class Campaign:
             )
         self.cluster: Cluster | None = None
         self.zk_connect = self.zookeeper.connect_string + CHROOT
+        #: Offsets a checking consumer delivered a second time (topic-partition@offset):
+        #: one record each, reported, not counted as duplicates.
+        self.redelivered: list[str] = []
 
     def __enter__(self) -> Campaign:
         self.zookeeper.start(timeout=120)
@@ -949,6 +955,7 @@ class Campaign:
             idempotent_client_events=[
                 n[len(CLIENT_NOTE) :] for n in idem.notes if n.startswith(CLIENT_NOTE)
             ][:500],
+            redelivered=self.redelivered,
         )
 
     # -- healing and checks --------------------------------------------------------------
@@ -1054,7 +1061,7 @@ class Campaign:
                 msg = consumer.poll(0.5)
                 if msg is not None and not msg.error():
                     if msg.offset() in seen:
-                        log(f"{topic}-{partition}: offset {msg.offset()} delivered again")
+                        self.redelivered.append(f"{topic}-{partition}@{msg.offset()}")
                         continue
                     seen.add(msg.offset())
                     values.append(msg.value())

@@ -29,7 +29,12 @@ from typing import Any
 
 import pytest
 
-from tests.integration.fault_campaign import NETWORK_FAULTS, PROCESS_FAULTS, campaign_network
+from tests.integration.fault_campaign import (
+    NETWORK_FAULTS,
+    NOTABLE_EVENT,
+    PROCESS_FAULTS,
+    campaign_network,
+)
 from tests.integration.netns import Network, run_in, unavailable_reason
 
 pytestmark = pytest.mark.cluster
@@ -101,7 +106,13 @@ def failure_message(report: dict[str, Any]) -> str:
     if bumped:
         lines += ["duplicates after a librdkafka epoch bump (client-side):", *bumped]
     events = report["idempotent_client_events"]
-    lines += [f"librdkafka idempotence events ({len(events)}):", *events[:60]]
+    notable = [e for e in events if NOTABLE_EVENT.search(e)]
+    lines += [
+        f"librdkafka idempotence events: {len(events)}, notable ones (epoch bumps, "
+        f"sequence errors, fatal) {len(notable)}:",
+        *notable[:60],
+        f"offsets a checking consumer delivered twice: {report['redelivered'] or 'none'}",
+    ]
     return "\n".join(lines)
 
 
