@@ -9,7 +9,10 @@ I/O under chosen directories fail with ``EIO`` here instead:
 
 - in-process, with ``FAULTS.fail_under(path)``;
 - in a broker process, by starting it with ``HEADWATER_TEST_DISK_FAULTS`` naming a
-  control file that lists one directory per line (read at most every 100 ms).
+  control file that lists one directory per line, read again whenever it changed (its
+  size and mtime are looked at on every call), so that every write after the test's
+  write of the file fails: a stale copy kept for 100 ms let a whole workload through
+  and the broker never met the fault.
 
 Nothing else enables the seam: with neither set, each call costs one attribute test.
 """
@@ -18,10 +21,8 @@ from __future__ import annotations
 
 import errno
 import os
-import time
 
 CONTROL_ENV = "HEADWATER_TEST_DISK_FAULTS"
-_CONTROL_REFRESH_S = 0.1
 
 
 class DiskFaults:
@@ -30,36 +31,52 @@ class DiskFaults:
     def __init__(self, control_file: str | None = None) -> None:
         self._prefixes: tuple[str, ...] = ()
         self._control = control_file
-        self._read_at = -1.0
+        #: (mtime_ns, size, inode) of the control file when last read; None: not read.
+        self._seen: tuple[int, int, int] | None = None
         self.active = control_file is not None
 
     def fail_under(self, path: str | os.PathLike[str]) -> None:
-        self._prefixes = (*self._prefixes, os.path.abspath(path) + os.sep)
+        self._prefixes = (*self._prefixes, _prefix(path))
         self.active = True
 
     def clear(self) -> None:
         self._prefixes = ()
+        self._seen = None
         self.active = self._control is not None
 
     def _refresh(self) -> None:
-        now = time.monotonic()
-        if self._control is None or now - self._read_at < _CONTROL_REFRESH_S:
+        """Reread the control file when it changed (one stat per call; tests only)."""
+        if self._control is None:
             return
-        self._read_at = now
+        try:
+            st = os.stat(self._control)
+        except FileNotFoundError:
+            self._seen = None
+            self._prefixes = ()
+            return
+        seen = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if seen == self._seen:
+            return
         try:
             with open(self._control) as f:
                 lines = [line.strip() for line in f if line.strip()]
         except FileNotFoundError:
             lines = []
-        self._prefixes = tuple(os.path.abspath(line) + os.sep for line in lines)
+        self._seen = seen
+        self._prefixes = tuple(_prefix(line) for line in lines)
 
     def check(self, path: str) -> None:
         """Raise EIO when ``path`` lies under a failing directory."""
         self._refresh()
-        full = os.path.abspath(path)
+        full = os.path.realpath(path)
         for prefix in self._prefixes:
             if full.startswith(prefix):
                 raise OSError(errno.EIO, "injected I/O error (test seam)", path)
+
+
+def _prefix(path: str | os.PathLike[str]) -> str:
+    """A directory as compared: absolute, symlinks resolved, with a trailing separator."""
+    return os.path.join(os.path.realpath(path), "")
 
 
 FAULTS = DiskFaults(os.environ.get(CONTROL_ENV) or None)

@@ -146,6 +146,16 @@ def test_a_failed_leader_directory_moves_leadership_and_loses_nothing(
                 assert producer.flush(60) == 0
                 control.write_text(f"{tmp_path / 'broker-1'}\n")
         assert producer.flush(180) == 0
+        # Broker 1 stops when a write meets its disk: should the records above all have
+        # been written before (a fast producer), more writes follow until it stops.
+        proc = cluster.brokers[1].proc
+        assert proc is not None
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            producer.produce("t", str(total).encode(), partition=0, on_delivery=delivered)
+            total += 1
+            producer.flush(0.5)
+        assert producer.flush(180) == 0
         assert errors == []
         assert exit_status(cluster.brokers[1], timeout=60) == 1
         assert len(stop_lines(cluster.brokers[1])) == 1
@@ -166,12 +176,6 @@ def health(bootstrap: str) -> dict[str, Any]:
 
 
 @pytest.mark.cluster
-@pytest.mark.xfail(
-    strict=False,
-    reason="known race (issue 31, open): in one full local CI run the broker exited on "
-    "'KafkaStorageError: injected I/O error' from the failed second directory instead of "
-    "serving the first, so no move happened; passes alone. To fix before #31 closes.",
-)
 def test_one_of_two_directories_failing_moves_only_its_partitions(
     tmp_path: Path, zk_connect: str, control: Path
 ) -> None:
