@@ -12,9 +12,11 @@ module: ``acceptor`` (sockets and connections), ``coordinators``, ``gauges``,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Awaitable
@@ -92,6 +94,11 @@ STOP_DRAIN_S = 30.0
 _REQUEST_NAMES = {int(k): kafka_request_name(k.name) for k in ApiKey}
 #: Longest wait for the request handlers' tasks, and for each coordinator, to stop.
 STOP_TASKS_S = 5.0
+#: Makes the stop on a failed last (or first) log directory happen once, whichever
+#: thread meets the failure first and however many directories fail together.
+_HALT_LOCK = threading.Lock()
+#: How long the stop waits for the ZooKeeper session to close before exiting anyway.
+HALT_SESSION_CLOSE_S = 5.0
 
 
 class Broker(HandlerTable):
@@ -417,9 +424,9 @@ class Broker(HandlerTable):
         raise_open_file_limit()
         prepare_record_validation(background=True)  # numba loads on a thread
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        self._loop = asyncio.get_running_loop()
         self.logs.open()
         self.logs.on_offline = self._log_dir_offline
-        self._loop = asyncio.get_running_loop()
         self._build_handlers()
         self._preload_schemas()
         if self.config.metrics_port is not None:
@@ -543,11 +550,19 @@ class Broker(HandlerTable):
         controller moves this broker's leaderships now rather than after the session
         timeout, then exit status 1 (no flush, no clean-shutdown marker: the next
         start recovers and checks the logs). Runs on its own thread: the caller may
-        be the event loop or a worker in the middle of a write."""
+        be the event loop or a worker in the middle of a write. Never raises into
+        that caller."""
         if self.logs.offline is None:
             # Another directory is left (JBOD): serve it, hand the lost replicas over.
-            self._loop.call_soon_threadsafe(self._log_dir_lost, path, reason)
+            try:
+                self._loop.call_soon_threadsafe(self._log_dir_lost, path, reason)
+            except RuntimeError:  # the loop is closed: the broker is stopping anyway
+                log.error("log directory %s failed (%s) while stopping", path, reason)
             return
+        with _HALT_LOCK:
+            if getattr(self, "_halting", False):
+                return  # a second directory failing at the same moment: one line only
+            self._halting = True
         left = [d for d in self.logs.dirs if self.logs.dir_offline(str(d)) is None]
         why = (
             "it was the last one"
@@ -556,18 +571,24 @@ class Broker(HandlerTable):
         )
 
         def halt() -> None:
-            log.critical(
-                "stopping: log directory %s failed (%s) and %s (KIP-112); exit status 1",
-                path,
-                reason,
-                why,
-            )
-            if not self.cluster.is_local:
-                closer = threading.Thread(target=self.cluster.store.close, daemon=True)
-                closer.start()
-                closer.join(5.0)
-            logging.shutdown()
-            os._exit(1)
+            try:
+                log.critical(
+                    "stopping: log directory %s failed (%s) and %s (KIP-112); exit status 1",
+                    path,
+                    reason,
+                    why,
+                )
+                if not self.cluster.is_local:
+                    closer = threading.Thread(target=self.cluster.store.close, daemon=True)
+                    closer.start()
+                    closer.join(HALT_SESSION_CLOSE_S)
+                # Not logging.shutdown(): it waits for every handler's lock, which a
+                # thread stuck writing may hold; each record was flushed when logged.
+                for stream in (sys.stderr, sys.stdout):
+                    with contextlib.suppress(Exception):
+                        stream.flush()
+            finally:
+                os._exit(1)
 
         threading.Thread(target=halt, name="log-dir-failure", daemon=True).start()
 
@@ -582,7 +603,10 @@ class Broker(HandlerTable):
             reason,
             len(lost),
         )
-        self.cluster.replicas.on_log_dir_failure(lost)
+        try:
+            self.cluster.replicas.on_log_dir_failure(lost)
+        except Exception:
+            log.exception("handing over the partitions of log directory %s failed", path)
 
     def _spawn(self, coro: Awaitable[None], name: str) -> None:
         task = asyncio.ensure_future(coro)

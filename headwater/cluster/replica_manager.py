@@ -72,6 +72,8 @@ OutOfSyncListener = Callable[[str, int], None]
 HW_CHECKPOINT_FILE = "replication-offset-checkpoint"
 #: Longest run of partition-state applications between two turns of the event loop.
 APPLY_SLICE_S = 0.010
+#: Tries at telling the controller that a log directory failed (backing off to 2 s).
+LOG_DIR_NOTIFY_ATTEMPTS = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +142,9 @@ class ReplicaManager:
         #: broker a leader.
         self._awaiting_fresh_states = False
         self._refresher: asyncio.Task[None] | None = None
+        #: Failed-log-directory notifications still being sent (retried; see
+        #: ``on_log_dir_failure``), cancelled by ``stop``.
+        self._notifications: set[asyncio.Task[None]] = set()
         #: DeleteRecords waiting for the followers' log starts: (offset, future) per partition.
         self._low_watermark_waiters: dict[PartitionKey, list[tuple[int, asyncio.Future[int]]]] = {}
         #: Each partition's role change is logged at this level (a cluster of one,
@@ -183,6 +188,8 @@ class ReplicaManager:
         )
 
     async def stop(self) -> None:
+        for notification in list(self._notifications):
+            notification.cancel()
         if self._refresher is not None:
             self._refresher.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -570,22 +577,37 @@ class ReplicaManager:
     def on_log_dir_failure(self, keys: list[PartitionKey]) -> None:
         """A data directory failed (KIP-112, Kafka's handleLogDirFailure; on the loop):
         stop fetching for its replicas (their logs answer KAFKA_STORAGE_ERROR) and tell
-        the controller, which moves their leaderships and takes them out of the ISRs."""
+        the controller, which moves their leaderships and takes them out of the ISRs.
+
+        The notification is retried (a ZooKeeper hiccup at that moment left the
+        partitions led here, answering KAFKA_STORAGE_ERROR, for good)."""
         hosted = [key for key in keys if key in self.replicas]
         for key in hosted:
             self._unfollow(key)
         if not hosted:
             return
-        sent = asyncio.get_running_loop().run_in_executor(
-            None, self.store.notify_log_dir_event, self.local_id, hosted, "log_dir_failure"
+        task = asyncio.get_running_loop().create_task(
+            self._notify_log_dir_failure(hosted), name="log-dir-failure-notification"
         )
+        self._notifications.add(task)
+        task.add_done_callback(self._notifications.discard)
 
-        def done(f: asyncio.Future[str]) -> None:
-            if f.exception() is not None:
-                log.error("cannot tell the controller about a failed log directory: %s",
-                          f.exception())  # fmt: skip
-
-        sent.add_done_callback(done)
+    async def _notify_log_dir_failure(self, hosted: list[PartitionKey]) -> None:
+        loop = asyncio.get_running_loop()
+        delay = 0.2
+        for attempt in range(1, LOG_DIR_NOTIFY_ATTEMPTS + 1):
+            try:
+                await loop.run_in_executor(
+                    None, self.store.notify_log_dir_event, self.local_id, hosted, "log_dir_failure"
+                )
+                return
+            except Exception as exc:
+                if attempt == LOG_DIR_NOTIFY_ATTEMPTS:
+                    log.error("cannot tell the controller about a failed log directory: %s",
+                              exc)  # fmt: skip
+                    return
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     def _repair_corrupt(self, replica: PartitionReplica, leader: int) -> None:
         """A follower out of the ISR: cut the log at its first corrupt batch and fetch

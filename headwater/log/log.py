@@ -28,6 +28,7 @@ details are their own modules.
 from __future__ import annotations
 
 import enum
+import functools
 import logging
 import os
 import shutil
@@ -36,7 +37,7 @@ import uuid
 from bisect import bisect_right
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Concatenate, NamedTuple, ParamSpec, TypeVar
 
 from headwater.gc_policy import COLLECTOR
 from headwater.log.cleaner import CLEANED_SUFFIX, SWAP_SUFFIX, CleanResult, CleanTask, SourceSegment
@@ -124,6 +125,32 @@ class CorruptBatch(NamedTuple):
     base_offset: int
     last_offset: int
     reason: str
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _tells_directory(
+    method: Callable[Concatenate[Log, _P], _R],
+) -> Callable[Concatenate[Log, _P], _R]:
+    """A log operation that may touch the disk: refused on an offline directory, and
+    an ``OSError`` it meets becomes KAFKA_STORAGE_ERROR with the directory told.
+
+    Without it a raw ``OSError`` from a roll, retention, truncation or a lazy load
+    reached timers, fetcher tasks and handlers that took it for a network error (or
+    a bug) and the directory never learnt that its disk failed (KIP-112).
+    """
+
+    @functools.wraps(method)
+    def guarded(self: Log, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        self._check_online()
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as exc:
+            raise self._storage_error(exc) from None
+
+    return guarded
 
 
 class LogEvent(enum.Flag):
@@ -257,8 +284,31 @@ class Log:
     # -- loading --------------------------------------------------------------------------
 
     def _load(self) -> None:
+        """Read the segment list and the log's end from disk, once.
+
+        Offline, nothing is read (KAFKA_STORAGE_ERROR). An ``OSError`` met half way
+        leaves the log unloaded (not loaded with an end of 0, as it did, served
+        from then on) and tells the directory.
+        """
         if self._loaded:
             return
+        self._check_online()
+        try:
+            self._load_from_disk()
+        except OSError as exc:
+            self._forget_loaded_state()
+            raise self._storage_error(exc) from None
+
+    def _forget_loaded_state(self) -> None:
+        self.handles.forget_under(self._path)
+        self._loaded = False
+        self._segments = []
+        self._bases = []
+        self._producers = None
+        self._epoch_cache = None
+        self._boundaries.clear()
+
+    def _load_from_disk(self) -> None:
         self._loaded = True
         COLLECTOR.long_lived_created()  # segments, indexes: as long-lived as the log
         try:
@@ -323,7 +373,10 @@ class Log:
         """The producer table, rebuilt on first need: latest snapshot plus the batches after it."""
         if self._producers is None:
             self._load()
-            self._producers = self._rebuild_producer_state()
+            try:
+                self._producers = self._rebuild_producer_state()
+            except OSError as exc:
+                raise self._storage_error(exc) from None
         return self._producers
 
     def _rebuild_producer_state(self) -> ProducerStateTable:
@@ -477,7 +530,10 @@ class Log:
         """The partition's leader-epoch cache, read (or rebuilt) on first use."""
         cache = self._epoch_cache
         if cache is None:
-            cache = self._load_epoch_cache()
+            try:
+                cache = self._load_epoch_cache()
+            except OSError as exc:
+                raise self._storage_error(exc) from None
         return cache
 
     def _load_epoch_cache(self) -> LeaderEpochCache:
@@ -549,6 +605,7 @@ class Log:
             visit(0, len(segments) - 1)
         return entries
 
+    @_tells_directory
     def assign_leader_epoch(self, epoch: int) -> None:
         """This replica leads in ``epoch`` from now on: stamp it on appends, from the log end.
 
@@ -1088,6 +1145,7 @@ class Log:
             self._take_snapshot()
         return segment
 
+    @_tells_directory
     def maybe_roll(self, now_ms: int) -> bool:
         """Roll an idle non-empty active segment older than ``segment.ms`` (lets retention act)."""
         self._load()
@@ -1211,6 +1269,7 @@ class Log:
             return min(self._bases[index + 1], end)
         return end
 
+    @_tells_directory
     def offset_for_timestamp(
         self, timestamp: int, isolation: Isolation = Isolation.HIGH_WATERMARK
     ) -> tuple[int, int] | None:
@@ -1386,6 +1445,7 @@ class Log:
 
     # -- retention and truncation ---------------------------------------------------------
 
+    @_tells_directory
     def apply_retention(self, now_ms: int) -> int:
         """Delete old whole segments by time, size and log start; returns how many.
 
@@ -1450,6 +1510,7 @@ class Log:
         self._boundaries.clear()
         self._clamp_high_watermark()
 
+    @_tells_directory
     def delete_records(self, offset: int) -> int:
         """Advance the log start to ``offset`` (Kafka's DeleteRecords); returns the new start.
 
@@ -1480,6 +1541,7 @@ class Log:
         self._notify(LogEvent.LOG_START_MOVED)
         return self._log_start_offset
 
+    @_tells_directory
     def truncate_to(self, offset: int) -> None:
         """Remove everything at and after ``offset`` (the whole batch holding it).
 
@@ -1514,6 +1576,7 @@ class Log:
         self._producers = None  # rebuilt from a snapshot and what is left, on next use
         self._notify(LogEvent.TRUNCATED)
 
+    @_tells_directory
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and start empty at ``offset`` (log start = log end = ``offset``).
 

@@ -12,10 +12,13 @@ A ``.clean_shutdown`` marker written by :meth:`close` and consumed by
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import os
 import re
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +39,8 @@ from headwater.log.errors import (
 )
 from headwater.log.handles import FileHandleCache
 from headwater.log.log import Log
+
+logger = logging.getLogger(__name__)
 
 REGISTRY_FILE = "topics.json"
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
@@ -104,6 +109,12 @@ def _partition_names(directory: Path) -> list[tuple[str, int]]:
     return found
 
 
+def _same_dir(path: str | os.PathLike[str]) -> str:
+    """A directory as compared: absolute, symlinks resolved, no trailing separator, so
+    that ``data/``, ``./data`` and a symlink to it name one directory."""
+    return os.path.realpath(path)
+
+
 def _fsync_directory(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -159,6 +170,10 @@ class LogDirectory:
         #: Called once, from the thread that met the error, when the directory goes
         #: offline: (directory, reason). The broker stops when no directory is left.
         self.on_offline: Callable[[str, str], None] | None = None
+        #: Makes "take a directory offline and tell ``on_offline``" happen once per
+        #: directory when several threads (the loop, workers, the cleaner, the scrubber)
+        #: meet its failing disk at the same moment.
+        self._fail_lock = threading.Lock()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -210,38 +225,67 @@ class LogDirectory:
         The fsyncs run on a thread pool: thousands of freshly written logs
         took seconds each way one after the other, and fsync releases the GIL.
         A directory this process could not lock is left alone: it is another's.
+        A directory whose disk fails during the close goes offline as it would
+        at any other time (no clean-shutdown marker there) and the close goes on
+        with the others: an error out of here made a stop end in a traceback
+        with the locks held and the healthy directories left unmarked.
         """
         if not self.lock.held:
             return
         for extra in self.extra:
             if extra.lock.held and extra.offline is None:
-                for key, log in self._logs.items():
-                    if self._placement.get(key) is extra:
-                        log.close()
-                (extra.path / CLEAN_SHUTDOWN_FILE).touch()
-                _fsync_directory(extra.path)
+                loaded = list(self._logs.items())
+                for log in [log for key, log in loaded if self._placement.get(key) is extra]:
+                    self._close_log(log, str(extra.path))
+                if extra.offline is None:
+                    self._mark_clean(extra.path)
             if extra.lock.held:
                 extra.lock.release()
-        if self.primary_offline is not None:
-            # A failed disk: nothing more is written, and no clean-shutdown marker,
-            # so that the next start recovers (and checks) what is there.
-            for log in self._logs.values():
-                log.close()
-            self.handles.clear()
-            self._opened = False
-            self.lock.release()
-            return
-        written = [log for log in self._logs.values() if log.has_unflushed_data]
-        if len(written) > 1:
-            with ThreadPoolExecutor(max_workers=CLOSE_FLUSH_THREADS) as pool:
-                list(pool.map(Log.flush, written))
-        for log in self._logs.values():
-            log.close()
+        if self.primary_offline is None:
+            written = [log for log in self._logs.values() if log.has_unflushed_data]
+            if len(written) > 1:
+                with ThreadPoolExecutor(max_workers=CLOSE_FLUSH_THREADS) as pool:
+                    list(pool.map(self._flush_log, written))
+        for log in list(self._logs.values()):
+            self._close_log(log, str(self.path))
         self.handles.clear()
-        (self.path / CLEAN_SHUTDOWN_FILE).touch()
-        _fsync_directory(self.path)
+        # A failed disk: nothing more is written, and no clean-shutdown marker,
+        # so that the next start recovers (and checks) what is there.
+        if self.primary_offline is None:
+            self._mark_clean(self.path)
         self._opened = False
         self.lock.release()
+
+    def _flush_log(self, log: Log) -> None:
+        """One flush at close: a failing disk is told (by the log), not raised."""
+        try:
+            log.flush()
+        except KafkaStorageError:
+            pass
+        except OSError as exc:
+            self._on_io_error(log, exc)
+
+    def _close_log(self, log: Log, where: str) -> None:
+        """One log's close: an I/O error takes its directory offline instead of ending
+        the close of every other log."""
+        try:
+            log.close()
+        except KafkaStorageError:
+            log.offline = log.offline or "closing it failed"
+            log.close()  # offline: lets go of the files without touching the disk
+        except OSError as exc:
+            self._on_io_error_in(where, log, exc)
+            log.offline = log.offline or f"{exc.strerror or exc}"
+            log.close()
+
+    def _mark_clean(self, directory: Path) -> None:
+        """The clean-shutdown marker; a directory that cannot take it goes offline."""
+        try:
+            (directory / CLEAN_SHUTDOWN_FILE).touch()
+            _fsync_directory(directory)
+        except OSError as exc:
+            if not is_full_disk_error(exc):
+                self.fail(f"{exc.strerror or exc} on {exc.filename or directory}", str(directory))
 
     # -- topics ---------------------------------------------------------------------------
 
@@ -558,9 +602,12 @@ class LogDirectory:
             topic_id=info.topic_id,
             recover=not (extra.clean_shutdown if extra is not None else self.clean_shutdown),
         )
-        log.on_io_error = self._on_io_error
-        log.offline = extra.offline if extra is not None else self.primary_offline
+        where = str(extra.path) if extra is not None else str(self.path)
+        log.on_io_error = functools.partial(self._on_io_error_in, where)
         self._logs[(topic, partition)] = log
+        # After it is listed: a directory failing meanwhile (another thread) either
+        # saw this log in its list or set the reason read here.
+        log.offline = extra.offline if extra is not None else self.primary_offline
         COLLECTOR.long_lived_created()
         return log
 
@@ -621,51 +668,83 @@ class LogDirectory:
         out = [str(self.path)] if self.primary_offline is not None else []
         return out + [str(e.path) for e in self.extra if e.offline is not None]
 
-    def dir_offline(self, path: str) -> str | None:
-        """Why the data directory ``path`` is offline, or None."""
-        if path == str(self.path):
-            return self.primary_offline
+    def _extra_named(self, path: str) -> ExtraDir | None:
+        """The extra directory ``path`` names (however written), or None."""
         for extra in self.extra:
             if str(extra.path) == path:
-                return extra.offline
-        return None
+                return extra
+        wanted = _same_dir(path)
+        return next((e for e in self.extra if _same_dir(e.path) == wanted), None)
+
+    def _is_primary(self, path: str) -> bool:
+        return path == str(self.path) or _same_dir(path) == _same_dir(self.path)
+
+    def dir_offline(self, path: str) -> str | None:
+        """Why the data directory ``path`` is offline, or None."""
+        if self._is_primary(path):
+            return self.primary_offline
+        extra = self._extra_named(path)
+        return extra.offline if extra is not None else None
 
     def partitions_in(self, path: str) -> list[tuple[str, int]]:
         """The loaded partitions whose logs live in data directory ``path``."""
-        return sorted(k for k in self._logs if self.dir_of(*k) == path)
+        if self._is_primary(path):
+            return sorted(k for k in list(self._logs) if k not in self._placement)
+        extra = self._extra_named(path)
+        return sorted(k for k in list(self._logs) if self._placement.get(k) is extra)
 
     def full_dirs(self) -> list[str]:
         """The directories below their free-space floor or out of room (health, metrics)."""
         return [self.space.path] if self.space.is_full else []
 
-    def _on_io_error(self, log: Log, exc: OSError) -> None:
-        parent = str(Path(log.directory).parent)
-        extra = next((e for e in self.extra if str(e.path) == parent), None)
+    def _on_io_error_in(self, where: str, log: Log, exc: OSError) -> None:
+        """A log met an I/O error: ``where`` is the directory it was created in (bound
+        then, so no path of the error has to be matched against the directories)."""
         if is_full_disk_error(exc):
+            extra = self._extra_named(where)
             (extra.space if extra is not None else self.space).note_full()
         else:
-            self.fail(f"{exc.strerror or exc} on {exc.filename or log.directory}", parent)
+            self.fail(f"{exc.strerror or exc} on {exc.filename or log.directory}", where)
+
+    def _on_io_error(self, log: Log, exc: OSError) -> None:
+        """The directory of ``log`` found from its path (a log made elsewhere)."""
+        self._on_io_error_in(str(Path(log.directory).parent), log, exc)
 
     def fail(self, reason: str, path: str | None = None) -> None:
         """Take a data directory (the first by default) offline (KIP-112): every log in
-        it answers KAFKA_STORAGE_ERROR from now on, and ``on_offline`` is told once."""
+        it answers KAFKA_STORAGE_ERROR from now on, and ``on_offline`` is told once.
+
+        Safe from any thread, and never raises into the write that met the error. A
+        path naming no directory of this broker is taken for the first one: an I/O
+        error is never dropped (it was, silently, when the strings did not match)."""
         where = str(self.path) if path is None else path
-        if where == str(self.path):
-            if self.primary_offline is not None:
-                return
-            self.primary_offline = reason
-            # The registry and checkpoints are gone with it: every log stops.
-            doomed = list(self._logs.values())
-        else:
-            extra = next((e for e in self.extra if str(e.path) == where), None)
-            if extra is None or extra.offline is not None:
-                return
-            extra.offline = reason
-            doomed = [log for key, log in self._logs.items() if self._placement.get(key) is extra]
-        for log in doomed:
-            log.offline = reason
-        if self.on_offline is not None:
-            self.on_offline(where, reason)
+        with self._fail_lock:
+            extra = None if self._is_primary(where) else self._extra_named(where)
+            if extra is None:
+                if where != str(self.path) and not self._is_primary(where):
+                    logger.error("an I/O error under %s, which is no data directory here; "
+                              "taking the first one offline", where)  # fmt: skip
+                where = str(self.path)
+                if self.primary_offline is not None:
+                    return
+                self.primary_offline = reason
+            else:
+                where = str(extra.path)
+                if extra.offline is not None:
+                    return
+                extra.offline = reason
+            # The first directory takes every log with it (registry and checkpoints).
+            # A snapshot: another thread may be adding logs; those created from now
+            # on are offline from the start (see ``log``).
+            for key, found in list(self._logs.items()):
+                if extra is None or self._placement.get(key) is extra:
+                    found.offline = reason
+        listener = self.on_offline
+        if listener is not None:
+            try:
+                listener(where, reason)
+            except Exception:
+                logger.exception("handling the failure of log directory %s failed", where)
 
     @property
     def loaded_count(self) -> int:
@@ -680,22 +759,39 @@ class LogDirectory:
     # -- housekeeping for the broker's timer ----------------------------------------------
 
     def run_retention(self, now_ms: int) -> int:
-        """Apply retention to every partition that has data; returns segments deleted."""
+        """Apply retention to every partition that has data; returns segments deleted.
+
+        Partitions in an offline directory are left alone (their disk failed), and a
+        failure in one log does not end the pass for the others (KIP-112: the other
+        directories are served as before)."""
         deleted = 0
         for name, info in list(self._topics.items()):
             for partition in range(info.num_partitions):
+                if self._offline_here(name, partition):
+                    continue
                 if (name, partition) in self._logs or self._partition_path(
                     name, partition
                 ).is_dir():
-                    deleted += self.log(name, partition).apply_retention(now_ms)
+                    try:
+                        deleted += self.log(name, partition).apply_retention(now_ms)
+                    except KafkaStorageError:
+                        continue  # the directory was told; the others go on
         return deleted
 
+    def _offline_here(self, topic: str, partition: int) -> bool:
+        """Whether the partition's directory is offline."""
+        extra = self._placement.get((topic, partition))
+        return (extra.offline if extra is not None else self.primary_offline) is not None
+
     def compacted_logs(self) -> Iterator[tuple[str, int, Log]]:
-        """(topic, partition, log) of every compacted partition with data (the cleaner's list)."""
+        """(topic, partition, log) of every compacted partition with data (the cleaner's
+        list), without those of an offline directory."""
         for name, info in list(self._topics.items()):
             if not self._topic_configs[name].compact:
                 continue
             for partition in range(info.num_partitions):
+                if self._offline_here(name, partition):
+                    continue
                 if (name, partition) in self._logs or self._partition_path(
                     name, partition
                 ).is_dir():
@@ -712,7 +808,14 @@ class LogDirectory:
         return flushed
 
     def roll_due(self, now_ms: int) -> int:
-        """Roll active segments older than ``segment.ms`` in logs in use."""
-        return sum(
-            1 for _, _, log in self.loaded_logs() if log.is_loaded and log.maybe_roll(now_ms)
-        )
+        """Roll active segments older than ``segment.ms`` in logs in use (not those of
+        an offline directory; one failing roll does not stop the others)."""
+        rolled = 0
+        for _, _, log in self.loaded_logs():
+            if not log.is_loaded or log.offline is not None:
+                continue
+            try:
+                rolled += log.maybe_roll(now_ms)
+            except KafkaStorageError:
+                continue  # the directory was told
+        return rolled
