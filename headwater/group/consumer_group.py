@@ -29,7 +29,11 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from headwater.group.consumer_group_records import Assignment, TopicMetadata
+from headwater.group.consumer_group_records import (
+    Assignment,
+    ClassicMemberMetadata,
+    TopicMetadata,
+)
 
 #: A member leaves for good with this epoch, a static member "for now" with -2.
 LEAVE_GROUP_MEMBER_EPOCH = -1
@@ -79,6 +83,13 @@ class ConsumerGroupMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    #: Set while the member speaks the classic protocol (JoinGroup/SyncGroup/Heartbeat)
+    #: inside this group, during an online migration.
+    classic: ClassicMemberMetadata | None = None
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        return self.classic is not None
 
     def subscription_key(self) -> tuple[object, ...]:
         """What the member metadata record holds: a change is written."""
@@ -91,6 +102,7 @@ class ConsumerGroupMember:
             self.subscribed_topic_regex,
             self.rebalance_timeout_ms,
             self.server_assignor,
+            self.classic,
         )
 
     def assignment_key(self) -> tuple[object, ...]:
@@ -192,6 +204,21 @@ class ConsumerGroup:
         member = self.members.get(owner)
         return -1 if member is None else member.member_epoch
 
+    def all_classic_except(self, member_id: str) -> bool:
+        """Kafka's allMembersUseClassicProtocolExcept: may the group become classic
+        once ``member_id`` is gone?"""
+        return all(m.uses_classic_protocol for i, m in self.members.items() if i != member_id)
+
+    def waiting_on_unreleased_partition(self, member: ConsumerGroupMember) -> bool:
+        """Whether a partition of the member's target is still held by another member."""
+        target = self.target.get(member.member_id, {})
+        for topic_id, parts in target.items():
+            for partition in parts - member.assigned.get(topic_id, frozenset()):
+                owner = self.owners.get((topic_id, partition))
+                if owner is not None and owner != member.member_id:
+                    return True
+        return False
+
     def static_member(self, instance_id: str) -> ConsumerGroupMember | None:
         member_id = self.static_members.get(instance_id)
         return None if member_id is None else self.members.get(member_id)
@@ -220,6 +247,11 @@ class ConsumerGroup:
         member = self.members.get(member_id)
         if member is None:
             return ErrorCode.unknown_member_id
+        if member.uses_classic_protocol:
+            # A classic member commits with its generation, which is its member epoch.
+            if member_epoch != member.member_epoch:
+                return ErrorCode.illegal_generation
+            return ErrorCode.none
         if not transactional and api_version < 9:
             return ErrorCode.unsupported_version
         if member_epoch != member.member_epoch:
@@ -233,6 +265,11 @@ class ConsumerGroup:
         member = self.members.get(member_id or "")
         if member is None:
             return ErrorCode.unknown_member_id
+        if member.uses_classic_protocol:
+            # A classic client names no epoch (-1); a generation must be current.
+            if member_epoch >= 0 and member_epoch != member.member_epoch:
+                return ErrorCode.illegal_generation
+            return ErrorCode.none
         if member_epoch != member.member_epoch:
             return ErrorCode.stale_member_epoch
         return ErrorCode.none

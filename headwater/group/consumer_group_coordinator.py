@@ -17,6 +17,11 @@ appended in one batch; the heartbeat is answered once the batch is replicated.
 within their rebalance timeout, and ``topics_changed`` re-evaluates the
 subscriptions (regexes included) when topics are created, deleted or grow.
 
+A running classic group is upgraded here when a consumer-protocol member
+joins it, and a group whose last consumer-protocol member leaves is
+downgraded (``consumer_group_migration.py``); the classic members of a
+consumer group are served by ``consumer_group_classic.py``.
+
 Sans-I/O like the classic coordinator beside it: the shard's `GroupStore`
 holds both kinds of groups (one id space, shared offsets), and this module
 never touches a socket or a clock of its own.
@@ -44,7 +49,16 @@ from headwater.group.consumer_group import (
     MemberState,
     assignments_equal,
 )
-from headwater.group.consumer_group_reconciliation import MemberFenced, reconcile
+from headwater.group.consumer_group_migration import (
+    UPGRADE_POLICIES,
+    MigrationRefused,
+    check_upgrade,
+    classic_group_from_consumer,
+    consumer_group_from_classic,
+    may_downgrade,
+)
+from headwater.group.consumer_group_reconciliation import MemberFenced
+from headwater.group.consumer_group_reconciliation import reconcile as reconcile_member
 from headwater.group.consumer_group_records import (
     CURRENT_MEMBER_ASSIGNMENT,
     GROUP_METADATA,
@@ -65,9 +79,9 @@ from headwater.group.consumer_group_records import (
     member_tombstones,
     record,
 )
-from headwater.group.group_store import GroupStore
-from headwater.group.membership import GroupState
-from headwater.group.storage import GroupKey, encode_key
+from headwater.group.group_store import GroupStore, group_record
+from headwater.group.membership import Group, GroupState
+from headwater.group.storage import GroupKey, encode_group_value, encode_key
 from headwater.group.topics_image import StaticTopics, TopicsImage
 
 log = logging.getLogger(__name__)
@@ -155,7 +169,7 @@ class HeartbeatError(Exception):
 
 
 @dataclass
-class _Changes:
+class Changes:
     """Records an operation produces, appended in one batch at its end."""
 
     records: list[LogEntry] = field(default_factory=list)
@@ -184,13 +198,20 @@ class ConsumerGroupCoordinator:
             name: available[name] for name in self.config.assignors if name in available
         }
         self._regexes: dict[str, object] = {}
+        #: group.max.size: a downgrade may not make a larger classic group.
+        self.classic_max_size = 2**31 - 1
+        #: The classic coordinator's hooks: a running classic group was upgraded (its
+        #: waiting JoinGroup/SyncGroup must be told to rejoin), or a group downgraded
+        #: (the classic group must rebalance).
+        self.on_upgrade: Callable[[Group], None] | None = None
+        self.on_downgrade: Callable[[int, Group], None] | None = None
 
     # --------------------------------------------------------------- heartbeat
 
     def heartbeat(self, now_ms: int, request: HeartbeatRequest) -> Pending[HeartbeatResult]:
         """ConsumerGroupHeartbeat: join (epoch 0), heartbeat, leave (-1, or -2 for a static
         member); answered once the records it wrote are replicated."""
-        changes = _Changes()
+        changes = Changes()
         try:
             self._validate(request)
             if request.member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
@@ -201,7 +222,7 @@ class ConsumerGroupCoordinator:
             result = HeartbeatResult(failed.error, failed.message, request.member_id or None)
         except MemberFenced as fenced:
             result = HeartbeatResult(ErrorCode.fenced_member_epoch, str(fenced), request.member_id)
-        return self._write(changes).map(
+        return self.write(changes).map(
             lambda error: (
                 result
                 if error is ErrorCode.none
@@ -264,29 +285,25 @@ class ConsumerGroupCoordinator:
             self._regexes[pattern] = compiled
         return compiled
 
-    def _group_for(
-        self, now_ms: int, request: HeartbeatRequest, changes: _Changes
-    ) -> ConsumerGroup:
+    def _group_for(self, now_ms: int, request: HeartbeatRequest, changes: Changes) -> ConsumerGroup:
         group = self.groups.get(request.group_id)
         if group is not None:
             return group
         classic = self._store.groups.get(request.group_id)
-        if classic is not None and classic.state is not GroupState.DEAD:
-            if classic.state is not GroupState.EMPTY:
-                raise HeartbeatError(
-                    ErrorCode.group_id_not_found,
-                    f"Group {request.group_id} is not a consumer group.",
-                )
-            if self.config.migration_policy not in ("bidirectional", "upgrade"):
-                raise HeartbeatError(
-                    ErrorCode.group_id_not_found,
-                    f"Group {request.group_id} is not a consumer group "
-                    f"(group.consumer.migration.policy={self.config.migration_policy}).",
-                )
+        if classic is not None and classic.state is GroupState.DEAD:
+            classic = None
+        if classic is not None and self.config.migration_policy not in UPGRADE_POLICIES:
+            raise HeartbeatError(
+                ErrorCode.group_id_not_found,
+                f"Group {request.group_id} is not a consumer group "
+                f"(group.consumer.migration.policy={self.config.migration_policy}).",
+            )
         if request.member_epoch != 0:
             raise HeartbeatError(
                 ErrorCode.unknown_member_id, f"Group {request.group_id} has no such member."
             )
+        if classic is not None and classic.state is not GroupState.EMPTY:
+            return self._upgrade(now_ms, classic, changes)
         if classic is not None:
             # An empty classic group becomes a consumer group; its offsets stay.
             log.info("group %s: empty classic group upgraded to a consumer group", classic.group_id)
@@ -297,8 +314,59 @@ class ConsumerGroupCoordinator:
         group = self.groups[request.group_id] = ConsumerGroup(request.group_id)
         return group
 
+    def _upgrade(self, now_ms: int, classic: Group, changes: Changes) -> ConsumerGroup:
+        """Kafka's convertToConsumerGroup: a running classic group becomes a consumer
+        group whose members stay, as classic members, with what they own; members
+        waiting in JoinGroup/SyncGroup are told to rejoin (REBALANCE_IN_PROGRESS)."""
+        try:
+            check_upgrade(classic, self.config.migration_policy, self.config.max_size)
+            group = consumer_group_from_classic(classic, self.topics)
+        except MigrationRefused as refused:
+            raise HeartbeatError(
+                ErrorCode.group_id_not_found,
+                f"Cannot upgrade classic group {classic.group_id} to a consumer group: {refused}.",
+            ) from None
+        log.info(
+            "group %s: running classic group (generation %d, %d members) upgraded to a "
+            "consumer group",
+            classic.group_id,
+            classic.generation_id,
+            len(classic.members),
+        )
+        if classic.persisted:
+            changes.records.append((encode_key(GroupKey(classic.group_id)), None))
+        if self.on_upgrade is not None:
+            self.on_upgrade(classic)
+        classic.transition_to(GroupState.DEAD)
+        del self._store.groups[classic.group_id]
+        self.groups[group.group_id] = group
+        self.refresh_subscription_metadata(group, changes)
+        for member_id, member in group.members.items():
+            changes.add(
+                ConsumerGroupKey(MEMBER_METADATA, group.group_id, member_id), metadata_value(member)
+            )
+        changes.add(
+            ConsumerGroupKey(GROUP_METADATA, group.group_id), GroupMetadataValue(group.group_epoch)
+        )
+        for member_id, target in group.target.items():
+            changes.add(
+                ConsumerGroupKey(TARGET_ASSIGNMENT_MEMBER, group.group_id, member_id),
+                TargetAssignmentMemberValue(target),
+            )
+        changes.add(
+            ConsumerGroupKey(TARGET_ASSIGNMENT_METADATA, group.group_id),
+            TargetAssignmentMetadataValue(group.assignment_epoch),
+        )
+        for member_id, member in group.members.items():
+            changes.add(
+                ConsumerGroupKey(CURRENT_MEMBER_ASSIGNMENT, group.group_id, member_id),
+                _current(member),
+            )
+            self.touch(now_ms, group, member)
+        return group
+
     def _heartbeat(
-        self, now_ms: int, request: HeartbeatRequest, changes: _Changes
+        self, now_ms: int, request: HeartbeatRequest, changes: Changes
     ) -> HeartbeatResult:
         group = self._group_for(now_ms, request, changes)
         member_id = request.member_id or str(uuid.uuid4())
@@ -346,12 +414,14 @@ class ConsumerGroupCoordinator:
             ),
             client_id=request.client_id,
             client_host=request.client_host,
+            classic=None,
         )
         is_new = updated.member_id not in group.members
         bump = is_new
         if is_new or updated.subscription_key() != old.subscription_key():
             changes.add(
-                ConsumerGroupKey(MEMBER_METADATA, group.group_id, member_id), _metadata(updated)
+                ConsumerGroupKey(MEMBER_METADATA, group.group_id, member_id),
+                metadata_value(updated),
             )
             if (
                 updated.subscribed_topic_names != old.subscribed_topic_names
@@ -362,15 +432,15 @@ class ConsumerGroupCoordinator:
                 bump = True
         group.update_member(updated)
         if bump:
-            self._refresh_subscription_metadata(group, changes)
-            self._bump(group, changes)
-        elif self._refresh_subscription_metadata(group, changes):
-            self._bump(group, changes)
+            self.refresh_subscription_metadata(group, changes)
+            self.bump(group, changes)
+        elif self.refresh_subscription_metadata(group, changes):
+            self.bump(group, changes)
         if group.group_epoch > group.assignment_epoch:
-            self._compute_target(group, changes)
+            self.compute_target(group, changes)
         before = group.members[member_id]
-        after = self._reconcile(now_ms, group, before, request.owned, changes)
-        group.session_deadlines[member_id] = now_ms + self.config.session_timeout_ms
+        after = self.reconcile(now_ms, group, before, request.owned, changes)
+        self.touch(now_ms, group, after)
         full = joining or (
             request.rebalance_timeout_ms != -1
             and request.subscribed_topic_names is not None
@@ -419,7 +489,7 @@ class ConsumerGroupCoordinator:
         group: ConsumerGroup,
         member_id: str,
         request: HeartbeatRequest,
-        changes: _Changes,
+        changes: Changes,
     ) -> ConsumerGroupMember:
         instance_id = request.instance_id
         assert instance_id is not None
@@ -457,7 +527,7 @@ class ConsumerGroupCoordinator:
             )
             changes.add(
                 ConsumerGroupKey(MEMBER_METADATA, group.group_id, member_id),
-                _metadata(replacement),
+                metadata_value(replacement),
             )
             changes.add(
                 ConsumerGroupKey(CURRENT_MEMBER_ASSIGNMENT, group.group_id, member_id),
@@ -477,7 +547,7 @@ class ConsumerGroupCoordinator:
         _check_epoch(existing, request.member_epoch, request.owned)
         return existing
 
-    def _leave(self, now_ms: int, request: HeartbeatRequest, changes: _Changes) -> HeartbeatResult:
+    def _leave(self, now_ms: int, request: HeartbeatRequest, changes: Changes) -> HeartbeatResult:
         group = self.groups.get(request.group_id)
         if group is None:
             raise HeartbeatError(
@@ -520,12 +590,12 @@ class ConsumerGroupCoordinator:
                     member_id=member.member_id, member_epoch=LEAVE_GROUP_STATIC_MEMBER_EPOCH
                 )
         log.info("group %s: member %s left", group.group_id, member.member_id)
-        self._fence(group, member.member_id, changes)
+        self.fence(now_ms, group, member.member_id, changes)
         return HeartbeatResult(member_id=member.member_id, member_epoch=request.member_epoch)
 
     # ----------------------------------------------------------- target, epochs
 
-    def _bump(self, group: ConsumerGroup, changes: _Changes) -> None:
+    def bump(self, group: ConsumerGroup, changes: Changes) -> None:
         group.group_epoch += 1
         changes.add(
             ConsumerGroupKey(GROUP_METADATA, group.group_id), GroupMetadataValue(group.group_epoch)
@@ -545,7 +615,7 @@ class ConsumerGroupCoordinator:
                 resolved[pattern] = frozenset()
         return resolved
 
-    def _refresh_subscription_metadata(self, group: ConsumerGroup, changes: _Changes) -> bool:
+    def refresh_subscription_metadata(self, group: ConsumerGroup, changes: Changes) -> bool:
         """Recompute the subscribed topics' metadata; True (and a record) if it changed."""
         subscribed = group.subscribed_topic_names(self._resolved_regexes(group))
         metadata: dict[str, TopicMetadata] = {}
@@ -572,7 +642,7 @@ class ConsumerGroupCoordinator:
             return self.config.default_assignor
         return max(sorted(counts), key=lambda name: counts[name])
 
-    def _compute_target(self, group: ConsumerGroup, changes: _Changes) -> None:
+    def compute_target(self, group: ConsumerGroup, changes: Changes) -> None:
         """Kafka's TargetAssignmentBuilder: the assignor's answer at the group epoch;
         only members whose target changed get a record."""
         resolved = self._resolved_regexes(group)
@@ -623,17 +693,17 @@ class ConsumerGroupCoordinator:
             TargetAssignmentMetadataValue(group.assignment_epoch),
         )
 
-    def _reconcile(
+    def reconcile(
         self,
         now_ms: int,
         group: ConsumerGroup,
         member: ConsumerGroupMember,
         owned: Assignment | None,
-        changes: _Changes,
+        changes: Changes,
     ) -> ConsumerGroupMember:
         if member.member_epoch < 0 or member.is_reconciled_to(group.assignment_epoch):
             return member
-        updated = reconcile(
+        updated = reconcile_member(
             member,
             group.assignment_epoch,
             group.target.get(member.member_id, {}),
@@ -654,30 +724,72 @@ class ConsumerGroupCoordinator:
             group.rebalance_deadlines.pop(member.member_id, None)
         return updated
 
-    def _fence(self, group: ConsumerGroup, member_id: str, changes: _Changes) -> None:
+    def fence(self, now_ms: int, group: ConsumerGroup, member_id: str, changes: Changes) -> None:
         """Remove the member; the group epoch rises and the target is recomputed, so its
-        partitions go to the others once they are free."""
+        partitions go to the others once they are free. When only classic members
+        would remain, the group becomes a classic group instead (online downgrade)."""
+        if may_downgrade(group, member_id, self.config.migration_policy, self.classic_max_size):
+            self._downgrade(now_ms, group, member_id, changes)
+            return
         group.remove_member(member_id)
         changes.records.extend(member_tombstones(group.group_id, member_id))
-        self._refresh_subscription_metadata(group, changes)
-        self._bump(group, changes)
-        self._compute_target(group, changes)
+        self.refresh_subscription_metadata(group, changes)
+        self.bump(group, changes)
+        self.compute_target(group, changes)
+
+    def _downgrade(
+        self, now_ms: int, group: ConsumerGroup, leaving_member_id: str, changes: Changes
+    ) -> None:
+        """Kafka's convertToClassicGroup: the consumer group's records are tombstoned, the
+        classic group's record written, and the classic group rebalances."""
+        classic = classic_group_from_consumer(group, leaving_member_id, self.topics, now_ms)
+        log.info(
+            "group %s: last consumer-protocol member %s left; downgraded to a classic group "
+            "(generation %d, %d members)",
+            group.group_id,
+            leaving_member_id,
+            classic.generation_id,
+            len(classic.members),
+        )
+        for member_id in set(group.members) | set(group.target):
+            changes.records.extend(member_tombstones(group.group_id, member_id))
+        changes.records.extend(group_tombstones(group.group_id))
+        changes.records.append(
+            (encode_key(GroupKey(classic.group_id)), encode_group_value(group_record(classic)))
+        )
+        classic.persisted = True
+        del self.groups[group.group_id]
+        self._store.groups[classic.group_id] = classic
+        if self.on_downgrade is not None:
+            self.on_downgrade(now_ms, classic)
+
+    def touch(self, now_ms: int, group: ConsumerGroup, member: ConsumerGroupMember) -> None:
+        """A sign of life: the member's session starts over (a classic member's own
+        session timeout, else group.consumer.session.timeout.ms)."""
+        timeout = (
+            self.config.session_timeout_ms
+            if member.classic is None
+            else member.classic.session_timeout_ms
+        )
+        group.session_deadlines[member.member_id] = now_ms + timeout
 
     # ------------------------------------------------------------------ timers
 
     def tick(self, now_ms: int) -> None:
         """Fence members whose session expired, or who did not revoke in time."""
-        changes = _Changes()
+        changes = Changes()
         for group in list(self.groups.values()):
             for member_id, deadline in list(group.session_deadlines.items()):
+                if self.groups.get(group.group_id) is not group:
+                    break  # downgraded to a classic group
                 if deadline <= now_ms and member_id in group.members:
                     log.info(
                         "group %s: member %s fenced, its session expired", group.group_id, member_id
                     )
-                    self._fence(group, member_id, changes)
+                    self.fence(now_ms, group, member_id, changes)
             for member_id, (deadline, epoch) in list(group.rebalance_deadlines.items()):
                 member = group.members.get(member_id)
-                if deadline > now_ms:
+                if deadline > now_ms or self.groups.get(group.group_id) is not group:
                     continue
                 group.rebalance_deadlines.pop(member_id, None)
                 if (
@@ -691,8 +803,8 @@ class ConsumerGroupCoordinator:
                         group.group_id,
                         member_id,
                     )
-                    self._fence(group, member_id, changes)
-        self._write(changes)
+                    self.fence(now_ms, group, member_id, changes)
+        self.write(changes)
 
     def next_deadline_ms(self) -> int | None:
         deadlines: list[int] = []
@@ -704,16 +816,16 @@ class ConsumerGroupCoordinator:
     def topics_changed(self) -> None:
         """Topics were created, deleted or grew: subscriptions (regexes too) are
         re-evaluated, and a group whose subscribed topics changed gets a new target."""
-        changes = _Changes()
+        changes = Changes()
         for group in self.groups.values():
-            if group.members and self._refresh_subscription_metadata(group, changes):
-                self._bump(group, changes)
-                self._compute_target(group, changes)
-        self._write(changes)
+            if group.members and self.refresh_subscription_metadata(group, changes):
+                self.bump(group, changes)
+                self.compute_target(group, changes)
+        self.write(changes)
 
     # ------------------------------------------------------------------ writes
 
-    def _write(self, changes: _Changes) -> Pending[ErrorCode]:
+    def write(self, changes: Changes) -> Pending[ErrorCode]:
         if not changes.records:
             return Pending.completed(ErrorCode.none)
         try:
@@ -872,7 +984,8 @@ def _is_subset(owned: Assignment | None, assigned: Assignment) -> bool:
     return all(parts <= assigned.get(topic_id, frozenset()) for topic_id, parts in owned.items())
 
 
-def _metadata(member: ConsumerGroupMember) -> MemberMetadataValue:
+def metadata_value(member: ConsumerGroupMember) -> MemberMetadataValue:
+    """The member metadata record of a member (a classic member's protocols included)."""
     return MemberMetadataValue(
         instance_id=member.instance_id,
         rack_id=member.rack_id,
@@ -882,6 +995,7 @@ def _metadata(member: ConsumerGroupMember) -> MemberMetadataValue:
         subscribed_topic_regex=member.subscribed_topic_regex,
         rebalance_timeout_ms=member.rebalance_timeout_ms,
         server_assignor=member.server_assignor,
+        classic=member.classic,
     )
 
 

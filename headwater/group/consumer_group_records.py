@@ -19,8 +19,9 @@ version (0) and use the flexible encoding (compact strings and arrays, UUIDs,
 tagged fields), so a Kafka broker reading Headwater's offsets topic (or the
 other way round) agrees on every byte. A ``None`` value is a tombstone, which
 compaction keeps only until ``delete.retention.ms``: deleting a member or a
-group writes one per key. Unknown tagged fields (Kafka's ClassicMemberMetadata
-in a member record, say) are skipped on reading.
+group writes one per key. A member record's tagged field 0 is Kafka's
+ClassicMemberMetadata (a classic member inside a consumer group, during an
+online migration); other tagged fields are skipped on reading.
 
 Hand-written rather than generated: kio carries only the wire APIs, not the
 coordinator's internal records, and these are six small fixed layouts.
@@ -31,7 +32,7 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from headwater.group.storage import CorruptRecordError
 
@@ -79,6 +80,16 @@ class PartitionMetadataValue:
 
 
 @dataclass(frozen=True, slots=True)
+class ClassicMemberMetadata:
+    """A member speaking the classic protocol inside a consumer group (online
+    migration): its session timeout and JoinGroup protocols, tagged field 0 of the
+    member metadata record; None for a consumer-protocol member."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class MemberMetadataValue:
     instance_id: str | None
     rack_id: str | None
@@ -88,6 +99,7 @@ class MemberMetadataValue:
     subscribed_topic_regex: str | None
     rebalance_timeout_ms: int
     server_assignor: str | None
+    classic: ClassicMemberMetadata | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +238,13 @@ def encode_value(value: ConsumerGroupValue) -> bytes:
         w.compact_string(value.subscribed_topic_regex)
         w.int32(value.rebalance_timeout_ms)
         w.compact_string(value.server_assignor)
+        if value.classic is not None:
+            tagged = _classic_member_metadata(value.classic)
+            w.uvarint(1)  # one tagged field
+            w.uvarint(0)  # tag 0: ClassicMemberMetadata
+            w.uvarint(len(tagged))
+            w.raw(tagged)
+            return w.build()
     elif isinstance(value, TargetAssignmentMemberValue):
         w.assignment(value.partitions)
     else:
@@ -234,6 +253,19 @@ def encode_value(value: ConsumerGroupValue) -> bytes:
         w.int8(value.state)
         w.assignment(value.assigned)
         w.assignment(value.pending_revocation)
+    w.no_tags()
+    return w.build()
+
+
+def _classic_member_metadata(classic: ClassicMemberMetadata) -> bytes:
+    w = _Writer()
+    w.int32(classic.session_timeout_ms)
+    w.compact_array_length(len(classic.protocols))
+    for name, metadata in classic.protocols:
+        w.compact_string(name)
+        w.uvarint(len(metadata) + 1)
+        w.raw(metadata)
+        w.no_tags()
     w.no_tags()
     return w.build()
 
@@ -312,6 +344,36 @@ class _Reader:
             self.uvarint()  # tag
             self._take(self.uvarint())
 
+    def compact_bytes(self) -> bytes:
+        length = self.uvarint()
+        if length == 0:
+            raise CorruptRecordError("null where bytes are required")
+        return bytes(self._take(length - 1))
+
+    def classic_member_metadata(self) -> ClassicMemberMetadata:
+        session_timeout_ms = self.int32()
+        protocols = []
+        for _ in range(self.compact_array_length()):
+            name = self.compact_string()
+            protocols.append((name, self.compact_bytes()))
+            self.skip_tags()
+        self.skip_tags()
+        return ClassicMemberMetadata(session_timeout_ms, tuple(protocols))
+
+    def member_tags(self) -> ClassicMemberMetadata | None:
+        """The member record's tagged fields: tag 0 is ClassicMemberMetadata."""
+        classic = None
+        for _ in range(self.uvarint()):
+            tag, size = self.uvarint(), self.uvarint()
+            if tag == 0:
+                end = self._pos + size
+                classic = self.classic_member_metadata()
+                if self._pos != end:
+                    raise CorruptRecordError("ClassicMemberMetadata of the wrong size")
+            else:
+                self._take(size)
+        return classic
+
     def assignment(self) -> dict[uuid.UUID, frozenset[int]]:
         partitions: dict[uuid.UUID, frozenset[int]] = {}
         for _ in range(self.compact_array_length()):
@@ -382,6 +444,9 @@ def decode_value(kind: int, data: bytes) -> ConsumerGroupValue:
             rebalance_timeout_ms=r.int32(),
             server_assignor=r.compact_nullable_string(),
         )
+        value = replace(value, classic=r.member_tags())
+        r.finish()
+        return value
     elif kind == TARGET_ASSIGNMENT_MEMBER:
         value = TargetAssignmentMemberValue(r.assignment())
     elif kind == CURRENT_MEMBER_ASSIGNMENT:

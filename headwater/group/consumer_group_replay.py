@@ -70,6 +70,7 @@ def apply_record(groups: dict[str, ConsumerGroup], raw_key: bytes, raw_value: by
                 subscribed_topic_regex=value.subscribed_topic_regex,
                 rebalance_timeout_ms=value.rebalance_timeout_ms,
                 server_assignor=value.server_assignor,
+                classic=value.classic,
             )
         )
     elif isinstance(value, CurrentMemberAssignmentValue):
@@ -95,7 +96,10 @@ def finish_load(groups: dict[str, ConsumerGroup], now_ms: int, session_timeout_m
     and a member still revoking gets its rebalance timeout again."""
     for group in groups.values():
         for member_id, member in group.members.items():
-            group.session_deadlines[member_id] = now_ms + session_timeout_ms
+            timeout = (
+                session_timeout_ms if member.classic is None else member.classic.session_timeout_ms
+            )
+            group.session_deadlines[member_id] = now_ms + timeout
             if member.state is MemberState.UNREVOKED_PARTITIONS:
                 deadline = now_ms + max(member.rebalance_timeout_ms, 0)
                 group.rebalance_deadlines[member_id] = (deadline, member.member_epoch)

@@ -11,6 +11,7 @@ version newer than kio knows is read with the newest schema kio has.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -135,3 +136,24 @@ def decode_assignment(data: bytes) -> Assignment:
         ),
         user_data=entity.user_data,
     )
+
+
+def encode_assignment(
+    partitions: Iterable[tuple[str, Iterable[int]]],
+    version: int = 0,
+    user_data: bytes | None = None,
+) -> bytes:
+    """A ConsumerProtocolAssignment, for a classic member of a consumer group (whose
+    assignment the coordinator computes): every version up to 3 has the same body
+    (non-flexible: int16 strings, int32 arrays, nullable bytes)."""
+    topics = sorted((topic, sorted(set(parts))) for topic, parts in partitions)
+    out = [struct.pack(">hi", max(min(version, 3), 0), len(topics))]
+    for topic, parts in topics:
+        name = topic.encode("utf-8")
+        out.append(struct.pack(">h", len(name)) + name)
+        out.append(struct.pack(f">i{len(parts)}i", len(parts), *parts))
+    if user_data is None:
+        out.append(struct.pack(">i", -1))
+    else:
+        out.append(struct.pack(">i", len(user_data)) + user_data)
+    return b"".join(out)

@@ -53,6 +53,7 @@ from kio.schema.errors import ErrorCode
 from headwater.coordinator.pending import Pending
 from headwater.coordinator.replication import Replicated, coordinator_error, replicated_at_once
 from headwater.coordinator.state_log import LogEntry, ReplayItem, StateLog
+from headwater.group.consumer_group_classic import ClassicJoin, ClassicMembers
 from headwater.group.consumer_group_coordinator import (
     ConsumerGroupConfig,
     ConsumerGroupCoordinator,
@@ -143,6 +144,12 @@ class GroupCoordinator:
         self.consumer_groups = ConsumerGroupCoordinator(
             self._store, topics=topics, config=consumer_config
         )
+        # Online migration: classic members of a consumer group, and the two hooks
+        # by which a group changes protocol under the classic side's feet.
+        self._classic_members = ClassicMembers(self.consumer_groups, member_id_factory)
+        self.consumer_groups.classic_max_size = self.config.max_size
+        self.consumer_groups.on_upgrade = self._upgraded
+        self.consumer_groups.on_downgrade = self._downgraded
         self._next_offsets_expiry_ms = now_ms + self.config.offsets_retention_check_interval_ms
         self.offsets = self._store.offsets
         self._offset_commits = OffsetCommits(self._store)
@@ -198,10 +205,30 @@ class GroupCoordinator:
             <= self.config.max_session_timeout_ms
         ):
             return Pending.completed(_join_error(ErrorCode.invalid_session_timeout, member_id))
-        if not self.consumer_groups.downgrade_if_empty(group_id):
-            # Classic members in a running consumer group (online migration) are not
-            # served yet: the classic protocol does not match the group's.
-            return Pending.completed(_join_error(ErrorCode.inconsistent_group_protocol, member_id))
+        if self._classic_members.serves(group_id):
+            consumer_group = self.consumer_groups.group(group_id)
+            if consumer_group is not None and consumer_group.members:
+                # A classic member of a running consumer group (online migration).
+                return self._classic_members.join(
+                    now_ms,
+                    ClassicJoin(
+                        group_id=group_id,
+                        member_id=member_id,
+                        instance_id=group_instance_id,
+                        protocol_type=protocol_type,
+                        protocols=tuple(protocols),
+                        session_timeout_ms=session_timeout_ms,
+                        rebalance_timeout_ms=rebalance_timeout_ms,
+                        client_id=client_id,
+                        client_host=client_host,
+                        require_known_member_id=require_known_member_id,
+                    ),
+                )
+            if not self.consumer_groups.downgrade_if_empty(group_id):
+                # An empty consumer group the migration policy keeps a consumer group.
+                return Pending.completed(
+                    _join_error(ErrorCode.inconsistent_group_protocol, member_id)
+                )
         group = self._groups.get(group_id)
         if group is None:
             if member_id:
@@ -477,6 +504,18 @@ class GroupCoordinator:
         group = self._groups.get(group_id)
         if not group_id:
             return Pending.completed(SyncResult(ErrorCode.invalid_group_id))
+        if self._classic_members.serves(group_id):
+            return Pending.completed(
+                self._classic_members.sync(
+                    now_ms,
+                    group_id=group_id,
+                    generation_id=generation_id,
+                    member_id=member_id,
+                    instance_id=group_instance_id,
+                    protocol_type=protocol_type,
+                    protocol_name=protocol_name,
+                )
+            )
         if group is None:
             return Pending.completed(SyncResult(ErrorCode.unknown_member_id))
         if group.state is GroupState.DEAD:
@@ -575,6 +614,14 @@ class GroupCoordinator:
         """Keep a member alive; REBALANCE_IN_PROGRESS tells it to rejoin."""
         if not group_id:
             return ErrorCode.invalid_group_id
+        if self._classic_members.serves(group_id):
+            return self._classic_members.heartbeat(
+                now_ms,
+                group_id=group_id,
+                generation_id=generation_id,
+                member_id=member_id,
+                instance_id=group_instance_id,
+            )
         group = self._groups.get(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
@@ -598,6 +645,8 @@ class GroupCoordinator:
         """Remove members (member id, instance id); an empty member id leaves by instance id."""
         if not group_id:
             return LeaveResult(ErrorCode.invalid_group_id)
+        if self._classic_members.serves(group_id):
+            return self._classic_members.leave(now_ms, group_id=group_id, members=members)
         group = self._groups.get(group_id)
         if group is None:
             return LeaveResult(
@@ -646,6 +695,19 @@ class GroupCoordinator:
         if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
             self._prepare_rebalance(now_ms, group)
         self._maybe_complete_join(now_ms, group)
+
+    def _upgraded(self, group: Group) -> None:
+        """The group became a consumer group: members blocked in JoinGroup or SyncGroup
+        are told to rejoin (Kafka's completeAllJoinFutures(REBALANCE_IN_PROGRESS))."""
+        with self._answering():
+            for member in group.members.values():
+                self._answer_blocked(member, ErrorCode.rebalance_in_progress)
+            group.join_deadline_ms = group.sync_deadline_ms = None
+
+    def _downgraded(self, now_ms: int, group: Group) -> None:
+        """The group became classic again: its members rejoin for a classic rebalance."""
+        with self._answering():
+            self._prepare_rebalance(now_ms, group)
 
     def _fence(self, old: Member) -> None:
         """A newer instance of a static member took over: its blocked requests are fenced."""

@@ -342,7 +342,9 @@ def join_classic(h: Harness) -> ErrorCode:
     return pending.result().error
 
 
-def test_a_classic_member_cannot_join_a_running_consumer_group() -> None:
+def test_a_classic_member_without_a_consumer_protocol_subscription_cannot_join() -> None:
+    """A running consumer group takes classic members (online migration,
+    test_consumer_group_migration.py) only with ConsumerProtocol metadata."""
     h = Harness()
     h.topic("orders", 1)
     h.client("a", "orders").join()

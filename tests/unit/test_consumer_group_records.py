@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from dataclasses import replace
 
 import pytest
 
@@ -14,6 +15,7 @@ from headwater.group.consumer_group_records import (
     PARTITION_METADATA,
     TARGET_ASSIGNMENT_MEMBER,
     TARGET_ASSIGNMENT_METADATA,
+    ClassicMemberMetadata,
     ConsumerGroupKey,
     CurrentMemberAssignmentValue,
     GroupMetadataValue,
@@ -73,10 +75,21 @@ def test_every_value_round_trips(kind: int, value: object) -> None:
 
 
 def test_unknown_tagged_fields_are_skipped() -> None:
-    """A member record from Kafka may carry ClassicMemberMetadata (tag 0)."""
+    """Tag 0 is ClassicMemberMetadata; a tag this broker does not know is skipped."""
     plain = encode_value(MemberMetadataValue(None, None, "c", "h", (), None, -1, None))
-    tagged = plain[:-1] + b"\x01" + b"\x00" + b"\x03" + b"abc"
+    tagged = plain[:-1] + b"\x01" + b"\x05" + b"\x03" + b"abc"
     assert decode_value(MEMBER_METADATA, tagged) == decode_value(MEMBER_METADATA, plain)
+
+
+def test_classic_member_metadata_is_tagged_field_0_and_round_trips() -> None:
+    classic = ClassicMemberMetadata(45000, (("cooperative-sticky", b"\x00\x01sub"), ("range", b"")))
+    value = MemberMetadataValue("i", None, "c", "h", ("t",), None, 300, None, classic)
+    data = encode_value(value)
+    plain = encode_value(replace(value, classic=None))
+    # Kafka's layout: the fields, then one tagged field (tag 0, its size, its body).
+    assert data[: len(plain) - 1] == plain[:-1]
+    assert data[len(plain) - 1 : len(plain) + 1] == b"\x01\x00"
+    assert decode_value(MEMBER_METADATA, data) == value
 
 
 def test_truncated_records_are_corrupt_not_guessed() -> None:
