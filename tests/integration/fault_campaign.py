@@ -154,11 +154,14 @@ class Workload:
 #: librdkafka lines of the idempotent producer worth a note: its idempotence state
 #: machine (drains, epoch bumps, PIDs), sequence errors and anything it warns about.
 CLIENT_EVENT = re.compile(
-    r"DRAIN|GETPID|IDEMPSTATE|ERRSEQ|DUPSEQ|UNKPID|ERRPID|PID|epoch|[Ss]equence|persisted|"
-    r"[Ff]atal|FATAL"
+    r"DRAIN|GETPID|IDEMPSTATE|ERRSEQ|DUPSEQ|UNKPID|ERRPID|IMPLICITACK|PID|epoch|[Ss]equence|"
+    r"persisted|[Ff]atal|FATAL"
 )
 #: The events that change what a retry means: epoch bumps, sequence errors, fatal ones.
-NOTABLE_EVENT = re.compile(r"previous PID|epoch bump|ERRSEQ|DUPSEQ|UNKPID|ERRPID|[Ff]atal|FATAL")
+NOTABLE_EVENT = re.compile(
+    r"previous PID|epoch bump|bumped epoch|ERRSEQ|DUPSEQ|UNKPID|ERRPID|IMPLICITACK|[Ff]atal|"
+    r"FATAL"
+)
 #: A note from librdkafka's log: reported, but a problem only when it says fatal.
 CLIENT_NOTE = "librdkafka: "
 
@@ -176,6 +179,11 @@ class IdempotentWriter(Workload):
         self.acked: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
         #: The offset each acknowledged value was acknowledged at, per partition.
         self.acked_offsets: dict[int, dict[int, int]] = {p: {} for p in range(PARTITIONS)}
+        #: Values acknowledged without an offset: librdkafka acks a request that failed
+        #: "possibly persisted" implicitly when a later one of the partition succeeds
+        #: (IMPLICITACK: the broker took the later sequence, so it has the earlier
+        #: ones), and a DUPLICATE_SEQUENCE_NUMBER answer, with no offset either.
+        self.acked_without_offset: dict[int, list[int]] = {p: [] for p in range(PARTITIONS)}
         self.failed = 0
         self.interval = 1 / rate_per_s
         self.client_log = TimedLines()
@@ -201,8 +209,12 @@ class IdempotentWriter(Workload):
             self.failed += 1
             self.notes.append(f"delivery failed: {err} (value {msg.value()!r})")
             return
-        self.acked[msg.partition()].append(int(msg.value()))
-        self.acked_offsets[msg.partition()][int(msg.value())] = msg.offset()
+        value, offset = int(msg.value()), msg.offset()
+        self.acked[msg.partition()].append(value)
+        if offset is None:  # librdkafka's delivery report carries no offset
+            self.acked_without_offset[msg.partition()].append(value)
+        else:
+            self.acked_offsets[msg.partition()][value] = offset
 
     def run(self) -> None:
         n = 0
@@ -773,6 +785,9 @@ class Report:
     idempotent_client_events: list[str] = field(default_factory=list)
     #: Offsets the checking consumers were handed twice (one record each, not duplicates).
     redelivered: list[str] = field(default_factory=list)
+    #: Records librdkafka acknowledged without an offset (implicit acks): checked for
+    #: presence, once, but not for their offset.
+    idempotent_acked_without_offset: int = 0
 
     def lines(self) -> list[str]:
         return [
@@ -785,6 +800,8 @@ class Report:
             *[f"  {e}" for e in self.idempotent_client_events if NOTABLE_EVENT.search(e)][:40],
             *self.duplicates,
             f"offsets a checking consumer delivered twice: {self.redelivered or 'none'}",
+            f"idempotent records acknowledged without an offset (librdkafka's implicit ack): "
+            f"{self.idempotent_acked_without_offset}",
             "seconds to full ISRs after each heal: "
             + (", ".join(f"{k} {t:.1f}" for k, t in self.full_isr_after_heal) or "none"),
             f"transactions: {self.transactions}",
@@ -956,6 +973,7 @@ class Campaign:
                 n[len(CLIENT_NOTE) :] for n in idem.notes if n.startswith(CLIENT_NOTE)
             ][:500],
             redelivered=self.redelivered,
+            idempotent_acked_without_offset=sum(map(len, idem.acked_without_offset.values())),
         )
 
     # -- healing and checks --------------------------------------------------------------
@@ -1218,6 +1236,15 @@ def _relevant_broker_line(partition: int) -> Callable[[str], bool]:
     return keep
 
 
+def acknowledged(idem: IdempotentWriter, partition: int, value: int) -> str:
+    """How the producer was told ``value`` was written: at which offset, or not."""
+    if value in idem.acked_offsets[partition]:
+        return f"at offset {idem.acked_offsets[partition][value]}"
+    if value in idem.acked_without_offset[partition]:
+        return "without an offset (librdkafka's implicit ack)"
+    return "never"
+
+
 def explain_duplicates(
     cluster: Cluster,
     duplicated: dict[int, list[int]],
@@ -1250,7 +1277,7 @@ def explain_duplicates(
             )
             lines = [
                 f"src-{p} value {value} stored {len(reference)} times ({kind}); "
-                f"acknowledged at offset {idem.acked_offsets[p].get(value, 'never')}; "
+                f"acknowledged {acknowledged(idem, p, value)}; "
                 f"on brokers {agree}:",
                 *[f"    {c.describe()}" for c in reference],
             ]

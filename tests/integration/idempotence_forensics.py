@@ -35,6 +35,9 @@ from headwater.records.record import decode_batches
 _PID = re.compile(r"PID\{Id:(-?\d+),Epoch:(-?\d+)\}")
 #: librdkafka's GETPID debug line: ``Acquired PID{...} (previous PID{...})``.
 _ACQUIRED = re.compile(r"Acquired (PID\{[^}]*\})(?: \(previous (PID\{[^}]*\})\))?")
+#: An idempotent producer bumps its own epoch, without a request, once drained
+#: (``rd_kafka_idemp_drain_done``): ``All partitions drained, bumped epoch to PID{...}``.
+_BUMPED = re.compile(r"bumped epoch to (PID\{[^}]*\})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,11 +108,18 @@ def stored_copies(partition_dir: Path, values: Iterable[int]) -> dict[int, list[
 
 
 def logged_epoch_bumps(lines: Iterable[str]) -> list[tuple[int, int, int, int]]:
-    """(previous id, previous epoch, new id, new epoch) of every PID librdkafka logged
-    acquiring in place of an earlier one: an epoch bump (Headwater keeps the id and
-    raises the epoch, KIP-360; Kafka's broker hands an idempotent producer a new id)."""
+    """(previous id, previous epoch, new id, new epoch) of every epoch bump librdkafka
+    logged: the idempotent producer's own (``bumped epoch to``, after a drain), or a
+    PID acquired in place of an earlier one (InitProducerId: a transactional
+    producer's bump, or a reset)."""
     bumps = []
     for line in lines:
+        bumped = _BUMPED.search(line)
+        new_pid = _PID.match(bumped.group(1)) if bumped is not None else None
+        if new_pid is not None:
+            pid, epoch = int(new_pid.group(1)), int(new_pid.group(2))
+            bumps.append((pid, epoch - 1, pid, epoch))
+            continue
         match = _ACQUIRED.search(line)
         if match is None or match.group(2) is None:
             continue

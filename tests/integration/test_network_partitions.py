@@ -112,6 +112,8 @@ def failure_message(report: dict[str, Any]) -> str:
         f"sequence errors, fatal) {len(notable)}:",
         *notable[:60],
         f"offsets a checking consumer delivered twice: {report['redelivered'] or 'none'}",
+        "records acknowledged without an offset (librdkafka's implicit ack): "
+        f"{report['idempotent_acked_without_offset']}",
     ]
     return "\n".join(lines)
 

@@ -60,6 +60,18 @@ def test_a_logged_bump_between_the_copies_epochs_explains_the_duplicate() -> Non
     assert is_epoch_bump_duplicate([copy(10, 0, 40), copy(90, 1, 0)], bumps)
 
 
+def test_the_idempotent_producers_own_bump_after_a_drain_explains_the_duplicate() -> None:
+    """librdkafka bumps an idempotent producer's epoch locally, without InitProducerId."""
+    line = (
+        "DRAIN [rdkafka#producer-6] [thrd:main]: All partitions drained, "
+        "bumped epoch to PID{Id:1000,Epoch:1}"
+    )
+    bumps = logged_epoch_bumps([line])
+    assert bumps == [(PID, 0, PID, 1)]
+    assert is_epoch_bump_duplicate([copy(10, 0, 40), copy(90, 1, 0)], bumps)
+    assert not is_epoch_bump_duplicate([copy(10, 1, 40), copy(90, 1, 0)], bumps)
+
+
 def test_copies_in_one_epoch_are_never_explained() -> None:
     bumps = [(PID, 0, PID, 1)]
     assert not is_epoch_bump_duplicate([copy(10, 0, 40), copy(90, 0, 40)], bumps)
