@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.integration.broker_process import BrokerProcess
@@ -114,10 +114,21 @@ class Member:
         if not wanted:
             return
         offsets = [TopicPartition(t, p, o) for (t, p), o in wanted.items()]
-        try:
-            self.consumer.commit(offsets=offsets, asynchronous=False)
-        except KafkaException as exc:
-            self.errors.append(f"commit: {exc}")
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                self.consumer.commit(offsets=offsets, asynchronous=False)
+            except KafkaException as exc:
+                # librdkafka documents STALE_MEMBER_EPOCH as retryable: the member moved to
+                # a new epoch while the commit was in flight (Kafka answers the same), and
+                # librdkafka does not retry a manual commit itself; it expedites the
+                # heartbeat that brings the new epoch.
+                stale = exc.args[0].code() == KafkaError.STALE_MEMBER_EPOCH
+                if stale and time.monotonic() < deadline:
+                    time.sleep(0.05)  # retry backoff while the heartbeat lands
+                    continue
+                self.errors.append(f"commit: {exc}")
+            break
         for key in wanted:
             self._positions.pop(key, None)
 
