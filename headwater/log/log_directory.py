@@ -695,7 +695,8 @@ class LogDirectory:
 
     def full_dirs(self) -> list[str]:
         """The directories below their free-space floor or out of room (health, metrics)."""
-        return [self.space.path] if self.space.is_full else []
+        spaces = [self.space, *(extra.space for extra in self.extra)]
+        return [space.path for space in spaces if space.is_full]
 
     def _on_io_error_in(self, where: str, log: Log, exc: OSError) -> None:
         """A log met an I/O error: ``where`` is the directory it was created in (bound

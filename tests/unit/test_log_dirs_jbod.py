@@ -132,6 +132,7 @@ def test_the_free_space_floor_is_each_partition_s_own_directory(tmp_path: Path) 
     [refused] = [p for p, why in refusals.items() if why is not None]
     assert logs.dir_of("t", refused) == str(full.path)
     assert str(full.path) in (refusals[refused] or "")
+    assert logs.full_dirs() == [str(full.path)]
     # A new broker-wide floor reaches every directory, not only the first.
     logs.alter_base_config(LogConfig(free_space_min_bytes=1 << 62))
     assert all(logs.write_refusal("t", p, 10) is not None for p in range(3))
