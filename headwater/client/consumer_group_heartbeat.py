@@ -157,6 +157,11 @@ class GroupMember:
                 await self.cluster.refresh_metadata(missing)
                 ids = {t: self.cluster.topic_id(t) for t in ids}
             resp = await conn.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, m.sent(data, ids), version)
+        except asyncio.CancelledError:
+            # Stopped mid-request (the task cancelled): its answer will never be taken,
+            # so it is no longer in flight; else a restarted task never sends again.
+            m.request_failed()
+            raise
         except (KafkaConnectionError, KafkaError) as exc:
             m.request_failed()
             log.info("heartbeat of group %r failed: %s", self.group_id, exc)

@@ -21,6 +21,7 @@ from confluent_kafka import Producer as CKProducer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from headwater.client import Consumer, KafkaError, TopicPartition
+from headwater.records import columnar
 from tests.integration.broker_process import BrokerProcess
 
 OVERRIDES = (
@@ -34,6 +35,12 @@ OVERRIDES = (
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    # A consumer decodes fetched batches with numba kernels, and the first decode in a
+    # process compiles them (or loads numba's cache) on the consumer's loop, the thread
+    # that also heartbeats: seconds without a heartbeat, which a loaded machine made
+    # longer than this module's 6 s session (the member was fenced, its commit answered
+    # UNKNOWN_MEMBER_ID). This process pays for it here, before any member joins.
+    columnar.warm_up()
     b = BrokerProcess(tmp_path_factory.mktemp("hwkip848") / "data", overrides=OVERRIDES).start(
         timeout=60
     )

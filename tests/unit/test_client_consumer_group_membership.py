@@ -352,3 +352,87 @@ def test_a_stale_member_epoch_commit_is_retried_after_the_next_heartbeat() -> No
 
     asyncio.run(run())
     assert events == ["commit@5 refused", f"commit {m.member_id}@6 t1-0"]
+
+
+def test_a_request_without_an_answer_is_not_in_flight_any_more() -> None:
+    m = stable(tps("t1", 0), epoch=5)
+    m.sent(m.heartbeat_request(1), IDS)
+    assert not m.heartbeat_due(10.0)  # one heartbeat at a time
+    m.request_failed()
+    assert m.heartbeat_due(10.0)
+    assert m.heartbeat_request(1)["topic_partitions"] == tps("t1", 0)  # everything again
+
+
+class HeartbeatConn:
+    """Answers ConsumerGroupHeartbeat from a script; ``None`` never answers."""
+
+    def __init__(self, answers: list[tuple[int, int] | None]) -> None:
+        self.answers = answers
+        self.epochs: list[int] = []
+        self.sent = asyncio.Event()
+
+    def version(self, api_key: int) -> int:
+        return 1
+
+    async def request(self, api_key: int, data: dict[str, Any], version: int) -> Any:
+        self.epochs.append(data["member_epoch"])
+        self.sent.set()
+        answer = self.answers.pop(0) if self.answers else (0, data["member_epoch"] or 1)
+        if answer is None:
+            await asyncio.Event().wait()  # the response never comes
+        assert answer is not None
+        code, epoch = answer
+        return SimpleNamespace(
+            error_code=code,
+            error_message=None,
+            member_id=None,
+            member_epoch=epoch if not code else -1,
+            heartbeat_interval=500,
+            assignment=None,
+        )
+
+
+def test_a_heartbeat_task_cancelled_mid_request_heartbeats_again_when_restarted() -> None:
+    """The integration test stops a member's heartbeats by cancelling its task; the
+    cancelled request stayed in flight, so the restarted task never sent again."""
+    events: list[str] = []
+    m = stable(tps("t1", 0), epoch=5)
+    member, host = driver(events, m)
+    host.owned = dict.fromkeys(m.owned)
+    # The first heartbeat is never answered; after the restart the member is unknown.
+    conn = HeartbeatConn([None, (UNKNOWN_MEMBER_ID, -1)])
+
+    async def connection(node: int) -> HeartbeatConn:
+        return conn
+
+    async def find(kind: Any, key: str) -> int:
+        return 0
+
+    member.cluster = SimpleNamespace(  # type: ignore[assignment]
+        topics={}, connection=connection, topic_id=IDS.__getitem__
+    )
+    member.coordinators.find = find  # type: ignore[attr-defined]
+
+    async def run() -> None:
+        member.start()
+        await asyncio.wait_for(conn.sent.wait(), 5)
+        task = member._task
+        assert task is not None
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        member.start()
+        async with asyncio.timeout(5):
+            while conn.epochs[-1] != 0 or m.member_epoch != 1:
+                await asyncio.sleep(0.01)
+        restarted = member._task
+        assert restarted is not None
+        restarted.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await restarted
+
+    asyncio.run(run())
+    # The lost request, its resend (answered UNKNOWN_MEMBER_ID), then the rejoin.
+    assert conn.epochs[:3] == [5, 5, 0]
+    t10 = TopicPartition("t1", 0)
+    assert events == [f"remove {[t10]}", f"lost {[t10]}"]
