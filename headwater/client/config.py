@@ -104,13 +104,15 @@ class ConsumerConfig(_KafkaConfig):
     # How long a preferred read replica is kept before the leader is asked again.
     metadata_max_age_ms: int = 300_000
     headwater_fetch_session_enable: bool = True
-    # Consumer groups (subscribe). Only group.protocol=consumer (KIP-848) is
-    # implemented; classic stays the default, as in Kafka's clients.
+    # Consumer groups (subscribe): group.protocol=classic (the default, as in
+    # Kafka's clients) or consumer (KIP-848).
     group_id: str = ""
     group_protocol: str = "classic"
     group_remote_assignor: str = ""  # empty: the broker's default assignor
     group_instance_id: str = ""  # static membership
-    # Classic-protocol settings; the consumer protocol leaves both to the broker.
+    # Classic-protocol settings; the consumer protocol leaves them to the broker.
+    # Assignors in preference order (classic_group_membership: range, roundrobin).
+    partition_assignment_strategy: str = "range,roundrobin"
     session_timeout_ms: int = 45_000
     heartbeat_interval_ms: int = 3_000
     max_poll_interval_ms: int = 300_000  # sent as the rebalance timeout

@@ -3,9 +3,13 @@
 ``AsyncConsumer`` runs on an asyncio loop; ``Consumer`` is the blocking
 front that scripts and Spark tasks use (it runs the async one on a loop
 thread). The application assigns partitions and seeks, as Spark's source
-does, or subscribes as a member of a consumer group with
+does, or subscribes as a member of a consumer group: with
+``group.protocol=classic``, the default as in Kafka's clients
+(JoinGroup/SyncGroup/Heartbeat, eager rebalances, the leader assigning with
+``range`` or ``roundrobin``: ``classic_group_membership``,
+``classic_group_heartbeat``, ``assignors``), or with
 ``group.protocol=consumer`` (KIP-848: ``consumer_group_membership`` and
-``consumer_group_heartbeat``; the classic protocol is not implemented).
+``consumer_group_heartbeat``). Both run on the consumer's loop.
 
 How fetching works (the book chapter's Fetcher and poll(), KIP-227, KIP-74):
 
@@ -49,7 +53,10 @@ from typing import Any, Final
 
 import pyarrow as pa
 
+from headwater.client import assignors
 from headwater.client.arrow_records import record_schema, to_record_batch
+from headwater.client.classic_group_heartbeat import ClassicGroupMember
+from headwater.client.classic_group_membership import ClassicMembership
 from headwater.client.cluster import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ClusterClient
 from headwater.client.completed_fetch import CompletedFetch
 from headwater.client.config import ConsumerConfig
@@ -159,7 +166,7 @@ class AsyncConsumer:
         self._reset_task: asyncio.Task[None] | None = None
         self._metadata_stale = False
         self._closed = False
-        self._group: GroupMember | None = None
+        self._group: GroupMember | ClassicGroupMember | None = None
         self._auto_commit_task: asyncio.Task[None] | None = None
         self._next_auto_commit = 0.0
 
@@ -190,7 +197,7 @@ class AsyncConsumer:
     def assignment(self) -> set[TopicPartition]:
         return set(self._states)
 
-    # -- consumer groups (group.protocol=consumer) -----------------------------------
+    # -- consumer groups (group.protocol=classic or consumer) --------------------------
 
     def subscribe(
         self,
@@ -200,7 +207,9 @@ class AsyncConsumer:
         listener: object | None = None,
     ) -> None:
         """Join ``group.id`` for these topics, or every topic matching ``pattern``
-        (RE2, evaluated by the broker); partitions come from the coordinator.
+        (RE2, evaluated by the broker: ``group.protocol=consumer`` only);
+        partitions come from the coordinator (consumer) or the group's leader
+        (classic, by ``partition.assignment.strategy``).
 
         ``listener`` may have ``on_partitions_revoked``, ``on_partitions_assigned``
         and ``on_partitions_lost`` (each takes a set of partitions; they run on
@@ -210,10 +219,9 @@ class AsyncConsumer:
         c = self.config
         if not c.group_id:
             raise ValueError("subscribe needs group.id")
-        if c.group_protocol != "consumer":
-            raise NotImplementedError(
-                "this client speaks only group.protocol=consumer (KIP-848) for subscribe"
-            )
+        if c.group_protocol == "classic":
+            self._subscribe_classic(topics, pattern=pattern, listener=listener)
+            return
         if self._group is None:
             if self._states:
                 raise ValueError("subscribe after assign: unsubscribe/assign([]) first")
@@ -240,6 +248,44 @@ class AsyncConsumer:
             self._next_auto_commit = (
                 asyncio.get_running_loop().time() + c.auto_commit_interval_ms / 1000
             )
+        assert isinstance(self._group, GroupMember)
+        self._group.listener = listener
+        self._group.membership.subscribe(topics, pattern=pattern)
+        self._group.start()
+
+    def _subscribe_classic(
+        self, topics: Iterable[str] | None, *, pattern: str | None, listener: object | None
+    ) -> None:
+        c = self.config
+        if self._group is None:
+            if self._states:
+                raise ValueError("subscribe after assign: unsubscribe/assign([]) first")
+            membership = ClassicMembership(
+                c.group_id,
+                strategies=assignors.strategies(c.partition_assignment_strategy),
+                instance_id=c.group_instance_id or None,
+                session_timeout_ms=c.session_timeout_ms,
+                rebalance_timeout_ms=c.max_poll_interval_ms,
+                heartbeat_interval_ms=c.heartbeat_interval_ms,
+            )
+            membership.subscribe(topics, pattern=pattern)  # raises before anything starts
+            coordinators = CoordinatorClient(
+                self._cluster,
+                retry_backoff_ms=c.retry_backoff_ms,
+                max_block_ms=c.request_timeout_ms,
+            )
+            self._group = ClassicGroupMember(
+                self,
+                self._cluster,
+                coordinators,
+                membership,
+                auto_commit=c.enable_auto_commit,
+                retry_backoff_s=max(c.retry_backoff_ms, 10) / 1000,
+            )
+            self._next_auto_commit = (
+                asyncio.get_running_loop().time() + c.auto_commit_interval_ms / 1000
+            )
+        assert isinstance(self._group, ClassicGroupMember)
         self._group.listener = listener
         self._group.membership.subscribe(topics, pattern=pattern)
         self._group.start()
@@ -263,7 +309,7 @@ class AsyncConsumer:
     def member_id(self) -> str:
         return "" if self._group is None else self._group.membership.member_id
 
-    def _require_group(self) -> GroupMember:
+    def _require_group(self) -> GroupMember | ClassicGroupMember:
         if self._group is None:
             raise ValueError("not subscribed to a group")
         return self._group
