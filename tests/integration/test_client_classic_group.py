@@ -156,8 +156,9 @@ def test_two_consumers_split_six_partitions_then_one_takes_all(broker: BrokerPro
     config = {"partition.assignment.strategy": "roundrobin", "enable.auto.commit": True}
     first = hw_consumer(broker, group, **config)
     second = hw_consumer(broker, group, **config)
+    recorder = Recorder()
     try:
-        first.subscribe([topic])
+        first.subscribe([topic], listener=recorder)
         wait_for(lambda: len(first.assignment()) == 6, 20, "the first member to own all 6")
         second.subscribe([topic])
 
@@ -168,6 +169,9 @@ def test_two_consumers_split_six_partitions_then_one_takes_all(broker: BrokerPro
             return len(a) == 3 and len(b) == 3 and not a & b and a | b == everything
 
         wait_for(split, 30, "a 3/3 split")
+        # Eager: the first member gave up all 6 before taking its 3.
+        assert recorder.assigned[0] == everything and recorder.revoked[0] == everything
+        assert recorder.assigned[-1] == first.assignment() and recorder.lost == []
         read_until([first, second], counts, 600, 30)
         second.close()
 
@@ -268,4 +272,29 @@ def test_commits_survive_a_new_consumer_joining(broker: BrokerProcess) -> None:
             read_until([first, second], counts, 300, 30)
             assert sum(second.committed(tps).values()) == 300
     assert set(counts) == {str(i) for i in range(300)}
+    assert max(counts.values()) == 1, [v for v, n in counts.items() if n > 1]
+
+
+def test_a_static_member_comes_back_to_its_partitions_without_a_leave(
+    broker: BrokerProcess,
+) -> None:
+    topic, group = name("static"), name("g")
+    create_topic(broker, topic, 2)
+    produce(broker, topic, range(100))
+    everything = {TopicPartition(topic, p) for p in range(2)}
+    counts: Counter[str] = Counter()
+    # A long session: the comeback must not wait for the old member to expire.
+    static = {"group.instance.id": "instance-1", "session.timeout.ms": 45000}
+    with hw_consumer(broker, group, **static) as first:
+        first.subscribe([topic])
+        read_until([first], counts, 100, 30)
+        first_id = first.member_id()
+    # No LeaveGroup was sent: the same instance id takes its place back at once.
+    with hw_consumer(broker, group, **static) as again:
+        again.subscribe([topic])
+        wait_for(lambda: again.assignment() == everything, 20, "the static member's comeback")
+        assert again.member_id() != first_id
+        produce(broker, topic, range(100, 150))
+        read_until([again], counts, 150, 30)
+    assert set(counts) == {str(i) for i in range(150)}
     assert max(counts.values()) == 1, [v for v, n in counts.items() if n > 1]
