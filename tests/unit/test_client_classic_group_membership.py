@@ -312,7 +312,7 @@ class Coordinator:
         return 0
 
     def forget(self, kind: Any, key: str) -> None:
-        pass
+        self.events.append("forget coordinator")
 
     async def request_coordinator(
         self, kind: Any, key: str, api_key: ApiKey, data: Any, **kw: Any
@@ -331,11 +331,11 @@ class Coordinator:
         return ns(), 0
 
 
-def test_the_driver_joins_syncs_revokes_before_rejoining_and_leaves() -> None:
+def drive(heartbeats: list[int], **membership: Any) -> tuple[list[str], ClassicMembership]:
+    """Join, heartbeat through ``heartbeats`` until stable again, close; the events."""
     events: list[str] = []
-    # The first heartbeat starts a rebalance; the second finds the generation gone.
-    coordinator = Coordinator(events, [REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION, 0])
-    m = ClassicMembership("g", heartbeat_interval_ms=1)
+    coordinator = Coordinator(events, heartbeats)
+    m = ClassicMembership("g", heartbeat_interval_ms=1, **membership)
     m.subscribe(["t"])
     coordinators = SimpleNamespace(
         find=coordinator.find, forget=coordinator.forget, request=coordinator.request_coordinator
@@ -360,6 +360,12 @@ def test_the_driver_joins_syncs_revokes_before_rejoining_and_leaves() -> None:
         await member.close()
 
     asyncio.run(run())
+    return events, m
+
+
+def test_the_driver_joins_syncs_revokes_before_rejoining_and_leaves() -> None:
+    # The first heartbeat starts a rebalance; the second finds the generation gone.
+    events, _ = drive([REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION, 0])
     assert events == [
         "join -> MEMBER_ID_REQUIRED",
         "join -> generation 1",
@@ -386,3 +392,21 @@ def test_the_driver_joins_syncs_revokes_before_rejoining_and_leaves() -> None:
         "remove [0, 1]",
         "leave m1",
     ]
+
+
+def test_a_coordinator_error_finds_the_coordinator_again_and_keeps_the_partitions() -> None:
+    events, m = drive([NOT_COORDINATOR, 0], instance_id="i1")
+    assert events == [
+        "join -> MEMBER_ID_REQUIRED",
+        "join -> generation 1",
+        "add [(0, 7), (1, None)]",
+        "assigned [0, 1]",
+        "heartbeat -> 16",
+        "forget coordinator",
+        "heartbeat -> 0",
+        "commit [(0, 7), (1, 0)]@1",
+        "revoked [0, 1]",
+        "remove [0, 1]",
+        # A static member sends no LeaveGroup: it keeps its place for its session.
+    ]
+    assert m.state is State.LEFT
