@@ -21,9 +21,10 @@ KIP-848 groups, with the same face to the consumer (``start``, ``commit``,
 
 JoinGroup waits as long as the coordinator may hold it (the rebalance
 timeout, ``max.poll.interval.ms``, plus 5 s, as the Java client). The
-client does not enforce ``max.poll.interval.ms`` itself (no proactive leave
-when the application stops polling), and the leader does not watch the
-topics' partition counts between rebalances.
+leader looks at the group's topics every ``metadata.max.age.ms`` and rejoins
+when one appeared or changed its partition count (Kafka's assignment
+snapshot). The client does not enforce ``max.poll.interval.ms`` itself (no
+proactive leave when the application stops polling).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class ClassicGroupMember:
         *,
         auto_commit: bool,
         retry_backoff_s: float,
+        metadata_max_age_s: float = 300.0,
     ) -> None:
         self.host = host
         self.cluster = cluster
@@ -89,6 +91,8 @@ class ClassicGroupMember:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._last_heartbeat = -1e18
+        self.metadata_max_age_s = metadata_max_age_s
+        self._next_metadata_check = 0.0
 
     @property
     def group_id(self) -> str:
@@ -129,11 +133,19 @@ class ClassicGroupMember:
                 await self._revoke_all()
                 await self._act(await self._join_and_sync())
                 continue
+            # First: a heartbeat slower than its interval (behind a fetch on the same
+            # connection) would otherwise never leave room for it.
+            if m.is_leader and loop.time() >= self._next_metadata_check:
+                self._next_metadata_check = loop.time() + self.metadata_max_age_s
+                await self._check_metadata()
+                continue
             due = self._last_heartbeat + m.heartbeat_interval_ms / 1000
             if loop.time() >= due:
                 self._last_heartbeat = loop.time()
                 await self._act(await self._heartbeat())
                 continue
+            if m.is_leader:
+                due = min(due, self._next_metadata_check)
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(max(due - loop.time(), 0.001)):
@@ -226,23 +238,35 @@ class ClassicGroupMember:
         action = m.on_sync_response(int(resp.error_code), bytes(resp.assignment or b""))
         if action is Action.ASSIGNED:
             await self._assigned(set(m.owned))
-            self._last_heartbeat = asyncio.get_running_loop().time()
+            now = asyncio.get_running_loop().time()
+            self._last_heartbeat = now
+            self._next_metadata_check = now + self.metadata_max_age_s
         elif int(resp.error_code):
             log.info("group %r: SyncGroup: %s", self.group_id, KafkaError(int(resp.error_code)))
         return action
 
+    async def _partition_counts(self) -> dict[str, int] | None:
+        """The partition count of every topic the group subscribes to (None: no answer)."""
+        topics = sorted(self.membership.leader_topics())
+        if not topics:
+            return {}
+        try:
+            meta = await self.cluster.refresh_metadata(topics)
+        except (KafkaConnectionError, KafkaError) as exc:
+            log.warning("group %r: no metadata of the group's topics: %s", self.group_id, exc)
+            return None
+        return {t: len(meta[t].partitions) for t in topics if t in meta}
+
+    async def _check_metadata(self) -> None:
+        counts = await self._partition_counts()
+        log.debug("group %r: the group's topics: %s", self.group_id, counts)
+        if counts is not None and self.membership.metadata_changed(counts):
+            log.info("group %r: the group's topics changed (%s): rejoining", self.group_id, counts)
+
     async def _assign(self) -> dict[str, list[TopicPartition]]:
         m = self.membership
-        counts: dict[str, int] = {}
-        topics = sorted(m.leader_topics())
-        if topics:
-            try:
-                meta = await self.cluster.refresh_metadata(topics)
-            except (KafkaConnectionError, KafkaError) as exc:
-                log.warning("group %r: no metadata for the assignment: %s", self.group_id, exc)
-                meta = {}
-            counts = {t: len(meta[t].partitions) for t in topics if t in meta}
-        assignment = m.assign(counts)
+        counts = await self._partition_counts()
+        assignment = m.assign(counts or {})
         log.info("group %r: assignment %s", self.group_id, assignment)
         return assignment
 

@@ -12,6 +12,8 @@ with the eager rebalance protocol:
 3. **SyncGroup**: the leader sends the assignment, everyone gets their own.
 4. **Heartbeat** every ``heartbeat.interval.ms``; REBALANCE_IN_PROGRESS
    means join again. Eager: *everything* owned is revoked before rejoining.
+   The leader also rejoins when the group's topics change (one appears, or
+   its partition count changes: ``metadata_changed``).
 5. **LeaveGroup** when the consumer closes (not for a static member, which
    keeps its place for its session timeout, as in Kafka).
 
@@ -209,6 +211,8 @@ class ClassicMembership:
         self.protocol_name: str | None = None
         self.leader_id = ""
         self.members: tuple[JoinedMember, ...] = ()  # the leader's view of the group
+        # The partition counts the leader assigned from: a change means a rebalance.
+        self.assigned_counts: dict[str, int] | None = None
         self.owned: set[TopicPartition] = set()
         self.state = State.UNSUBSCRIBED
         self.error: tuple[int, str] | None = None
@@ -265,6 +269,7 @@ class ClassicMembership:
             self.protocol_name = protocol_name
             self.leader_id = leader
             self.members = tuple(members) if member_id == leader else ()
+            self.assigned_counts = None
             self.state = State.SYNCING
             return Action.SYNC
         if code == MEMBER_ID_REQUIRED:
@@ -291,6 +296,7 @@ class ClassicMembership:
     def assign(self, partitions_per_topic: Mapping[str, int]) -> dict[str, list[TopicPartition]]:
         """The leader's assignment, by the assignor the coordinator chose."""
         name = self.protocol_name or self.strategies[0]
+        self.assigned_counts = dict(partitions_per_topic)
         members = [
             MemberSubscription(m.member_id, decode_subscription(m.metadata), m.instance_id)
             for m in self.members
@@ -359,6 +365,16 @@ class ClassicMembership:
         if code in COORDINATOR_ERRORS:
             return Action.FIND_COORDINATOR
         return self._fail(code, "Heartbeat")
+
+    def metadata_changed(self, partitions_per_topic: Mapping[str, int]) -> bool:
+        """The leader's check (Kafka's assignment snapshot): a subscribed topic appeared,
+        went away or changed its partition count since the assignment; then rejoin."""
+        if self.state is not State.STABLE or not self.is_leader or self.assigned_counts is None:
+            return False
+        if dict(partitions_per_topic) == self.assigned_counts:
+            return False
+        self.state = State.UNJOINED
+        return True
 
     # -- what the I/O side reports ----------------------------------------------------
 

@@ -101,7 +101,8 @@ class ConsumerConfig(_KafkaConfig):
     # KIP-392: sent as rack_id in every Fetch (v11+); a rack-aware leader may
     # then name a replica in this rack to fetch from. Empty: always the leader.
     client_rack: str = ""
-    # How long a preferred read replica is kept before the leader is asked again.
+    # How long a preferred read replica is kept before the leader is asked again;
+    # also how often a classic group's leader checks the group's topics.
     metadata_max_age_ms: int = 300_000
     headwater_fetch_session_enable: bool = True
     # Consumer groups (subscribe): group.protocol=classic (the default, as in

@@ -281,6 +281,7 @@ class AsyncConsumer:
                 membership,
                 auto_commit=c.enable_auto_commit,
                 retry_backoff_s=max(c.retry_backoff_ms, 10) / 1000,
+                metadata_max_age_s=c.metadata_max_age_ms / 1000,
             )
             self._next_auto_commit = (
                 asyncio.get_running_loop().time() + c.auto_commit_interval_ms / 1000

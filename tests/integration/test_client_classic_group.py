@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import Consumer as CKConsumer
 from confluent_kafka import KafkaException
 from confluent_kafka import Producer as CKProducer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from headwater.client import Consumer, KafkaError, TopicPartition
 from headwater.records import columnar
@@ -296,5 +296,29 @@ def test_a_static_member_comes_back_to_its_partitions_without_a_leave(
         assert again.member_id() != first_id
         produce(broker, topic, range(100, 150))
         read_until([again], counts, 150, 30)
+    assert set(counts) == {str(i) for i in range(150)}
+    assert max(counts.values()) == 1, [v for v, n in counts.items() if n > 1]
+
+
+def test_the_leader_rebalances_when_partitions_are_added(broker: BrokerProcess) -> None:
+    topic, group = name("grow"), name("g")
+    create_topic(broker, topic, 2)
+    produce(broker, topic, range(50))
+    counts: Counter[str] = Counter()
+    # The leader looks at the group's topics every metadata.max.age.ms.
+    with hw_consumer(broker, group, **{"metadata.max.age.ms": 500}) as consumer:
+        consumer.subscribe([topic])
+        read_until([consumer], counts, 50, 30)
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_partitions([NewPartitions(topic, 4)])[topic].result(30)
+        everything = {TopicPartition(topic, p) for p in range(4)}
+
+        def grown() -> bool:
+            poll_commit(consumer, counts)
+            return consumer.assignment() == everything
+
+        wait_for(grown, 30, "the new partitions to be assigned")
+        produce(broker, topic, range(50, 150))
+        read_until([consumer], counts, 150, 30)
     assert set(counts) == {str(i) for i in range(150)}
     assert max(counts.values()) == 1, [v for v, n in counts.items() if n > 1]

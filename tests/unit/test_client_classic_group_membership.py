@@ -169,6 +169,25 @@ def test_sync_errors_rejoin(code: int, action: Action) -> None:
     assert m.member_id == ("" if code == UNKNOWN_MEMBER_ID else "m1")
 
 
+def test_the_leader_rejoins_when_the_groups_topics_change() -> None:
+    m = ClassicMembership("g")
+    m.subscribe(["t"])
+    joined(m)
+    m.assign({"t": 3})
+    assert m.on_sync_response(0, encode_assignment({T0, T1})) is Action.ASSIGNED
+    assert not m.metadata_changed({"t": 3})
+    assert m.state is State.STABLE
+    assert m.metadata_changed({"t": 4})  # partitions added
+    assert m.state is State.UNJOINED
+    joined(m, generation=2)
+    m.assign({})  # the topic did not exist yet
+    m.on_sync_response(0, b"")
+    assert m.metadata_changed({"t": 3})  # now it does
+    follower = stable({T0})
+    assert not follower.is_leader or follower.assigned_counts is None
+    assert not follower.metadata_changed({"t": 9})
+
+
 def test_leave_is_sent_by_dynamic_members_only() -> None:
     m = stable({T0})
     leave = m.leave_request()
