@@ -1114,9 +1114,7 @@ class Campaign:
             # the retry that wrote it): the record must be at that offset, duplicated
             # or not (the duplicate itself is reported as such).
             moved = sorted(
-                v
-                for v, offset in idem.acked_offsets[p].items()
-                if v in at and offset not in at[v]
+                v for v, offset in idem.acked_offsets[p].items() if v in at and offset not in at[v]
             )
             lost_total += len(lost)
             if dups:

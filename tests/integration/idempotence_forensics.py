@@ -171,9 +171,7 @@ class TimedLines:
             if len(self.entries) > self.limit:
                 del self.entries[: len(self.entries) - self.limit]
 
-    def between(
-        self, start: float, end: float, keep: Any = None, limit: int = 60
-    ) -> list[str]:
+    def between(self, start: float, end: float, keep: Any = None, limit: int = 60) -> list[str]:
         """The lines seen in [start, end] that ``keep(line)`` accepts (all when None),
         formatted ``HH:MM:SS.mmm source: line``; at most ``limit``, the first ones."""
         with self._lock:
