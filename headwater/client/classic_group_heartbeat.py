@@ -45,7 +45,12 @@ from headwater.client.classic_group_membership import (
     State,
 )
 from headwater.client.cluster import ClusterClient
-from headwater.client.consumer_group_heartbeat import GroupHost, _commit_error, _listener_call
+from headwater.client.consumer_group_heartbeat import (
+    GroupHost,
+    _commit_error,
+    _listener_call,
+    fetch_committed,
+)
 from headwater.client.coordinator import CoordinatorClient, CoordinatorType
 from headwater.client.errors import KafkaConnectionError, KafkaError
 from headwater.client.types import TopicPartition
@@ -308,28 +313,7 @@ class ClassicGroupMember:
     # -- offsets ----------------------------------------------------------------------
 
     async def committed(self, partitions: set[TopicPartition]) -> dict[TopicPartition, int]:
-        by_topic: dict[str, list[int]] = {}
-        for tp in partitions:
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
-        resp, code = await self.coordinators.request(
-            CoordinatorType.GROUP,
-            self.group_id,
-            ApiKey.OFFSET_FETCH,
-            {
-                "group_id": self.group_id,
-                "topics": [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()],
-                "require_stable": True,
-            },
-            what=f"OffsetFetch({self.group_id!r})",
-        )
-        if code:
-            raise KafkaError(code, f"OffsetFetch({self.group_id!r})")
-        return {
-            TopicPartition(t.name, int(p.partition_index)): int(p.committed_offset)
-            for t in resp.topics
-            for p in t.partitions
-            if int(p.committed_offset) >= 0 and not int(p.error_code)
-        }
+        return await fetch_committed(self.coordinators, self.group_id, partitions)
 
     async def commit(self, offsets: Mapping[TopicPartition, int], timeout_s: float = 30.0) -> None:
         """OffsetCommit with this member's generation and id; raises the first partition

@@ -248,28 +248,7 @@ class GroupMember:
     # -- offsets ----------------------------------------------------------------------
 
     async def committed(self, partitions: set[TopicPartition]) -> dict[TopicPartition, int]:
-        by_topic: dict[str, list[int]] = {}
-        for tp in partitions:
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
-        resp, code = await self.coordinators.request(
-            CoordinatorType.GROUP,
-            self.group_id,
-            ApiKey.OFFSET_FETCH,
-            {
-                "group_id": self.group_id,
-                "topics": [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()],
-                "require_stable": True,
-            },
-            what=f"OffsetFetch({self.group_id!r})",
-        )
-        if code:
-            raise KafkaError(code, f"OffsetFetch({self.group_id!r})")
-        return {
-            TopicPartition(t.name, int(p.partition_index)): int(p.committed_offset)
-            for t in resp.topics
-            for p in t.partitions
-            if int(p.committed_offset) >= 0 and not int(p.error_code)
-        }
+        return await fetch_committed(self.coordinators, self.group_id, partitions)
 
     async def commit(self, offsets: Mapping[TopicPartition, int], timeout_s: float = 30.0) -> None:
         """OffsetCommit as this member (id and epoch); raises the first partition error."""
@@ -351,3 +330,32 @@ def _commit_error(response: Any) -> int:
             if int(p.error_code):
                 return int(p.error_code)
     return 0
+
+
+async def fetch_committed(
+    coordinators: CoordinatorClient, group_id: str, partitions: set[TopicPartition]
+) -> dict[TopicPartition, int]:
+    """OffsetFetch (stable offsets) of the group: the same for a classic and a KIP-848
+    member; partitions with no committed offset are left out."""
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    resp, code = await coordinators.request(
+        CoordinatorType.GROUP,
+        group_id,
+        ApiKey.OFFSET_FETCH,
+        {
+            "group_id": group_id,
+            "topics": [{"name": t, "partition_indexes": ps} for t, ps in by_topic.items()],
+            "require_stable": True,
+        },
+        what=f"OffsetFetch({group_id!r})",
+    )
+    if code:
+        raise KafkaError(code, f"OffsetFetch({group_id!r})")
+    return {
+        TopicPartition(t.name, int(p.partition_index)): int(p.committed_offset)
+        for t in resp.topics
+        for p in t.partitions
+        if int(p.committed_offset) >= 0 and not int(p.error_code)
+    }
