@@ -10,20 +10,27 @@ from __future__ import annotations
 
 import contextlib
 import time
-import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from confluent_kafka import Consumer as CKConsumer
 from confluent_kafka import KafkaException
-from confluent_kafka import Producer as CKProducer
-from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from confluent_kafka.admin import AdminClient, NewPartitions
 
 from headwater.client import Consumer, KafkaError, TopicPartition
 from headwater.records import columnar
 from tests.integration.broker_process import BrokerProcess
+
+# The same helpers as the KIP-848 client tests: topics, records, waits, a listener.
+from tests.integration.test_client_consumer_group import (
+    Recorder,
+    create_topic,
+    name,
+    produce,
+    wait_for,
+)
 
 OVERRIDES = (
     "group.initial.rebalance.delay.ms=0",
@@ -49,30 +56,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         b.stop()
 
 
-def wait_for(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
-
-
-def name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-def create_topic(broker: BrokerProcess, topic: str, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
-
-
-def produce(broker: BrokerProcess, topic: str, values: range) -> None:
-    producer = CKProducer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
-    for i in values:
-        producer.produce(topic, str(i).encode(), key=str(i).encode())
-    assert producer.flush(30) == 0
-
-
 def hw_consumer(broker: BrokerProcess, group: str, **extra: Any) -> Consumer:
     config: dict[str, Any] = {
         "bootstrap.servers": broker.bootstrap,
@@ -84,22 +67,6 @@ def hw_consumer(broker: BrokerProcess, group: str, **extra: Any) -> Consumer:
     }
     config.update(extra)
     return Consumer(config)
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.revoked: list[set[TopicPartition]] = []
-        self.assigned: list[set[TopicPartition]] = []
-        self.lost: list[set[TopicPartition]] = []
-
-    def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None:
-        self.revoked.append(partitions)
-
-    def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None:
-        self.assigned.append(partitions)
-
-    def on_partitions_lost(self, partitions: set[TopicPartition]) -> None:
-        self.lost.append(partitions)
 
 
 def poll_commit(consumer: Consumer, counts: Counter[str]) -> None:
