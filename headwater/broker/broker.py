@@ -375,6 +375,9 @@ class Broker(HandlerTable):
     ) -> Response | Awaitable[Response]:
         header = ctx.header
         self.security.gate(ctx)
+        # First, before any request queued during a stall of the process is answered
+        # from leaderships the controller may have moved meanwhile.
+        self.cluster.replicas.check_loop_stall()
         entry = self.handlers.get(header.api_key)
         if entry is None:
             raise CloseConnection(f"unknown or unsupported API key {header.api_key}")

@@ -170,6 +170,7 @@ class ReplicaManager:
         interval = max(self.config.replica_lag_time_max_ms / 2, 100) / 1000
         self._tasks.append(asyncio.create_task(self._every(interval, self._check_isr), name="isr"))
         guard = self.stale_leader
+        guard.alive(_now_ms())  # stalls are measured from here
         tick_s = min(guard.session_timeout_ms, guard.replica_lag_time_max_ms) / 4000
         self._tasks.append(
             asyncio.create_task(
@@ -318,7 +319,42 @@ class ReplicaManager:
         self._tell_leadership(replica.topic, replica.partition, False)
 
     def _tick_stale_leadership(self) -> None:
+        self.check_loop_stall()
         self.check_stale_leadership()
+
+    def check_loop_stall(self, now_ms: int | None = None) -> list[PartitionKey]:
+        """Called for every request and tick: after a stall of the whole process that
+        may have cost the ZooKeeper session (``StaleLeaderGuard.alive``), step down from
+        every led partition with other replicas and read the states again before
+        leading any, as after a session loss. Returns the partitions given up."""
+        if not self._tasks:
+            return []  # not started: nothing is led yet
+        stalled_ms = self.stale_leader.alive(_now_ms() if now_ms is None else now_ms)
+        if stalled_ms is None:
+            return []
+        given_up = [
+            key
+            for key, replica in self.replicas.items()
+            if replica.is_leader and any(r != self.local_id for r in replica.replicas)
+        ]
+        log.warning(
+            "the process was stalled for %d ms (the ZooKeeper session may have expired "
+            "meanwhile): stepping down from %d partition(s) until their states are read again",
+            stalled_ms,
+            len(given_up),
+        )
+        if not given_up:
+            return []
+        self._awaiting_fresh_states = True
+        for key in given_up:
+            self._step_down(self.replicas[key])
+        self._session_generation += 1
+        if self._refresher is not None:
+            self._refresher.cancel()
+        self._refresher = asyncio.get_running_loop().create_task(
+            self._refresh_states(self._session_generation), name="refresh-partition-states"
+        )
+        return given_up
 
     def check_stale_leadership(self, now_ms: int | None = None) -> list[PartitionKey]:
         """Step down from every led partition the stale-leader rule gives up (issue 31):
@@ -523,7 +559,12 @@ class ReplicaManager:
             self._check_low_watermark(replica)  # waiting DeleteRecords: not the leader now
             self._unwatch_appends(replica)
             self._unfollow(key)
-            if state.leader >= 0 and not self.following_stopped and replica.log.offline is None:
+            if (
+                state.leader >= 0
+                and not self.following_stopped
+                and replica.log.offline is None
+                and not self._corrupt_in_isr(replica, state.isr)
+            ):
                 self._fetcher_for(state.leader, key).add(replica)
             log.log(
                 self.role_log_level,
@@ -562,17 +603,25 @@ class ReplicaManager:
         if not replica.is_leader and self.local_id not in state.isr:
             self._repair_corrupt(replica, state.leader)
             return
-        loop = asyncio.get_running_loop()
-        sent = loop.run_in_executor(
-            None, self.store.notify_log_dir_event, self.local_id, [key], "corrupt"
+        if not replica.is_leader:
+            # An in-sync follower stops fetching until it is out of the ISR: fetching
+            # at its log end, it would look caught up and the leader would put it back
+            # in the ISR the moment the controller took it out. Not fetching, it also
+            # leaves the ISR by replica.lag.time.max.ms if the controller never acts.
+            self._unfollow(key)
+        task = asyncio.get_running_loop().create_task(
+            self._notify_corrupt(key), name=f"corrupt-notification-{topic}-{partition}"
         )
+        self._notifications.add(task)
+        task.add_done_callback(self._notifications.discard)
 
-        def done(f: asyncio.Future[str]) -> None:
-            if f.exception() is not None:
-                log.error("cannot tell the controller that %s-%d is corrupt here: %s",
-                          topic, partition, f.exception())  # fmt: skip
+    def _corrupt_in_isr(self, replica: PartitionReplica, isr: Iterable[int]) -> bool:
+        """A corrupt follower still in the ISR: it waits, not fetching, to be taken out."""
+        return bool(replica.log.corrupt) and self.local_id in isr
 
-        sent.add_done_callback(done)
+    async def _notify_corrupt(self, key: PartitionKey) -> None:
+        """Tell the controller, retried as a log directory failure is."""
+        await self._notify_log_dir_event([key], "corrupt")
 
     def on_log_dir_failure(self, keys: list[PartitionKey]) -> None:
         """A data directory failed (KIP-112, Kafka's handleLogDirFailure; on the loop):
@@ -593,18 +642,22 @@ class ReplicaManager:
         task.add_done_callback(self._notifications.discard)
 
     async def _notify_log_dir_failure(self, hosted: list[PartitionKey]) -> None:
+        await self._notify_log_dir_event(hosted, "log_dir_failure")
+
+    async def _notify_log_dir_event(self, keys: list[PartitionKey], reason: str) -> None:
+        """A log dir event notification for the controller, retried with backoff."""
         loop = asyncio.get_running_loop()
         delay = 0.2
         for attempt in range(1, LOG_DIR_NOTIFY_ATTEMPTS + 1):
             try:
                 await loop.run_in_executor(
-                    None, self.store.notify_log_dir_event, self.local_id, hosted, "log_dir_failure"
+                    None, self.store.notify_log_dir_event, self.local_id, keys, reason
                 )
                 return
             except Exception as exc:
                 if attempt == LOG_DIR_NOTIFY_ATTEMPTS:
-                    log.error("cannot tell the controller about a failed log directory: %s",
-                              exc)  # fmt: skip
+                    log.error("cannot tell the controller about %s of %s: %s",
+                              reason.replace("_", " "), keys, exc)  # fmt: skip
                     return
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)

@@ -39,6 +39,12 @@ that still fetches anything from this one can reach it, and while it can,
 no partition is given up on its account (stepping down later than needed
 is the safe side).
 
+The same doubt follows a stall of the whole process (SIGSTOP, swapping) longer
+than two thirds of the session timeout (``alive``): the session may have
+expired meanwhile, and the requests queued during the stall are read before
+the ZooKeeper client can say so. Led partitions with other replicas step down
+at once and the states are read again from ZooKeeper before any is led.
+
 Sans-I/O: times come in as arguments (``tick(now_ms)``); the replica
 manager applies the decision.
 """
@@ -71,6 +77,11 @@ class StaleLeaderGuard:
     without_zookeeper_since_ms: int | None = None
     #: The last fetch of each follower broker from this one.
     last_fetch_ms: dict[int, int] = field(default_factory=dict)
+    #: When the event loop last ran a request or a tick (None: not yet).
+    last_alive_ms: int | None = None
+    #: A stall longer than this is treated as a possible session loss (None: two
+    #: thirds of the session timeout; see ``stall_threshold_ms``).
+    stall_after_ms: int | None = None
 
     def zookeeper_lost(self, now_ms: int) -> None:
         """The connection dropped (SUSPENDED) or the session expired (LOST)."""
@@ -103,6 +114,27 @@ class StaleLeaderGuard:
         if not self.without_zookeeper_too_long(now_ms):
             return []
         return sorted(key for key, p in led.items() if self.followers_gone(p, now_ms))
+
+    @property
+    def stall_threshold_ms(self) -> int:
+        """A stall this long may have cost the session: the server expires it a session
+        timeout after the last ping it heard, and pings go out every third of it."""
+        if self.stall_after_ms is not None:
+            return self.stall_after_ms
+        return self.session_timeout_ms * 2 // 3
+
+    def alive(self, now_ms: int) -> int | None:
+        """The event loop runs now: how long it was stalled when that may have cost the
+        session (a SIGSTOP, a swapped-out process), None otherwise.
+
+        After such a stall the requests that queued meanwhile are read before the
+        ZooKeeper client has noticed anything, and answering them from the cached
+        leaderships (a transaction coordinator's state above all) would answer for
+        partitions the controller has given away."""
+        last, self.last_alive_ms = self.last_alive_ms, now_ms
+        if last is None or now_ms - last <= self.stall_threshold_ms:
+            return None
+        return now_ms - last
 
     def forget(self, broker_ids: Iterable[int]) -> None:
         for broker_id in broker_ids:

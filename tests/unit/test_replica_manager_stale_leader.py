@@ -73,6 +73,7 @@ def test_the_replica_manager_steps_down_a_cut_leader_and_answers_not_leader(
             rm = c.replicas
             replica = rm.replicas[KEY]
             rm.stale_leader.session_timeout_ms = SESSION_MS
+            rm.stale_leader.stall_after_ms = 10**9  # the cut rule alone, not a stall
             session = await c.caught_up_session(2)
             _, waiting = rm.append_records(TOPIC, 0, _batch(), 0, acks=-1)
             assert waiting is not None and not waiting.done()
@@ -109,6 +110,7 @@ def test_the_replica_manager_keeps_leading_while_only_zookeeper_is_away(
         async with leading(tmp_path, lag_ms=RM_LAG_MS) as c:
             rm = c.replicas
             rm.stale_leader.session_timeout_ms = SESSION_MS
+            rm.stale_leader.stall_after_ms = 10**9  # the cut rule alone, not a stall
             session = await c.caught_up_session(1)
             await asyncio.to_thread(c.store.suspend)
             assert await eventually(lambda: rm.stale_leader.without_zookeeper_since_ms is not None)
@@ -122,6 +124,45 @@ def test_the_replica_manager_keeps_leading_while_only_zookeeper_is_away(
                 assert rm.stale_leader.without_zookeeper_too_long(fetched + 1)
                 assert rm.check_stale_leadership(fetched + 1) == []
             assert rm.serving_error(TOPIC, 0) == ErrorCode.none
+
+    asyncio.run(main())
+
+
+def test_a_stall_that_may_have_cost_the_session_is_told_apart() -> None:
+    g = guard()
+    assert g.stall_threshold_ms == 2_000  # two thirds of the 3 s session
+    assert g.alive(10_000) is None  # the first sign of life
+    assert g.alive(11_000) is None
+    assert g.alive(13_000) is None  # 2 s: a ping may still have reached ZooKeeper
+    assert g.alive(15_001) == 2_001  # SIGSTOP-like: the session may be gone
+    assert g.alive(15_500) is None
+
+
+def test_after_a_stall_the_replica_manager_steps_down_before_answering_and_leads_again(
+    tmp_path: Path,
+) -> None:
+    """A process stopped past two thirds of its session (SIGSTOP) reads the requests
+    queued meanwhile before its ZooKeeper client notices anything: the first of them
+    (``check_loop_stall`` runs before every request) makes it step down, so none is
+    answered from a leadership the controller may have moved. The states are read
+    again from ZooKeeper, and it leads once more at the epoch ZooKeeper holds."""
+
+    async def main() -> None:
+        async with leading(tmp_path, lag_ms=RM_LAG_MS) as c:
+            rm = c.replicas
+            replica = rm.replicas[KEY]
+            left: list[tuple[str, int]] = []
+            rm.leadership_listeners.append(
+                lambda topic, partition, led: None if led else left.append((topic, partition))
+            )
+            last = rm.stale_leader.last_alive_ms
+            assert last is not None  # the tick ran
+            assert rm.check_loop_stall(last + 1) == []
+            assert rm.check_loop_stall(last + 1 + rm.stale_leader.stall_threshold_ms + 1) == [KEY]
+            assert not replica.is_leader and left == [KEY]  # coordinators unload
+            assert rm.serving_error(TOPIC, 0) == ErrorCode.not_leader_or_follower
+            assert await eventually(lambda: replica.is_leader)
+            assert replica.leader_epoch == c.state().leader_epoch
 
     asyncio.run(main())
 
