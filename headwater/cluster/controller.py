@@ -611,10 +611,17 @@ class Controller:
             return
         log.info("controller %d: controlled shutdown of broker(s) %s",
                  self.broker_id, sorted(new))  # fmt: skip
-        # Leaders change ISRs without telling the controller: decide on fresh states.
-        keys = [k for k, st in self._states.items() if new & ({st.leader} | set(st.isr))]
+        # Leaders change ISRs without telling the controller, so its cached ISRs may
+        # miss a stopping broker (a follower taken back in after a pause): every
+        # partition it holds a replica of is read afresh and decided (Kafka's
+        # partitionsOnBroker), not only those the cache puts it in.
+        keys = [k for k in self._states if new & set(self._replicas_of(k))]
         self._states.update(self.store.partition_states(keys))
         self._reconcile(keys)
+
+    def _replicas_of(self, key: TopicPartition) -> list[int]:
+        topic = self._topics.get(key[0])
+        return topic.replicas.get(key[1], []) if topic is not None else []
 
     def _log_dir_events(self, names: frozenset[str]) -> None:
         """Log directory failure notifications (KIP-112, Kafka's onBrokerLogDirFailure):

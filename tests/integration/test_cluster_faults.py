@@ -219,6 +219,8 @@ def test_a_resumed_leader_never_leads_from_its_stale_view(cluster: Cluster) -> N
     logged = cluster.brokers[v].lines[lines_before:]
     stale = [line for line in logged if (m := LEADER_LINE.search(line)) and m.group(1) == "hot"]
     assert stale == [], stale
+    # It knew at once, from its own clock, before its ZooKeeper client said anything.
+    assert any("the process was stalled for" in line for line in logged), logged[-40:]
     survivors = read_values(cluster, "hot")
     acked = set(after[0].acked)
     assert len(acked) > 100 and acked <= survivors, sorted(acked - survivors)[:20]

@@ -383,6 +383,25 @@ def test_controlled_shutdown_moves_leaders_and_leaves_isrs(cluster: Cluster) -> 
     assert cluster.controllers[1]._shutting_down == set()
 
 
+def test_controlled_shutdown_takes_a_follower_out_of_an_isr_the_cache_does_not_show(
+    cluster: Cluster,
+) -> None:
+    """The leader took broker 2 back into the ISR (a follower caught up after a pause),
+    writing ZooKeeper itself: the controller's cache still shows it out. Its controlled
+    shutdown must still take it out (it waited three attempts, then stopped anyway)."""
+    for b in (1, 2, 3):
+        cluster.add_broker(b)
+    create_topic(cluster.stores[1], "t", 1, 3, replica_assignment={0: [1, 2, 3]})
+    cluster.settle()
+    controller = cluster.controllers[1]
+    state = cluster.state("t", 0)
+    controller._states[("t", 0)] = PartitionState(1, 0, (1, 3), 1, state.zk_version)
+    assert cluster.state("t", 0).isr == (1, 2, 3)  # what ZooKeeper holds
+    cluster.stores[2].request_controlled_shutdown(2)
+    cluster.settle()
+    assert cluster.state("t", 0).leader == 1 and cluster.state("t", 0).isr == (1, 3)
+
+
 def test_controlled_shutdown_of_the_controller_itself(cluster: Cluster) -> None:
     for b in (1, 2):
         cluster.add_broker(b)
