@@ -586,6 +586,14 @@ class Controller:
         bounced = {b for b, e in epochs.items() if b in self._epochs and self._epochs[b] != e}
         log.info("controller %d: live brokers %s -> %s%s", self.broker_id, sorted(self._live),
                  sorted(epochs), f" (bounced {sorted(bounced)})" if bounced else "")  # fmt: skip
+        gone = (self._live - set(epochs)) | bounced
+        if gone:
+            # Leaders take followers back into ISRs without telling the controller:
+            # a partition whose cached ISR misses a broker that died would keep it in
+            # the ISR (acks=all stalled for replica.lag.time.max.ms). Read afresh the
+            # partitions the gone brokers hold replicas of (Kafka's partitionsOnBroker).
+            keys = [k for k in self._states if gone & set(self._replicas_of(k))]
+            self._states.update(self.store.partition_states(keys))
         self._epochs = epochs
         self._shutting_down = set(self._shutdown_requests) & (set(epochs) - bounced)
         if bounced:

@@ -402,6 +402,19 @@ def test_controlled_shutdown_takes_a_follower_out_of_an_isr_the_cache_does_not_s
     assert cluster.state("t", 0).leader == 1 and cluster.state("t", 0).isr == (1, 3)
 
 
+def test_a_dead_follower_leaves_an_isr_the_cache_does_not_show_it_in(cluster: Cluster) -> None:
+    for b in (1, 2, 3):
+        cluster.add_broker(b)
+    create_topic(cluster.stores[1], "t", 1, 3, replica_assignment={0: [1, 2, 3]})
+    cluster.settle()
+    controller = cluster.controllers[1]
+    state = cluster.state("t", 0)
+    controller._states[("t", 0)] = PartitionState(1, 0, (1, 3), 1, state.zk_version)
+    cluster.stores[2].close()
+    cluster.settle()
+    assert cluster.state("t", 0).leader == 1 and cluster.state("t", 0).isr == (1, 3)
+
+
 def test_controlled_shutdown_of_the_controller_itself(cluster: Cluster) -> None:
     for b in (1, 2):
         cluster.add_broker(b)
