@@ -13,12 +13,16 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from headwater.protocol.apis import ApiKey
+from headwater.protocol.messages import build_request, decode_response, encode_request
 from tests.integration.cluster_process import Cluster, wait_for
+from tests.integration.wire import WireClient
 
 pytestmark = pytest.mark.cluster
 
@@ -386,3 +390,118 @@ def read_committed_values(cluster: Cluster, topic: str, partitions: int) -> list
         return values
     finally:
         consumer.close()
+
+
+# -- a coordinator resumed from a pause (stop 34's CI failure) -------------------------
+
+NOT_COORDINATOR_YET = {
+    14,
+    15,
+    16,
+    51,
+}  # load in progress, not available, not coordinator, concurrent
+INVALID_TXN_STATE = 48
+
+
+def _kio(client: WireClient, api: ApiKey, version: int, data: dict[str, Any]) -> Any:
+    body = client.request(api, version, encode_request(build_request(api, version, data)))
+    return decode_response(api, version, body)
+
+
+def _txn_coordinator(cluster: Cluster, brokers: list[int], transactional_id: str) -> int:
+    """The coordinator ``brokers`` name for ``transactional_id``, once one does."""
+    found: list[int] = []
+
+    def named() -> bool:
+        for b in brokers:
+            client = WireClient(cluster.brokers[b].bootstrap)
+            try:
+                resp = _kio(client, ApiKey.FIND_COORDINATOR, 4,
+                            {"key_type": 1, "coordinator_keys": [transactional_id]})  # fmt: skip
+            finally:
+                client.close()
+            (answer,) = resp.coordinators
+            if answer.error_code == 0 and answer.node_id in brokers:
+                found.append(int(answer.node_id))
+                return True
+        return False
+
+    wait_for(named, timeout=60, what=f"a coordinator for {transactional_id}")
+    return found[-1]
+
+
+def _error_of(answer: Any) -> int:
+    if hasattr(answer, "error_code"):
+        return int(answer.error_code)
+    # AddPartitionsToTxn up to v3: one error per partition
+    (topic,) = answer.results_by_topic_v3_and_below
+    (partition,) = topic.results_by_partition
+    return int(partition.partition_error_code)
+
+
+def _until_ok(client: WireClient, api: ApiKey, version: int, data: dict[str, Any]) -> Any:
+    """Retry while the coordinator is loading or busy (what every client does)."""
+    answers: list[Any] = []
+
+    def ok() -> bool:
+        answers.append(_kio(client, api, version, data))
+        return _error_of(answers[-1]) not in NOT_COORDINATOR_YET
+
+    wait_for(ok, timeout=60, what=f"{api.name} to be answered")
+    assert _error_of(answers[-1]) == 0, answers[-1]
+    return answers[-1]
+
+
+def test_a_resumed_coordinator_answers_nothing_from_its_stale_state(cluster: Cluster) -> None:
+    """A coordinator paused past its session, whose transactional id moved on under the
+    new coordinator, reads the EndTxn queued on its socket meanwhile as soon as it runs
+    again, before its ZooKeeper client has noticed the expiry. Answered from its cached
+    state (the previous transaction, aborted), the commit got INVALID_TXN_STATE, which
+    librdkafka treats as fatal (the fault campaign's failure in stop 34's CI). It must
+    answer as a coordinator that no longer is one, and the transaction commits at the
+    new coordinator."""
+    txn_id = "stale-coordinator"
+    cluster.create_topic("stale-txn", partitions=1, replication=3)
+    old = _txn_coordinator(cluster, [0, 1, 2], txn_id)
+    others = [b for b in (0, 1, 2) if b != old]
+    topics = [{"name": "stale-txn", "partitions": [0]}]
+    at_old = WireClient(cluster.brokers[old].bootstrap)
+    stale = WireClient(cluster.brokers[old].bootstrap)  # its EndTxn waits out the pause
+    try:
+        init = _until_ok(at_old, ApiKey.INIT_PRODUCER_ID, 4,
+                         {"transactional_id": txn_id, "transaction_timeout": 60_000,
+                          "producer_id": -1, "producer_epoch": -1})  # fmt: skip
+        ids = {
+            "v3_and_below_transactional_id": txn_id,
+            "v3_and_below_producer_id": int(init.producer_id),
+            "v3_and_below_producer_epoch": int(init.producer_epoch),
+        }
+        end = {"transactional_id": txn_id, "producer_id": int(init.producer_id),
+               "producer_epoch": int(init.producer_epoch)}  # fmt: skip
+        _until_ok(at_old, ApiKey.ADD_PARTITIONS_TO_TXN, 3, {**ids, "v3_and_below_topics": topics})
+        _until_ok(at_old, ApiKey.END_TXN, 3, {**end, "committed": False})  # aborted at `old`
+
+        def moved_on() -> None:
+            new = _txn_coordinator(cluster, others, txn_id)
+            at_new = WireClient(cluster.brokers[new].bootstrap)
+            try:  # the next transaction starts at the new coordinator
+                _until_ok(at_new, ApiKey.ADD_PARTITIONS_TO_TXN, 3,
+                          {**ids, "v3_and_below_topics": topics})  # fmt: skip
+            finally:
+                at_new.close()
+            request = encode_request(build_request(ApiKey.END_TXN, 3, {**end, "committed": True}))
+            stale.send_request(ApiKey.END_TXN, 3, request)  # queued at the paused broker
+
+        pause_past_the_session(cluster, old, others, moved_on)
+        answer = decode_response(ApiKey.END_TXN, 3, stale.read_response(ApiKey.END_TXN, 3))
+        assert int(answer.error_code) != INVALID_TXN_STATE, "answered from a stale state"
+        assert int(answer.error_code) in NOT_COORDINATOR_YET, answer
+    finally:
+        at_old.close()
+        stale.close()
+    new = _txn_coordinator(cluster, [0, 1, 2], txn_id)
+    at_new = WireClient(cluster.brokers[new].bootstrap)
+    try:
+        _until_ok(at_new, ApiKey.END_TXN, 3, {**end, "committed": True})
+    finally:
+        at_new.close()

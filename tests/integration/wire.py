@@ -24,6 +24,11 @@ class WireClient:
 
     def request(self, api_key: int, version: int, body: bytes) -> bytes:
         """Send one request and return the response body (header stripped)."""
+        self.send_request(api_key, version, body)
+        return self.read_response(api_key, version)
+
+    def send_request(self, api_key: int, version: int, body: bytes) -> None:
+        """Send one request without waiting (``read_response`` reads its answer)."""
         self.correlation += 1
         flexible = version >= API_FLEXIBLE_FROM.get(api_key, 10**6)
         client_id = b"wire-test"
@@ -32,6 +37,10 @@ class WireClient:
             head += b"\x00"
         frame = head + body
         self.sock.sendall(struct.pack(">i", len(frame)) + frame)
+
+    def read_response(self, api_key: int, version: int) -> bytes:
+        """The body (header stripped) of the answer to the last request sent."""
+        flexible = version >= API_FLEXIBLE_FROM.get(api_key, 10**6)
         resp = self.read_frame()
         (corr,) = struct.unpack_from(">i", resp, 0)
         assert corr == self.correlation
