@@ -249,6 +249,29 @@ class TransactionMetadata:
             raise IllegalTransition(f"{self.transactional_id}: complete from {self.state.name}")
         return self._transit(state, partitions=frozenset(), update_ms=now_ms)
 
+    def prepare_confirm(self) -> TxnTransit:
+        """The current state once more, changing nothing: written only so that its
+        replication proves this coordinator still leads its partition before a
+        refusal is answered (see ``TransactionCoordinatorService._confirmed``).
+        Replayed, it sets what the previous record set."""
+        if self.pending_state is not None:
+            raise IllegalTransition(
+                f"{self.transactional_id}: confirming while "
+                f"{self.pending_state.display_name} is being written"
+            )
+        self.pending_state = self.state
+        return TxnTransit(
+            producer_id=self.producer_id,
+            previous_producer_id=self.previous_producer_id,
+            producer_epoch=self.producer_epoch,
+            last_producer_epoch=self.last_producer_epoch,
+            timeout_ms=self.timeout_ms,
+            state=self.state,
+            partitions=frozenset(self.partitions),
+            start_ms=self.start_ms,
+            update_ms=self.update_ms,
+        )
+
     def prepare_dead(self) -> TxnTransit:
         """transactional.id.expiration.ms passed: a tombstone removes the id."""
         return self._transit(TxnState.DEAD, partitions=frozenset())

@@ -94,6 +94,17 @@ class TxnListing:
     state: str
 
 
+#: Answers from state that a client cannot retry its way out of.
+REFUSALS = frozenset(
+    {
+        ErrorCode.invalid_txn_state,
+        ErrorCode.producer_fenced,
+        ErrorCode.invalid_producer_epoch,
+        ErrorCode.invalid_producer_id_mapping,
+    }
+)
+
+
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -275,6 +286,22 @@ class TransactionCoordinatorService:
             del loaded.txns[meta.transactional_id]
         return ErrorCode.none
 
+    async def _confirmed(
+        self, partition: int, loaded: _Partition, meta: TransactionMetadata | None, error: ErrorCode
+    ) -> ErrorCode:
+        """A refusal from the cached state (fatal to a client: INVALID_TXN_STATE, a
+        fenced epoch, a foreign producer id) is answered only once a write made here
+        has replicated, which proves this broker still coordinates the id and that
+        its state is current. A coordinator cut off from ZooKeeper and its peers, or
+        resumed from a pause, may still believe it leads while the new coordinator
+        has moved the transaction on (stop 34's fatal INVALID_TXN_STATE); its write
+        cannot replicate, and the client gets a retriable error instead. Refusals
+        are rare, so the extra write costs nothing in practice."""
+        if error not in REFUSALS or meta is None or meta.pending:
+            return error
+        written = await self._write(partition, loaded, meta, meta.prepare_confirm())
+        return error if written is ErrorCode.none else written
+
     # ------------------------------------------------------------ APIs
 
     async def init_producer_id(
@@ -303,7 +330,11 @@ class TransactionCoordinatorService:
             meta, timeout_ms, expected, self._clock_ms(), self._new_producer_id
         )
         if isinstance(decision, ErrorCode):
-            return decision, NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+            return (
+                await self._confirmed(partition, loaded, meta, decision),
+                NO_PRODUCER_ID,
+                NO_PRODUCER_EPOCH,
+            )
         if isinstance(decision, Fence):
             error = await self._write(partition, loaded, meta, decision.transit)
             if error is ErrorCode.none:
@@ -340,7 +371,7 @@ class TransactionCoordinatorService:
         meta = loaded.txns.get(transactional_id)
         decision = add_partitions(meta, producer_id, epoch, partitions, self._clock_ms())
         if isinstance(decision, ErrorCode):
-            return decision
+            return await self._confirmed(partition, loaded, meta, decision)
         assert meta is not None
         return await self._write(partition, loaded, meta, decision)
 
@@ -357,7 +388,7 @@ class TransactionCoordinatorService:
         meta = loaded.txns.get(transactional_id)
         decision = end_txn(meta, producer_id, epoch, commit, self._clock_ms())
         if isinstance(decision, ErrorCode):
-            return decision
+            return await self._confirmed(partition, loaded, meta, decision)
         assert meta is not None
         error = await self._write(partition, loaded, meta, decision)
         if error is ErrorCode.none:

@@ -231,3 +231,66 @@ def test_list_duration_filter() -> None:
         await service.stop()
 
     asyncio.run(run())
+
+
+def test_a_refusal_is_answered_only_once_a_write_proves_the_coordinator_current() -> None:
+    """INVALID_TXN_STATE, a fenced epoch or a foreign producer id end a librdkafka
+    producer for good. A coordinator that lost its partition without knowing it yet (cut
+    off, or resumed from a pause) must not answer them from its cached state: it writes
+    the state once more, and only once that replicates is the refusal answered; when
+    it cannot (the ISR follows another leader now), the client gets a retriable error."""
+
+    async def run() -> None:
+        replicated: list[int] = []
+
+        async def wait_replicated(partition: int, offset: int) -> int:
+            replicated.append(offset)
+            return int(ErrorCode.not_leader_or_follower if stale else ErrorCode.none)
+
+        ids = itertools.count(1000)
+        service = TransactionCoordinatorService(
+            node_id=1,
+            host="h",
+            port=9,
+            config=TxnConfig(num_partitions=1),
+            new_producer_id=lambda: next(ids),
+            markers=MarkerSender(
+                1,
+                lambda: FakeWriter(),
+                partition_exists=lambda t, p: True,
+                backoff_ms=1,  # type: ignore[arg-type, return-value]
+            ),
+            clock_ms=Clock(),
+            wait_replicated=wait_replicated,
+        )
+        log = InMemoryStateLog()
+        stale = False
+        await service.load_partition(0, log, 0)
+        _, pid, epoch = await service.init_producer_id("tx", 60_000, None)
+        assert await service.add_partitions("tx", pid, epoch, {TP}) is ErrorCode.none
+        assert await service.end_txn("tx", pid, epoch, False) is ErrorCode.none
+        await settle()  # CompleteAbort
+        written = len(log.entries)
+        # Current coordinator: a commit of the aborted transaction is refused, after a
+        # write of the unchanged state replicated.
+        assert await service.end_txn("tx", pid, epoch, True) is ErrorCode.invalid_txn_state
+        assert len(log.entries) == written + 1
+        assert states_in(log)[-1] == ("tx", TxnState.COMPLETE_ABORT)
+        assert await service.end_txn("tx", pid, epoch + 1, True) is ErrorCode.producer_fenced
+        # Deposed without knowing: the same requests get retriable errors, the state
+        # is unchanged and nothing is left pending.
+        stale = True
+        assert await service.end_txn("tx", pid, epoch, True) is ErrorCode.not_coordinator
+        assert await service.add_partitions("tx", pid, epoch + 1, {TP}) is (
+            ErrorCode.not_coordinator
+        )
+        meta = service.transaction("tx")
+        assert meta is not None and meta.state is TxnState.COMPLETE_ABORT and not meta.pending
+        # Requests that need no refusal are not slowed by an extra write.
+        stale = False
+        before = len(replicated)
+        assert await service.add_partitions("tx", pid, epoch, {TP}) is ErrorCode.none
+        assert len(replicated) == before + 1  # the Ongoing record only
+        await service.stop()
+
+    asyncio.run(run())
