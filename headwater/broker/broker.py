@@ -204,7 +204,9 @@ class Broker(HandlerTable):
         partition_admin = PartitionAdminApis(replication)
         self.register_kio(ApiKey.DELETE_RECORDS, partition_admin.delete_records)
         self.register_kio(ApiKey.DESCRIBE_PRODUCERS, partition_admin.describe_producers)
-        self.register_kio(ApiKey.DESCRIBE_LOG_DIRS, LogDirsApi(self.logs).describe_log_dirs)
+        log_dirs = LogDirsApi(self.logs, self._spawn)
+        self.register_kio(ApiKey.DESCRIBE_LOG_DIRS, log_dirs.describe_log_dirs)
+        self.register_kio(ApiKey.ALTER_REPLICA_LOG_DIRS, log_dirs.alter_replica_log_dirs)
         # Transaction markers go to the logs this broker leads; the transaction
         # coordinator calls ``txn_markers.write`` directly for its own partitions.
         self.txn_markers = TxnMarkerWriter(replication)

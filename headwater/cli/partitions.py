@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,6 +25,7 @@ from headwater.client.errors import KafkaError, error_name
 from headwater.client.partition_admin import (
     ElectionType,
     alter_partition_reassignments,
+    alter_replica_log_dirs,
     delete_records,
     elect_leaders,
     list_partition_reassignments,
@@ -185,6 +187,69 @@ def _reassignment_targets(path: str) -> dict[TopicPartition, list[int]]:
     return targets
 
 
+#: Kafka's ``ANY_LOG_DIR``: a replica with no wish for a data directory.
+ANY_LOG_DIR = "any"
+_REPLICA_NOT_AVAILABLE = 9
+
+
+def _replica_log_dirs(path: str) -> dict[tuple[TopicPartition, int], str]:
+    """The optional ``log_dirs`` of each partition (one per replica, ``any`` for none),
+    as (partition, broker) -> directory for those that name one, Kafka's checks."""
+    wanted: dict[tuple[TopicPartition, int], str] = {}
+    for e in _json_partitions(path, with_key="replicas"):
+        dirs = e.get("log_dirs")
+        if dirs is None:
+            continue
+        tp = TopicPartition(e["topic"], int(e["partition"]))
+        if not isinstance(dirs, list) or not all(isinstance(d, str) for d in dirs):
+            raise ValueError(f'{path}: log_dirs of {_name(tp)} must be a list of paths or "any"')
+        if len(dirs) != len(e["replicas"]):
+            raise ValueError(
+                f"Size of replicas list {e['replicas']} is different from size of log dirs "
+                f"list {dirs} for partition {_name(tp)}"
+            )
+        for broker, d in zip(e["replicas"], dirs, strict=True):
+            if d != ANY_LOG_DIR:
+                wanted[(tp, int(broker))] = d
+    return wanted
+
+
+async def _move_log_dirs(
+    cluster: ClusterClient, wanted: dict[tuple[TopicPartition, int], str], timeout_s: float
+) -> int:
+    """Kafka's ``executeMoves``: AlterReplicaLogDirs to each broker until every move
+    has started; a replica not there yet (REPLICA_NOT_AVAILABLE) is asked again until
+    ``timeout_s``, as it appears only once the reassignment created it."""
+    pending = dict(wanted)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        brokers = sorted({b for _, b in pending})
+        for broker in brokers:
+            mine = {tp: d for (tp, b), d in pending.items() if b == broker}
+            codes = await alter_replica_log_dirs(cluster, broker, mine)
+            for tp, d in sorted(mine.items()):
+                code = codes.get(tp, _REPLICA_NOT_AVAILABLE)
+                if code == _REPLICA_NOT_AVAILABLE:
+                    continue
+                del pending[(tp, broker)]
+                if code:
+                    raise KafkaError(
+                        code, f"Failed to alter dir for {_name(tp)} on broker {broker}"
+                    )
+                print(
+                    f"Successfully started moving log directory to {d} for replica "
+                    f"{_name(tp)} with broker {broker}"
+                )
+        if not pending:
+            return 0
+        if time.monotonic() >= deadline:
+            names = ",".join(f"{_name(tp)}-{b}" for tp, b in sorted(pending))
+            plural = "" if len(pending) == 1 else "s"
+            print(f"Timed out before log directory move{plural} could be started for: {names}")
+            return 1
+        await asyncio.sleep(0.1)
+
+
 def _topics_to_move(path: str) -> list[str]:
     """The topics of ``--topics-to-move-json-file`` (``{"version": 1, "topics": [...]}``)."""
     try:
@@ -280,6 +345,7 @@ def cmd_reassign(args: argparse.Namespace) -> int:
     if not args.reassignment_json_file:
         raise ValueError("give --reassignment-json-file (or --generate to make one)")
     targets = _reassignment_targets(args.reassignment_json_file)
+    log_dirs = _replica_log_dirs(args.reassignment_json_file)
 
     async def work(cluster: ClusterClient) -> int:
         if args.verify:
@@ -315,7 +381,11 @@ def cmd_reassign(args: argparse.Namespace) -> int:
             print(f"Successfully {verb} partition reassignments for {names}")
         for tp, r in failed.items():
             print(f"Error reassigning partition {_name(tp)}: {KafkaError(r.error_code, r.message)}")
-        return 1 if failed else 0
+        if failed:
+            return 1
+        if log_dirs and not args.cancel:
+            return await _move_log_dirs(cluster, log_dirs, args.timeout / 1000)
+        return 0
 
     return run_with_cluster(args, work)
 
@@ -457,6 +527,14 @@ def add_partition_commands(sub: Any) -> None:
         "--disable-rack-aware",
         action="store_true",
         help="with --generate: place replicas ignoring the brokers' racks",
+    )
+    reassign.add_argument(
+        "--timeout",
+        type=int,
+        default=10_000,
+        metavar="MS",
+        help="with --execute: how long to retry starting the log_dirs moves of replicas "
+        "not yet on their broker (default 10000)",
     )
     add_client_args(reassign)
     reassign.set_defaults(func=guarded(cmd_reassign))

@@ -362,3 +362,35 @@ async def list_partition_reassignments(
                 tuple(int(r) for r in p.removing_replicas),
             )
     return dict(sorted(out.items()))
+
+
+# -- AlterReplicaLogDirs (API 34; KIP-113) ----------------------------------------------
+
+
+async def alter_replica_log_dirs(
+    cluster: ClusterClient, broker: int, dirs: Mapping[TopicPartition, str]
+) -> dict[TopicPartition, int]:
+    """Ask ``broker`` to move its replica of each partition to the given data directory;
+    the error code of each (REPLICA_NOT_AVAILABLE: no replica there yet, the directory is
+    remembered for when it is created)."""
+    conn = await cluster.connection(broker)
+    by_dir: dict[str, dict[str, list[int]]] = {}
+    for tp, path in dirs.items():
+        by_dir.setdefault(path, {}).setdefault(tp.topic, []).append(tp.partition)
+    resp = await conn.request(
+        ApiKey.ALTER_REPLICA_LOG_DIRS,
+        {
+            "dirs": [
+                {
+                    "path": path,
+                    "topics": [{"name": t, "partitions": ps} for t, ps in topics.items()],
+                }
+                for path, topics in by_dir.items()
+            ]
+        },
+    )
+    return {
+        TopicPartition(t.topic_name, int(p.partition_index)): int(p.error_code)
+        for t in resp.results
+        for p in t.partitions
+    }

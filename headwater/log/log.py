@@ -1675,6 +1675,27 @@ class Log:
         self._epoch_cache = None
         self._boundaries.clear()
 
+    @property
+    def cleaning(self) -> bool:
+        """A clean is under way (its thread writes files into the directory)."""
+        return self._cleaning
+
+    @property
+    def generation(self) -> int:
+        """Bumped by every change that is not an append (truncation, retention, close):
+        a copier that relies on segments only growing starts over when it moves."""
+        return self._generation
+
+    def relocate(self, directory: Path) -> None:
+        """Point a closed log at its new directory (a replica moved between data
+        directories): the next use loads it from there. Offsets in memory (the high
+        watermark, the leader epoch stamped on appends) and listeners are kept."""
+        if self._loaded:
+            raise RuntimeError(f"{self!r} must be closed before it moves")
+        self.handles.forget_under(self._path)
+        self.directory = directory
+        self._path = os.fspath(directory)
+
     def delete(self) -> None:
         """Remove the partition directory and everything in it."""
         self._generation += 1

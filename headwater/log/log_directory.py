@@ -39,6 +39,13 @@ from headwater.log.errors import (
 )
 from headwater.log.handles import FileHandleCache
 from headwater.log.log import Log
+from headwater.log.replica_move import (
+    FUTURE_DIR_SUFFIX,
+    DirSync,
+    recover_moves,
+    side_dir_name,
+    swap_in,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +131,25 @@ def _fsync_directory(path: Path) -> None:
 
 
 @dataclass(slots=True)
+class ReplicaMove:
+    """One replica being moved to another data directory (AlterReplicaLogDirs): its
+    ``<topic>-<p>.<uuid>-future`` copy and how far the copy got."""
+
+    topic: str
+    partition: int
+    log: Log
+    source: str
+    destination: str
+    future: Path
+    sync: DirSync
+    #: The log's generation when the last copy round started (see ``Log.generation``).
+    generation: int = -1
+    #: The log end offset when the last finished copy round started: copied up to here.
+    copied_end: int = 0
+    cancelled: bool = False
+
+
+@dataclass(slots=True)
 class ExtraDir:
     """A further data directory (``log.dirs=A,B,C``: B and C), holding partitions only:
     its own lock, ``meta.properties`` (written by the cluster node), clean-shutdown
@@ -167,6 +193,10 @@ class LogDirectory:
         self._placement: dict[tuple[str, int], ExtraDir] = {}
         #: With extra directories: the partitions found in the first one at open.
         self._in_primary: set[tuple[str, int]] = set()
+        #: Where AlterReplicaLogDirs asked a partition not hosted here to be created.
+        self._preferred: dict[tuple[str, int], str] = {}
+        #: Replica moves between directories under way (AlterReplicaLogDirs).
+        self.moves: dict[tuple[str, int], ReplicaMove] = {}
         #: Called once, from the thread that met the error, when the directory goes
         #: offline: (directory, reason). The broker stops when no directory is left.
         self.on_offline: Callable[[str, str], None] | None = None
@@ -194,7 +224,16 @@ class LogDirectory:
                 _fsync_directory(extra.path)
             for topic, partition in _partition_names(extra.path):
                 self._placement[(topic, partition)] = extra
+        if self.extra:
+            for settled in recover_moves(self.dirs):
+                logger.info("settled a replica move a stop interrupted: %s", settled)
+            self._placement = {
+                (topic, partition): extra
+                for extra in self.extra
+                for topic, partition in _partition_names(extra.path)
+            }
         self._in_primary = set(_partition_names(self.path)) if self.extra else set()
+        self.moves = {}
         marker = self.path / CLEAN_SHUTDOWN_FILE
         self.clean_shutdown = marker.exists()
         if self.clean_shutdown:
@@ -557,6 +596,14 @@ class LogDirectory:
         key = (topic, partition)
         if not self.extra or key in self._placement or self._partition_path(*key).is_dir():
             return
+        preferred = self._preferred.pop(key, None)
+        if preferred is not None and self.dir_offline(preferred) is None:
+            extra = self._extra_named(preferred)
+            if extra is not None:
+                self._placement[key] = extra
+                return
+            if self._is_primary(preferred):
+                return
         counts: dict[int, int] = {}
         for placed in self._placement.values():
             counts[id(placed)] = counts.get(id(placed), 0) + 1
@@ -610,6 +657,110 @@ class LogDirectory:
         log.offline = extra.offline if extra is not None else self.primary_offline
         COLLECTOR.long_lived_created()
         return log
+
+    # -- moving replicas between directories (AlterReplicaLogDirs, KIP-113) ---------------
+
+    def is_log_dir(self, path: str) -> bool:
+        """Whether ``path`` names one of this broker's data directories."""
+        return self._is_primary(path) or self._extra_named(path) is not None
+
+    def hosts(self, topic: str, partition: int) -> bool:
+        """Whether a replica of the partition lives here: its log is open or its
+        directory exists (a partition never written to has neither)."""
+        key = (topic, partition)
+        return key in self._logs or any((d / f"{topic}-{partition}").is_dir() for d in self.dirs)
+
+    def prefer_dir(self, topic: str, partition: int, path: str) -> None:
+        """Create the partition in ``path`` when it is first placed here (Kafka's
+        ``maybeUpdatePreferredLogDir``: a move asked for before the replica exists)."""
+        if (topic, partition) in self._logs and self._same(self.dir_of(topic, partition), path):
+            return
+        self._preferred[(topic, partition)] = path
+
+    def _same(self, a: str, b: str) -> bool:
+        return a == b or _same_dir(a) == _same_dir(b)
+
+    def _dir_path(self, path: str) -> Path:
+        extra = self._extra_named(path)
+        return extra.path if extra is not None else self.path
+
+    def begin_move(self, topic: str, partition: int, destination: str) -> ReplicaMove | None:
+        """Start moving a hosted partition to ``destination`` (one of ``dirs``); None
+        when it is there already. A move to another directory under way is cancelled
+        (Kafka: the newest destination wins); one to the same directory is returned."""
+        key = (topic, partition)
+        current = self.moves.get(key)
+        if current is not None:
+            if self._same(current.destination, destination):
+                return current
+            self.cancel_move(current)
+        source = self.dir_of(topic, partition)
+        if self._same(source, destination):
+            return None
+        log = self.log(topic, partition)
+        log.log_end_offset  # noqa: B018 - load now: a load's recovery cuts the tail in place
+        target = self._dir_path(destination)
+        future = target / side_dir_name(topic, partition, FUTURE_DIR_SUFFIX)
+        move = ReplicaMove(
+            topic, partition, log, source, str(target), future,
+            DirSync(self._partition_path(topic, partition), future),
+        )  # fmt: skip
+        self.moves[key] = move
+        return move
+
+    def move_is_current(self, move: ReplicaMove) -> bool:
+        """The move still stands: not cancelled, the log not deleted or replaced, and
+        neither directory offline."""
+        key = (move.topic, move.partition)
+        return (
+            not move.cancelled
+            and self.moves.get(key) is move
+            and self._logs.get(key) is move.log
+            and move.log.offline is None
+            and self.dir_offline(move.destination) is None
+        )
+
+    def cancel_move(self, move: ReplicaMove) -> None:
+        """Stop a move; its copy is deleted by the task that runs it (off the loop)."""
+        move.cancelled = True
+        if self.moves.get((move.topic, move.partition)) is move:
+            del self.moves[(move.topic, move.partition)]
+
+    def complete_move(self, move: ReplicaMove) -> Path:
+        """The swap, on the log's thread (the event loop), so no append falls between
+        the last copy and the switch: close the log (flushed, producer snapshot taken),
+        copy what was added since the last round, rename (see ``replica_move``), and
+        point the log at its new home. Returns the old directory, renamed aside, to
+        delete off the loop. The caller checked ``move.generation`` is still the log's:
+        only appends happened since the last round, so the copy is a prefix."""
+        key = (move.topic, move.partition)
+        log = move.log
+        source = self._partition_path(move.topic, move.partition)
+        target = Path(move.destination) / f"{move.topic}-{move.partition}"
+        log.close()
+        move.sync.sync(final=True)
+        aside = swap_in(source, move.future, target)
+        self.handles.forget_under(source)
+        extra = self._extra_named(move.destination)
+        if extra is not None:
+            self._placement[key] = extra
+            self._in_primary.discard(key)
+        else:
+            self._placement.pop(key, None)
+            self._in_primary.add(key)
+        log.relocate(target)
+        log.on_io_error = functools.partial(self._on_io_error_in, str(target.parent))
+        self.moves.pop(key, None)
+        return aside
+
+    def future_replicas(self) -> list[tuple[str, int, str, Path, int]]:
+        """(topic, partition, destination dir, future dir, offset lag) of every move
+        under way, for DescribeLogDirs (``is_future_key``)."""
+        out = []
+        for move in list(self.moves.values()):
+            lag = max(0, move.log.log_end_offset - move.copied_end) if move.log.is_loaded else 0
+            out.append((move.topic, move.partition, move.destination, move.future, lag))
+        return out
 
     # -- free space and failing disks -----------------------------------------------------
 

@@ -44,6 +44,7 @@ class ApiKey(enum.IntEnum):
     DELETE_ACLS = 31
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    ALTER_REPLICA_LOG_DIRS = 34
     DESCRIBE_LOG_DIRS = 35
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
@@ -100,6 +101,7 @@ API_FLEXIBLE_FROM: Final[dict[int, int]] = {
     ApiKey.CONSUMER_GROUP_DESCRIBE: 0,
     ApiKey.DESCRIBE_CONFIGS: 4,
     ApiKey.ALTER_CONFIGS: 2,
+    ApiKey.ALTER_REPLICA_LOG_DIRS: 2,
     ApiKey.DESCRIBE_LOG_DIRS: 2,
     ApiKey.CREATE_PARTITIONS: 2,
     ApiKey.DELETE_GROUPS: 2,
@@ -159,6 +161,8 @@ SUPPORTED: Final[dict[ApiKey, tuple[int, int]]] = {
     ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.ALTER_CONFIGS: (0, 2),
+    # Kafka serves 0-2 (v0 deprecated); kio has no v0 schema.
+    ApiKey.ALTER_REPLICA_LOG_DIRS: (1, 2),
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     ApiKey.DELETE_GROUPS: (0, 2),
