@@ -148,7 +148,13 @@ class TransactionMetadata:
             raise IllegalTransition(
                 f"{self.transactional_id}: {self.state.display_name} -> {state.display_name}"
             )
-        transit = TxnTransit(
+        transit = replace(self._as_transit(state), **changes)  # type: ignore[arg-type]
+        self.pending_state = state
+        return transit
+
+    def _as_transit(self, state: TxnState) -> TxnTransit:
+        """What is known now, as a record of ``state``."""
+        return TxnTransit(
             producer_id=self.producer_id,
             previous_producer_id=self.previous_producer_id,
             producer_epoch=self.producer_epoch,
@@ -159,9 +165,6 @@ class TransactionMetadata:
             start_ms=self.start_ms,
             update_ms=self.update_ms,
         )
-        transit = replace(transit, **changes)  # type: ignore[arg-type]
-        self.pending_state = state
-        return transit
 
     def prepare_increment_epoch(
         self, timeout_ms: int, expected_epoch: int | None, now_ms: int
@@ -260,17 +263,7 @@ class TransactionMetadata:
                 f"{self.pending_state.display_name} is being written"
             )
         self.pending_state = self.state
-        return TxnTransit(
-            producer_id=self.producer_id,
-            previous_producer_id=self.previous_producer_id,
-            producer_epoch=self.producer_epoch,
-            last_producer_epoch=self.last_producer_epoch,
-            timeout_ms=self.timeout_ms,
-            state=self.state,
-            partitions=frozenset(self.partitions),
-            start_ms=self.start_ms,
-            update_ms=self.update_ms,
-        )
+        return self._as_transit(self.state)
 
     def prepare_dead(self) -> TxnTransit:
         """transactional.id.expiration.ms passed: a tombstone removes the id."""

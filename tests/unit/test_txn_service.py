@@ -12,7 +12,7 @@ from headwater.coordinator.state_log import InMemoryStateLog
 from headwater.txn.marker_sender import MarkerSender
 from headwater.txn.markers import TxnMarker
 from headwater.txn.metadata import TxnState
-from headwater.txn.service import TransactionCoordinatorService, TxnConfig
+from headwater.txn.service import TransactionCoordinatorService, TxnConfig, WaitReplicated
 from headwater.txn.state_log import decode_key, decode_value, encode_key, encode_value
 
 TP = ("orders", 0)
@@ -43,7 +43,10 @@ class Clock:
 
 
 def make(
-    writer: FakeWriter, clock: Clock, **config: int
+    writer: FakeWriter,
+    clock: Clock,
+    wait_replicated: WaitReplicated | None = None,
+    **config: int,
 ) -> tuple[TransactionCoordinatorService, InMemoryStateLog]:
     ids = itertools.count(1000)
     service = TransactionCoordinatorService(
@@ -59,6 +62,7 @@ def make(
             backoff_ms=1,  # type: ignore[arg-type, return-value]
         ),
         clock_ms=clock,
+        wait_replicated=wait_replicated,
     )
     return service, InMemoryStateLog()
 
@@ -247,23 +251,7 @@ def test_a_refusal_is_answered_only_once_a_write_proves_the_coordinator_current(
             replicated.append(offset)
             return int(ErrorCode.not_leader_or_follower if stale else ErrorCode.none)
 
-        ids = itertools.count(1000)
-        service = TransactionCoordinatorService(
-            node_id=1,
-            host="h",
-            port=9,
-            config=TxnConfig(num_partitions=1),
-            new_producer_id=lambda: next(ids),
-            markers=MarkerSender(
-                1,
-                lambda: FakeWriter(),
-                partition_exists=lambda t, p: True,
-                backoff_ms=1,  # type: ignore[arg-type, return-value]
-            ),
-            clock_ms=Clock(),
-            wait_replicated=wait_replicated,
-        )
-        log = InMemoryStateLog()
+        service, log = make(FakeWriter(), Clock(), wait_replicated)
         stale = False
         await service.load_partition(0, log, 0)
         _, pid, epoch = await service.init_producer_id("tx", 60_000, None)
