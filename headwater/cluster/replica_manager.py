@@ -54,7 +54,7 @@ from headwater.fetch.replica_selector import (
     preferred_read_replica,
 )
 from headwater.log.errors import KafkaApiError
-from headwater.log.hw_checkpoint import HighWatermarkCheckpoint
+from headwater.log.hw_checkpoint import DirectoryCheckpoints
 from headwater.log.log import AppendResult, Log, LogEvent, LogListener
 from headwater.log.log_directory import LogDirectory
 from headwater.protocol.error_codes import ErrorCode
@@ -120,7 +120,14 @@ class ReplicaManager:
         self.connector = InterBrokerConnector(local_id, self._address_of)
         #: KIP-73 replication throttles, both sides (the fetch handler applies the leader's).
         self.throttles = ReplicationThrottles(local_id, self._topic_configs, config.throttles)
-        self._checkpoint = HighWatermarkCheckpoint(data_dir / HW_CHECKPOINT_FILE)
+        #: The first directory's checkpoint lives in ``data_dir`` (the same directory
+        #: for a broker; unit tests keep their logs in a subdirectory of it).
+        self._checkpoint_home = data_dir
+        self._checkpoint = DirectoryCheckpoints(
+            [data_dir, *(d for d in logs.dirs if d != logs.path)],
+            self._checkpoint_dir,
+            self._checkpoint_dir_offline,
+        )
         self._checkpointed: dict[PartitionKey, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._isr_writes: set[asyncio.Future[Any]] = set()
@@ -231,14 +238,25 @@ class ReplicaManager:
             except Exception:
                 log.exception("%s failed; will retry", getattr(action, "__name__", action))
 
+    def _checkpoint_dir(self, topic: str, partition: int) -> str:
+        """The directory whose checkpoint lists the partition: its own."""
+        where = self.logs.dir_of(topic, partition)
+        return str(self._checkpoint_home) if where == str(self.logs.path) else where
+
+    def _checkpoint_dir_offline(self, directory: str) -> str | None:
+        if directory == str(self._checkpoint_home):
+            directory = str(self.logs.path)
+        return self.logs.dir_offline(directory)
+
     def checkpoint_high_watermarks(self) -> None:
-        """Write every replica's HW to ``replication-offset-checkpoint`` when one moved."""
+        """Write every replica's HW to its directory's ``replication-offset-checkpoint``
+        when one moved (one file per data directory, as Kafka; see DirectoryCheckpoints)."""
         current = {key: r.log.high_watermark for key, r in self.replicas.items()}
         if current != self._checkpointed:
-            try:
-                self._checkpoint.write(current)
-            except OSError as exc:  # a full or failing disk: try again next interval
-                log.warning("cannot write %s: %s", self._checkpoint.path, exc)
+            failed = self._checkpoint.write(current)
+            for directory, exc in failed:  # a full or failing disk: try again next interval
+                log.warning("cannot write the high-watermark checkpoint of %s: %s", directory, exc)
+            if failed:
                 return
             self._checkpointed = current
 

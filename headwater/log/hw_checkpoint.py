@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from headwater.log.checkpoint_file import CorruptCheckpointError, read_checkpoint, write_checkpoint
@@ -68,3 +68,59 @@ class HighWatermarkCheckpoint:
         write_checkpoint(self.path, rows)
         self._last_written = current
         return True
+
+
+class DirectoryCheckpoints:
+    """One ``replication-offset-checkpoint`` per data directory, as Kafka keeps them
+    (JBOD): each lists the partitions of its own directory, so a failed or full
+    directory loses or stalls only its own high watermarks, and a partition keeps
+    its checkpoint when its directory is the only one left.
+
+    ``dir_of(topic, partition)`` names a partition's directory and ``offline(dir)``
+    says whether one is offline (skipped: its disk answers errors). A checkpoint
+    written by an older Headwater lists every partition in the first directory; on
+    reading, a partition's own directory wins over another listing it.
+    """
+
+    __slots__ = ("_dir_of", "_offline", "files")
+
+    def __init__(
+        self,
+        dirs: Iterable[Path],
+        dir_of: Callable[[str, int], str],
+        offline: Callable[[str], str | None],
+    ) -> None:
+        self.files = {
+            str(d): HighWatermarkCheckpoint(Path(d) / HIGH_WATERMARK_CHECKPOINT_FILE) for d in dirs
+        }
+        self._dir_of = dir_of
+        self._offline = offline
+
+    def read(self) -> dict[tuple[str, int], int]:
+        """Every directory's high watermarks (an unreadable one contributes none)."""
+        found: dict[str, dict[tuple[str, int], int]] = {
+            d: checkpoint.read() for d, checkpoint in self.files.items() if not self._offline(d)
+        }
+        merged: dict[tuple[str, int], int] = {}
+        for d, mapping in found.items():
+            for key, offset in mapping.items():
+                if key not in merged or self._dir_of(*key) == d:
+                    merged[key] = offset
+        return merged
+
+    def write(self, mapping: Mapping[tuple[str, int], int]) -> list[tuple[str, OSError]]:
+        """Each online directory's share of ``mapping``; the directories that failed
+        (the others are written all the same)."""
+        shares: dict[str, dict[tuple[str, int], int]] = {d: {} for d in self.files}
+        for key, offset in mapping.items():
+            shares.setdefault(self._dir_of(*key), {})[key] = offset
+        failed: list[tuple[str, OSError]] = []
+        for d, share in shares.items():
+            checkpoint = self.files.get(d)
+            if checkpoint is None or self._offline(d):
+                continue
+            try:
+                checkpoint.write(share)
+            except OSError as exc:
+                failed.append((d, exc))
+        return failed
