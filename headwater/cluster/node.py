@@ -261,7 +261,8 @@ class ClusterNode:
         except ClusterStoreError as exc:
             raise ClusterStartError(f"cannot check the data directory's cluster: {exc}") from exc
         # Each of several data directories (JBOD) has its own file, as in Kafka.
-        for directory in [self.data_dir, *(e.path for e in self.logs.extra)]:
+        extras = [e.path for e in self.logs.extra if e.offline is None]  # failed: skipped
+        for directory in [self.data_dir, *extras]:
             try:
                 stored = read_meta_properties(directory)
             except MetaPropertiesError as exc:

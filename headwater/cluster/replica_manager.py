@@ -152,6 +152,8 @@ class ReplicaManager:
         #: Failed-log-directory notifications still being sent (retried; see
         #: ``on_log_dir_failure``), cancelled by ``stop``.
         self._notifications: set[asyncio.Task[None]] = set()
+        #: Replicas found on a directory offline since the start, not yet reported.
+        self._offline_pending: set[PartitionKey] = set()
         #: DeleteRecords waiting for the followers' log starts: (offset, future) per partition.
         self._low_watermark_waiters: dict[PartitionKey, list[tuple[int, asyncio.Future[int]]]] = {}
         #: Each partition's role change is logged at this level (a cluster of one,
@@ -545,6 +547,8 @@ class ReplicaManager:
             plog.enable_replication(self._checkpointed.get(key, 0))
             replica = PartitionReplica(topic, partition, plog, self.local_id)
             self.replicas[key] = replica
+            if plog.offline is not None:
+                self._offline_from_start(key)
         was_leader = replica.is_leader
         role = replica.apply_state(
             ReplicaAssignment(
@@ -658,6 +662,21 @@ class ReplicaManager:
         )
         self._notifications.add(task)
         task.add_done_callback(self._notifications.discard)
+
+    def _offline_from_start(self, key: PartitionKey) -> None:
+        """A replica on a directory that failed before this broker started (KIP-112):
+        the controller is told, in one notification per turn of the loop, as for a
+        directory failing later. Kafka's controller learned it from the broker's
+        LeaderAndIsr answer (KAFKA_STORAGE_ERROR)."""
+        if not self._offline_pending:
+            asyncio.get_running_loop().call_soon(self._report_offline_from_start)
+        self._offline_pending.add(key)
+
+    def _report_offline_from_start(self) -> None:
+        keys, self._offline_pending = sorted(self._offline_pending), set()
+        log.warning("%d replica(s) on a data directory offline since the start: %s",
+                    len(keys), ", ".join(f"{t}-{p}" for t, p in keys[:10]))  # fmt: skip
+        self.on_log_dir_failure(keys)
 
     async def _notify_log_dir_failure(self, hosted: list[PartitionKey]) -> None:
         await self._notify_log_dir_event(hosted, "log_dir_failure")

@@ -197,6 +197,12 @@ class LogDirectory:
         self._preferred: dict[tuple[str, int], str] = {}
         #: Replica moves between directories under way (AlterReplicaLogDirs).
         self.moves: dict[tuple[str, int], ReplicaMove] = {}
+        #: Extra directories that could not be opened at start (offline from the start).
+        self._failed_at_open: list[ExtraDir] = []
+        #: Each topic's partition count when the directory was opened: a replica of
+        #: one of those partitions found in no online directory may be on a directory
+        #: that failed at start, and must not be created again empty elsewhere.
+        self._partitions_at_open: dict[str, int] = {}
         #: Called once, from the thread that met the error, when the directory goes
         #: offline: (directory, reason). The broker stops when no directory is left.
         self.on_offline: Callable[[str, str], None] | None = None
@@ -214,22 +220,31 @@ class LogDirectory:
         self.path.mkdir(parents=True, exist_ok=True)
         self.lock.acquire()
         self._placement = {}
+        self._failed_at_open = []
         for extra in self.extra:
-            extra.path.mkdir(parents=True, exist_ok=True)
-            extra.lock.acquire()
-            extra_marker = extra.path / CLEAN_SHUTDOWN_FILE
-            extra.clean_shutdown = extra_marker.exists()
-            if extra.clean_shutdown:
-                extra_marker.unlink()
-                _fsync_directory(extra.path)
-            for topic, partition in _partition_names(extra.path):
-                self._placement[(topic, partition)] = extra
+            try:
+                extra.path.mkdir(parents=True, exist_ok=True)
+                extra.lock.acquire()
+                extra_marker = extra.path / CLEAN_SHUTDOWN_FILE
+                extra.clean_shutdown = extra_marker.exists()
+                if extra.clean_shutdown:
+                    extra_marker.unlink()
+                    _fsync_directory(extra.path)
+                _partition_names(extra.path)
+            except OSError as exc:
+                # KIP-112 at start: a directory that cannot be opened is offline and
+                # the broker starts on the others (the first one must open: it holds
+                # the registry and the checkpoints).
+                extra.offline = f"cannot be opened at start: {exc}"
+                self._failed_at_open.append(extra)
+                logger.error("data directory %s is offline: %s", extra.path, extra.offline)
         if self.extra:
-            for settled in recover_moves(self.dirs):
+            for settled in recover_moves(self.online_dirs):
                 logger.info("settled a replica move a stop interrupted: %s", settled)
             self._placement = {
                 (topic, partition): extra
                 for extra in self.extra
+                if extra.offline is None
                 for topic, partition in _partition_names(extra.path)
             }
         self._in_primary = set(_partition_names(self.path)) if self.extra else set()
@@ -251,6 +266,7 @@ class LogDirectory:
                     configs=dict(entry.get("configs", {})),
                 )
         self._topic_ids = {info.topic_id: info for info in self._topics.values()}
+        self._partitions_at_open = {n: info.num_partitions for n, info in self._topics.items()}
         self._topic_configs = {
             name: self.config.with_topic_overrides(info.configs)
             for name, info in self._topics.items()
@@ -450,7 +466,7 @@ class LogDirectory:
         that a directory someone else put here is never taken for one.
         """
         found: list[tuple[str, int, uuid.UUID | None]] = []
-        for directory in self.dirs:
+        for directory in self.online_dirs:
             found.extend(self._partition_dirs_in(directory))
         return sorted(found, key=lambda t: (t[0], t[1]))
 
@@ -512,7 +528,7 @@ class LogDirectory:
     def stray_dirs(self) -> list[Path]:
         """The directories moved aside as strays (by this run or one that crashed)."""
         found: list[Path] = []
-        for directory in self.dirs:
+        for directory in self.online_dirs:
             with os.scandir(directory) as entries:
                 found.extend(
                     Path(e.path)
@@ -537,7 +553,7 @@ class LogDirectory:
         """
         prefix = topic + "-"
         doomed: list[str] = []
-        for directory in self.dirs:
+        for directory in self.online_dirs:
             with os.scandir(directory) as entries:
                 doomed.extend(
                     entry.path
@@ -586,6 +602,12 @@ class LogDirectory:
         """Every data directory, the first (registry, checkpoints) first."""
         return [self.path, *(extra.path for extra in self.extra)]
 
+    @property
+    def online_dirs(self) -> list[Path]:
+        """The data directories that are not offline: the ones to read or scan."""
+        primary = [self.path] if self.primary_offline is None else []
+        return primary + [extra.path for extra in self.extra if extra.offline is None]
+
     def _partition_path(self, topic: str, partition: int) -> Path:
         extra = self._placement.get((topic, partition))
         return (extra.path if extra is not None else self.path) / f"{topic}-{partition}"
@@ -595,6 +617,13 @@ class LogDirectory:
         partitions (Kafka's rule); its directory is found again at the next start."""
         key = (topic, partition)
         if not self.extra or key in self._placement or self._partition_path(*key).is_dir():
+            return
+        if self._failed_at_open and partition < self._partitions_at_open.get(topic, 0):
+            # Kafka refuses to create a log that is not new while a directory is
+            # offline (LogManager.getOrCreateLog, isNew=false): its copy may be there.
+            self._placement[key] = self._failed_at_open[0]
+            logger.warning("%s-%d is in no online data directory; taking it for a replica "
+                           "of the directory that failed at start", topic, partition)  # fmt: skip
             return
         preferred = self._preferred.pop(key, None)
         if preferred is not None and self.dir_offline(preferred) is None:
@@ -668,7 +697,9 @@ class LogDirectory:
         """Whether a replica of the partition lives here: its log is open or its
         directory exists (a partition never written to has neither)."""
         key = (topic, partition)
-        return key in self._logs or any((d / f"{topic}-{partition}").is_dir() for d in self.dirs)
+        return key in self._logs or any(
+            (d / f"{topic}-{partition}").is_dir() for d in self.online_dirs
+        )
 
     def prefer_dir(self, topic: str, partition: int, path: str) -> None:
         """Create the partition in ``path`` when it is first placed here (Kafka's

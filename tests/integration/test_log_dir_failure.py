@@ -12,6 +12,7 @@ once (the broker closes its ZooKeeper session on the way out).
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -287,3 +288,56 @@ def consume_partition(bootstrap: str, topic: str, partition: int, expected: int)
     finally:
         consumer.close()
     return got
+
+
+def test_a_broker_restarts_with_a_directory_still_failing(tmp_path: Path, zk_connect: str) -> None:
+    """KIP-112 at start: broker 1's second data directory is gone when it restarts (here
+    a regular file where the directory was: mkdir and every scan fail). It starts on
+    the first, tells the controller its replicas in the second are offline (they leave
+    the ISR and are not re-created empty elsewhere), and rejoins the ISR of the
+    partitions in the first; every acknowledged record is still there, once."""
+    first, second = tmp_path / "broker-1-a", tmp_path / "broker-1-b"
+    cluster = Cluster(tmp_path, zk_connect)
+    cluster.brokers[1].args += ["--data-dir", f"{first},{second}"]
+    cluster.start()
+    try:
+        admin = cluster.admin()
+        topic = NewTopic(
+            "r", 4, replica_assignment=[[0, 1, 2]] * 4, config={"min.insync.replicas": "2"}
+        )
+        admin.create_topics([topic], request_timeout=30)["r"].result(30)
+        for p in range(4):
+            wait_for(lambda p=p: cluster.isr("r", p) == {0, 1, 2}, timeout=60, what=f"r-{p} ISR")
+        producer = Producer(
+            {"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "acks": "all"}
+        )
+        total = 400
+        for i in range(total):
+            producer.produce("r", str(i).encode(), partition=i % 4)
+        assert producer.flush(60) == 0
+        in_second = sorted(int(d.name.rsplit("-", 1)[1]) for d in second.glob("r-*"))
+        in_first = sorted(int(d.name.rsplit("-", 1)[1]) for d in first.glob("r-*"))
+        assert in_second and in_first, (in_first, in_second)
+        cluster.brokers[1].stop()
+        shutil.rmtree(second)
+        second.write_bytes(b"the disk is gone")
+        cluster.brokers[1].start()
+        for p in in_second:
+            wait_for(lambda p=p: 1 not in cluster.isr("r", p), timeout=60, what=f"r-{p} w/o 1")
+        for p in in_first:
+            wait_for(lambda p=p: cluster.isr("r", p) == {0, 1, 2}, timeout=60, what=f"r-{p} ISR")
+        assert not any((first / f"r-{p}").exists() for p in in_second)  # not re-created
+        lines = cluster.brokers[1].lines
+        assert any("is offline: cannot be opened at start" in line for line in lines), lines[-30:]
+        report = wait_for(
+            lambda: (h := health(cluster.bootstrap))["offline_log_dirs"] and h,
+            timeout=60,
+            what="health to name the offline directory",
+        )
+        assert report["offline_log_dirs"] == [f"1:{second}"]
+        values: list[int] = []
+        for p in range(4):
+            values += consume_partition(cluster.bootstrap, "r", p, total // 4)
+        assert sorted(values) == list(range(total))
+    finally:
+        cluster.stop()

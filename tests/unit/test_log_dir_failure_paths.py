@@ -16,6 +16,7 @@ KIP-112), each through the disk_io test seam (no sockets, no broker process):
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import threading
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ import pytest
 from headwater.log import disk_io
 from headwater.log.config import LogConfig
 from headwater.log.errors import KafkaStorageError
+from headwater.log.isolation import Isolation
 from headwater.log.log_directory import CLEAN_SHUTDOWN_FILE, LogDirectory
 from tests.unit.test_log import NOW, batch
 
@@ -207,3 +209,42 @@ def test_a_symlinked_extra_directory_fails_alone(
         logs.log(*key).append(batch(1), NOW)
     assert [path for path, _ in told] == [str(tmp_path / "b")]
     assert logs.offline is None
+
+
+def test_a_directory_failing_before_the_start_leaves_the_broker_on_the_others(
+    tmp_path: Path,
+) -> None:
+    """KIP-112 at start: an extra directory that cannot be opened is offline from the
+    start and the broker opens on the others. Its partitions answer KAFKA_STORAGE_ERROR
+    and are not created again, empty, in another directory (Kafka refuses a log that is
+    not new while a directory is offline); a topic created afterwards goes to the
+    directories that work, and nothing scans the failed one."""
+    told: list[tuple[str, str]] = []
+    logs = open_jbod(tmp_path, told)
+    on_b = in_dir(logs, tmp_path / "b")
+    on_a = in_dir(logs, tmp_path / "a")
+    for topic, partition in on_a + on_b:
+        logs.log(topic, partition).append(batch(2), NOW)
+    logs.close()
+    shutil.rmtree(tmp_path / "b")
+    (tmp_path / "b").write_bytes(b"the disk is gone")  # mkdir and scans fail: EEXIST/ENOTDIR
+
+    reopened = LogDirectory(tmp_path / "a", LogConfig(free_space_min_bytes=0), [tmp_path / "b"])
+    reopened.open()
+    try:
+        assert reopened.offline_dirs() == [str(tmp_path / "b")]
+        assert reopened.online_dirs == [tmp_path / "a"]
+        for topic, partition in on_a:
+            read = reopened.log(topic, partition).read(0, 1 << 20, Isolation.LOG_END, True)
+            assert read.records is not None
+        for topic, partition in on_b:
+            failed = reopened.log(topic, partition)
+            assert failed.offline is not None
+            assert reopened.dir_of(topic, partition) == str(tmp_path / "b")
+            with pytest.raises(KafkaStorageError):
+                failed.read(0, 1 << 20, Isolation.LOG_END, True)
+        reopened.create_topic("later", 2)
+        assert {reopened.dir_of("later", p) for p in range(2)} == {str(tmp_path / "a")}
+        assert reopened.stray_dirs() == [] and reopened.partition_dirs()
+    finally:
+        reopened.close()
