@@ -23,34 +23,21 @@ first), lose everything (the generation is gone: no commit, ``lost``), look
 the coordinator up again, or fail the application. The I/O side is
 ``classic_group_heartbeat``.
 
-The ConsumerProtocol bytes are read and written through kio's schemas, as
-``headwater.console.assignments`` does: the broker's own codec
-(``headwater.group.consumer_protocol``) sits above the client in the layers.
+The ConsumerProtocol bytes go through the house's one codec,
+``headwater.protocol.consumer_protocol``.
 """
 
 from __future__ import annotations
 
 import enum
-import io
-import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from kio.schema.consumer_protocol_assignment import v0 as assignment_v0
-from kio.schema.consumer_protocol_assignment import v1 as assignment_v1
-from kio.schema.consumer_protocol_assignment import v2 as assignment_v2
-from kio.schema.consumer_protocol_assignment import v3 as assignment_v3
-from kio.schema.consumer_protocol_subscription import v0 as subscription_v0
-from kio.schema.consumer_protocol_subscription import v1 as subscription_v1
-from kio.schema.consumer_protocol_subscription import v2 as subscription_v2
-from kio.schema.consumer_protocol_subscription import v3 as subscription_v3
-from kio.serial import entity_reader, entity_writer
-
 from headwater.client import assignors
 from headwater.client.assignors import MemberSubscription
 from headwater.client.types import TopicPartition
-from headwater.protocol.messages import build
+from headwater.protocol import consumer_protocol
 
 # Error codes (Kafka's Errors.java); the client may not import headwater.group.
 NONE: Final = 0
@@ -72,83 +59,35 @@ NO_GENERATION: Final = -1
 
 
 # -- ConsumerProtocol bytes ---------------------------------------------------------
-
-_SUBSCRIPTIONS: Final[list[Any]] = [
-    subscription_v0.ConsumerProtocolSubscription,
-    subscription_v1.ConsumerProtocolSubscription,
-    subscription_v2.ConsumerProtocolSubscription,
-    subscription_v3.ConsumerProtocolSubscription,
-]
-_ASSIGNMENTS: Final[list[Any]] = [
-    assignment_v0.ConsumerProtocolAssignment,
-    assignment_v1.ConsumerProtocolAssignment,
-    assignment_v2.ConsumerProtocolAssignment,
-    assignment_v3.ConsumerProtocolAssignment,
-]
-
-
-def _encode(cls: Any, version: int, data: Mapping[str, Any]) -> bytes:
-    out = io.BytesIO()
-    out.write(struct.pack(">h", version))
-    entity_writer(cls)(out, build(cls, data))
-    return out.getvalue()
-
-
-def _decode(classes: list[Any], data: bytes) -> Any:
-    if len(data) < 2:
-        return None
-    (version,) = struct.unpack_from(">h", data)
-    if version < 0:
-        return None
-    try:
-        entity, _ = entity_reader(classes[min(version, len(classes) - 1)])(data, 2)
-    except Exception:  # kio raises assorted errors on malformed input
-        return None
-    return entity
+# The house's one codec (headwater.protocol.consumer_protocol), in the client's terms.
 
 
 def encode_subscription(topics: Iterable[str]) -> bytes:
-    return _encode(
-        _SUBSCRIPTIONS[SUBSCRIPTION_VERSION],
-        SUBSCRIPTION_VERSION,
-        {"topics": sorted(set(topics)), "user_data": None, "owned_partitions": []},
-    )
+    return consumer_protocol.encode_subscription(topics, version=SUBSCRIPTION_VERSION)
 
 
 def decode_subscription(data: bytes) -> tuple[str, ...]:
     """The topics of a ConsumerProtocolSubscription (none if undecodable)."""
-    entity = _decode(_SUBSCRIPTIONS, data)
-    return () if entity is None else tuple(str(t) for t in entity.topics)
+    try:
+        return consumer_protocol.decode_subscription(data).topics
+    except consumer_protocol.ConsumerProtocolError:
+        return ()
 
 
 def encode_assignment(partitions: Iterable[TopicPartition], version: int = 0) -> bytes:
     by_topic: dict[str, list[int]] = {}
     for tp in partitions:
         by_topic.setdefault(tp.topic, []).append(tp.partition)
-    return _encode(
-        _ASSIGNMENTS[version],
-        version,
-        {
-            "assigned_partitions": [
-                {"topic": t, "partitions": sorted(ps)} for t, ps in sorted(by_topic.items())
-            ],
-            "user_data": None,
-        },
-    )
+    return consumer_protocol.encode_assignment(by_topic.items(), version=version)
 
 
 def decode_assignment(data: bytes) -> set[TopicPartition] | None:
     """The partitions of a ConsumerProtocolAssignment; empty bytes are none, junk is None."""
-    if not data:
-        return set()
-    entity = _decode(_ASSIGNMENTS, data)
-    if entity is None:
+    try:
+        assignment = consumer_protocol.decode_assignment(data)
+    except consumer_protocol.ConsumerProtocolError:
         return None
-    return {
-        TopicPartition(str(t.topic), int(p))
-        for t in entity.assigned_partitions
-        for p in t.partitions
-    }
+    return {TopicPartition(topic, p) for topic, parts in assignment.partitions for p in parts}
 
 
 # -- the state machine --------------------------------------------------------------

@@ -10,7 +10,6 @@ storage.py           the offsets-log record format, StateLog, InMemoryStateLog
 replication.py       Replicated: waiting for a write's replication, and Kafka's error mapping
 placement.py         which __consumer_offsets partition holds a group (Java String.hashCode)
 shards.py            CoordinatorShards: the offsets partitions loaded here, routing by group
-consumer_protocol.py decoding "consumer" subscriptions and assignments
 results.py           the coordinator's answers (JoinResult, SyncResult, ...)
 apis.py              GroupApis: kio requests in, response dicts out
 service.py           GroupService: the asyncio adapter (awaits, timers, loading, replication)

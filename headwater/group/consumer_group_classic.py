@@ -45,12 +45,12 @@ from headwater.group.consumer_group_records import (
     ClassicMemberMetadata,
     ConsumerGroupKey,
 )
-from headwater.group.consumer_protocol import (
+from headwater.group.results import JoinResult, LeaveResult, MemberLeaveResult, SyncResult
+from headwater.protocol.consumer_protocol import (
     CONSUMER_PROTOCOL_TYPE,
     ConsumerProtocolError,
     decode_subscription,
 )
-from headwater.group.results import JoinResult, LeaveResult, MemberLeaveResult, SyncResult
 
 log = logging.getLogger(__name__)
 

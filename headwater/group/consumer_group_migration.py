@@ -24,16 +24,16 @@ from dataclasses import replace
 
 from headwater.group.consumer_group import ConsumerGroup, ConsumerGroupMember, MemberState
 from headwater.group.consumer_group_records import Assignment, ClassicMemberMetadata
-from headwater.group.consumer_protocol import (
+from headwater.group.membership import Group, GroupState, Member
+from headwater.group.topics_image import TopicsImage
+from headwater.protocol.consumer_protocol import (
     CONSUMER_PROTOCOL_TYPE,
     ConsumerProtocolError,
     Subscription,
     decode_assignment,
     decode_subscription,
 )
-from headwater.group.consumer_protocol import encode_assignment as encode_consumer_assignment
-from headwater.group.membership import Group, GroupState, Member
-from headwater.group.topics_image import TopicsImage
+from headwater.protocol.consumer_protocol import encode_assignment as encode_consumer_assignment
 
 UPGRADE_POLICIES = frozenset({"bidirectional", "upgrade"})
 DOWNGRADE_POLICIES = frozenset({"bidirectional", "downgrade"})

@@ -13,14 +13,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from headwater.group.consumer_protocol import (
+from headwater.group.coordinator import GroupCoordinator
+from headwater.group.results import GroupDescription, GroupListing, MemberDescription
+from headwater.group.storage import CommittedOffset
+from headwater.protocol.consumer_protocol import (
     CONSUMER_PROTOCOL_TYPE,
     ConsumerProtocolError,
     decode_assignment,
 )
-from headwater.group.coordinator import GroupCoordinator
-from headwater.group.results import GroupDescription, GroupListing, MemberDescription
-from headwater.group.storage import CommittedOffset
 
 Partitions = tuple[tuple[str, tuple[int, ...]], ...]
 

@@ -14,15 +14,15 @@ from kio.schema.errors import ErrorCode
 from headwater.coordinator.pending import Pending
 from headwater.coordinator.replication import coordinator_error
 from headwater.coordinator.state_log import AppendFailed
-from headwater.group.consumer_protocol import (
-    CONSUMER_PROTOCOL_TYPE,
-    ConsumerProtocolError,
-    decode_subscription,
-)
 from headwater.group.group_store import GroupStore
 from headwater.group.membership import Group, GroupState
 from headwater.group.offsets import OffsetCommitEntry, TopicPartition
 from headwater.group.storage import CommittedOffset
+from headwater.protocol.consumer_protocol import (
+    CONSUMER_PROTOCOL_TYPE,
+    ConsumerProtocolError,
+    decode_subscription,
+)
 
 
 class OffsetCommits:

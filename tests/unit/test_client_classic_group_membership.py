@@ -30,7 +30,7 @@ from headwater.client.classic_group_membership import (
     encode_subscription,
 )
 from headwater.client.types import TopicPartition
-from headwater.group import consumer_protocol
+from headwater.protocol import consumer_protocol
 from headwater.protocol.apis import ApiKey
 
 T0, T1, T2 = (TopicPartition("t", p) for p in range(3))

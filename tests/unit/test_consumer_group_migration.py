@@ -15,10 +15,10 @@ from kio.serial import entity_writer
 
 from headwater.group.consumer_group import MemberState
 from headwater.group.consumer_group_coordinator import ConsumerGroupConfig
-from headwater.group.consumer_protocol import decode_assignment, encode_assignment
 from headwater.group.coordinator import GroupConfig
 from headwater.group.membership import GroupState
 from headwater.group.offsets import OffsetCommitEntry
+from headwater.protocol.consumer_protocol import decode_assignment, encode_assignment
 from tests.unit.consumer_group_harness import GROUP, Client, Harness
 
 PROTOCOL = "cooperative-sticky"

@@ -17,11 +17,6 @@ from kio.serial import entity_writer
 
 from headwater.coordinator.state_log import InMemoryStateLog
 from headwater.group.apis import GroupApis
-from headwater.group.consumer_protocol import (
-    ConsumerProtocolError,
-    decode_assignment,
-    decode_subscription,
-)
 from headwater.group.coordinator import GroupConfig, GroupCoordinator
 from headwater.group.describe import (
     describe_group,
@@ -31,6 +26,11 @@ from headwater.group.describe import (
 )
 from headwater.group.offsets import OffsetCommitEntry
 from headwater.protocol.apis import ApiKey
+from headwater.protocol.consumer_protocol import (
+    ConsumerProtocolError,
+    decode_assignment,
+    decode_subscription,
+)
 from headwater.protocol.messages import build_request, build_response
 
 

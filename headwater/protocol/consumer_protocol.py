@@ -1,19 +1,24 @@
-"""Reading the "consumer" protocol's member metadata and assignments.
+"""The "consumer" embedded protocol of classic groups: a member's subscription and
+its assignment, as bytes inside JoinGroup, SyncGroup and DescribeGroups.
 
-The coordinator passes these bytes through untouched; only descriptions (the
-CLI, DescribeGroups consumers) and OffsetDelete (which topics a group still
-reads) look inside. The bytes are an int16 version followed by a
-ConsumerProtocolSubscription / ConsumerProtocolAssignment body, which kio
-decodes. Versions are forward compatible (newer ones only append fields), so a
-version newer than kio knows is read with the newest schema kio has.
+One codec for the whole house: the broker's group coordinator reads them (its
+descriptions, OffsetDelete, a consumer group's classic members, whose
+assignments it computes and writes), Headwater's client writes its
+subscription and, as a group leader, everyone's assignment, and the console
+reads the assignments DescribeGroups returns. The bytes are an int16 version
+followed by a ConsumerProtocolSubscription / ConsumerProtocolAssignment body,
+which kio reads and writes. Versions are forward compatible (newer ones only
+append fields), so a version newer than kio knows is read with the newest
+schema kio has.
 """
 
 from __future__ import annotations
 
+import io
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from kio.schema.consumer_protocol_assignment import v0 as assignment_v0
 from kio.schema.consumer_protocol_assignment import v1 as assignment_v1
@@ -23,8 +28,10 @@ from kio.schema.consumer_protocol_subscription import v0 as subscription_v0
 from kio.schema.consumer_protocol_subscription import v1 as subscription_v1
 from kio.schema.consumer_protocol_subscription import v2 as subscription_v2
 from kio.schema.consumer_protocol_subscription import v3 as subscription_v3
-from kio.serial import entity_reader
+from kio.serial import entity_reader, entity_writer
 from kio.serial.readers import Reader
+
+from headwater.protocol.messages import build
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 
@@ -54,11 +61,14 @@ class _AssignmentShape(Protocol):
     def user_data(self) -> bytes | None: ...
 
 
+_SUBSCRIPTION_CLASSES: list[Any] = [
+    subscription_v0.ConsumerProtocolSubscription,
+    subscription_v1.ConsumerProtocolSubscription,
+    subscription_v2.ConsumerProtocolSubscription,
+    subscription_v3.ConsumerProtocolSubscription,
+]
 _SUBSCRIPTION_READERS: list[Reader[_SubscriptionShape]] = [
-    entity_reader(subscription_v0.ConsumerProtocolSubscription),
-    entity_reader(subscription_v1.ConsumerProtocolSubscription),
-    entity_reader(subscription_v2.ConsumerProtocolSubscription),
-    entity_reader(subscription_v3.ConsumerProtocolSubscription),
+    entity_reader(cls) for cls in _SUBSCRIPTION_CLASSES
 ]
 _ASSIGNMENT_READERS: list[Reader[_AssignmentShape]] = [
     entity_reader(assignment_v0.ConsumerProtocolAssignment),
@@ -136,6 +146,30 @@ def decode_assignment(data: bytes) -> Assignment:
         ),
         user_data=entity.user_data,
     )
+
+
+def encode_subscription(
+    topics: Iterable[str],
+    version: int = 1,
+    owned_partitions: Iterable[tuple[str, Iterable[int]]] = (),
+    user_data: bytes | None = None,
+) -> bytes:
+    """A ConsumerProtocolSubscription (topics sorted, once each); ``version`` 1 adds
+    owned partitions (empty for an eager member), 2 the generation, 3 the rack."""
+    version = max(min(version, len(_SUBSCRIPTION_CLASSES) - 1), 0)
+    cls = _SUBSCRIPTION_CLASSES[version]
+    data = {
+        "topics": sorted(set(topics)),
+        "user_data": user_data,
+        "owned_partitions": [
+            {"topic": topic, "partitions": sorted(set(parts))}
+            for topic, parts in sorted(owned_partitions)
+        ],
+    }
+    out = io.BytesIO()
+    out.write(struct.pack(">h", version))
+    entity_writer(cls)(out, build(cls, data))
+    return out.getvalue()
 
 
 def encode_assignment(
