@@ -232,22 +232,15 @@ class AsyncConsumer:
                 remote_assignor=c.group_remote_assignor or None,
                 rebalance_timeout_ms=c.max_poll_interval_ms,
             )
-            coordinators = CoordinatorClient(
-                self._cluster,
-                retry_backoff_ms=c.retry_backoff_ms,
-                max_block_ms=c.request_timeout_ms,
-            )
             self._group = GroupMember(
                 self,
                 self._cluster,
-                coordinators,
+                self._coordinator_client(),
                 membership,
                 auto_commit=c.enable_auto_commit,
                 retry_backoff_s=max(c.retry_backoff_ms, 10) / 1000,
             )
-            self._next_auto_commit = (
-                asyncio.get_running_loop().time() + c.auto_commit_interval_ms / 1000
-            )
+            self._start_auto_commit_clock()
         assert isinstance(self._group, GroupMember)
         self._group.listener = listener
         self._group.membership.subscribe(topics, pattern=pattern)
@@ -269,27 +262,32 @@ class AsyncConsumer:
                 heartbeat_interval_ms=c.heartbeat_interval_ms,
             )
             membership.subscribe(topics, pattern=pattern)  # raises before anything starts
-            coordinators = CoordinatorClient(
-                self._cluster,
-                retry_backoff_ms=c.retry_backoff_ms,
-                max_block_ms=c.request_timeout_ms,
-            )
             self._group = ClassicGroupMember(
                 self,
                 self._cluster,
-                coordinators,
+                self._coordinator_client(),
                 membership,
                 auto_commit=c.enable_auto_commit,
                 retry_backoff_s=max(c.retry_backoff_ms, 10) / 1000,
                 metadata_max_age_s=c.metadata_max_age_ms / 1000,
             )
-            self._next_auto_commit = (
-                asyncio.get_running_loop().time() + c.auto_commit_interval_ms / 1000
-            )
+            self._start_auto_commit_clock()
         assert isinstance(self._group, ClassicGroupMember)
         self._group.listener = listener
         self._group.membership.subscribe(topics, pattern=pattern)
         self._group.start()
+
+    def _coordinator_client(self) -> CoordinatorClient:
+        """Finds the group's coordinator (both group protocols)."""
+        c = self.config
+        return CoordinatorClient(
+            self._cluster, retry_backoff_ms=c.retry_backoff_ms, max_block_ms=c.request_timeout_ms
+        )
+
+    def _start_auto_commit_clock(self) -> None:
+        self._next_auto_commit = (
+            asyncio.get_running_loop().time() + self.config.auto_commit_interval_ms / 1000
+        )
 
     async def unsubscribe(self) -> None:
         """Leave the group (committing first with auto-commit); no partitions after."""
