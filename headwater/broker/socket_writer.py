@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import socket
 from collections.abc import Sequence
 
+from headwater.log import disk_io
 from headwater.protocol.file_slice import FileSlice
 
 Part = bytes | bytearray | memoryview | FileSlice
@@ -62,7 +64,7 @@ class SocketWriter:
         for part in parts:
             if isinstance(part, FileSlice):
                 if not self.zero_copy:
-                    data = part.read()
+                    data = _read_slice(part)
                     if len(data) != part.size:
                         raise ConnectionError("segment file shorter than the slice")
                     pending.append(data)
@@ -112,10 +114,14 @@ class SocketWriter:
         in_fd = part.fileno()
         while remaining > 0:
             try:
+                _check_disk(part)
                 n = os.sendfile(self._fd, in_fd, offset, remaining)
             except (BlockingIOError, InterruptedError):
                 await self._wait_writable()
                 continue
+            except OSError as exc:
+                _tell_read_error(part, exc)
+                raise
             if n == 0:
                 raise ConnectionError("segment file shorter than the slice")
             offset += n
@@ -132,3 +138,27 @@ def _bytes_after_a_slice(parts: Sequence[Part]) -> bool:
         elif seen_slice and len(part):
             return True
     return False
+
+
+def _check_disk(part: FileSlice) -> None:
+    """The disk_io test seam, for reads made by ``sendfile`` (the log's own reads go
+    through it in headwater.log)."""
+    if disk_io.FAULTS.active and (path := getattr(part.file, "path", None)):
+        disk_io.FAULTS.check(path)
+
+
+def _tell_read_error(part: FileSlice, exc: OSError) -> None:
+    """EIO is the segment file failing (a socket fails otherwise: EPIPE, ECONNRESET):
+    the log is told, and its directory goes offline (KIP-112), as for any read."""
+    if exc.errno == errno.EIO and part.on_read_error is not None:
+        part.on_read_error(exc)
+
+
+def _read_slice(part: FileSlice) -> bytes:
+    """A slice copied into memory (zero-copy off: TLS), failures told as ``sendfile``'s."""
+    try:
+        _check_disk(part)
+        return part.read()
+    except OSError as exc:
+        _tell_read_error(part, exc)
+        raise

@@ -29,6 +29,10 @@ class SharedFile(io.FileIO):
     intended end of life here, not a leak.
     """
 
+    #: The file's path (opened by descriptor, its ``name`` is the number): what the
+    #: disk_io test seam matches for reads made by ``sendfile``.
+    path: str = ""
+
     def __del__(self) -> None:
         if not self.closed:
             self.close()
@@ -79,6 +83,7 @@ class FileHandleCache:
             flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
             fd = os.open(key, flags, 0o644)
             handle = SharedFile(fd, "r+", closefd=True)
+            handle.path = key
             files[key] = handle
             self._by_dir.setdefault(os.path.dirname(key), set()).add(key)
             if len(files) > self._capacity:

@@ -36,6 +36,7 @@ import time
 import uuid
 from bisect import bisect_right
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Concatenate, NamedTuple, ParamSpec, TypeVar
 
@@ -1098,6 +1099,12 @@ class Log:
         if self.offline is not None:
             raise KafkaStorageError(f"{self._path}: log directory offline ({self.offline})")
 
+    def _read_failed(self, exc: OSError) -> None:
+        """A slice of this log could not be read while it was being sent (``sendfile``
+        met EIO on the event loop, after ``read`` returned): the directory is told."""
+        if self.on_io_error is not None:
+            self.on_io_error(self, exc)
+
     def _storage_error(self, exc: OSError) -> KafkaStorageError:
         """What a write's OSError becomes: KAFKA_STORAGE_ERROR, the directory told."""
         if self.on_io_error is not None:
@@ -1215,7 +1222,9 @@ class Log:
                 if found is not None and self.corrupt:
                     found = self._without_corrupt(segment, found)
                 if found is not None:
-                    records = found if found.size > 0 else None
+                    records = (
+                        replace(found, on_read_error=self._read_failed) if found.size > 0 else None
+                    )
                     if records is not None and isolation is Isolation.TXN_COMMITTED:
                         upper = self._upper_bound_after(i, records.position + records.size, end)
                     break

@@ -8,7 +8,8 @@ never enters the Python heap (the book chapter's ``FileRecords``).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import BinaryIO
 
 
@@ -24,6 +25,9 @@ class FileSlice:
     file: BinaryIO
     position: int
     size: int
+    #: Told when reading the slice fails (EIO from ``sendfile``): the log sets it so
+    #: that its directory is taken offline, as for a failed read of its own (KIP-112).
+    on_read_error: Callable[[OSError], None] | None = field(default=None, compare=False)
 
     def fileno(self) -> int:
         return self.file.fileno()

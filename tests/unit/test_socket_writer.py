@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import socket
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -96,3 +98,37 @@ def test_a_unix_socket_is_written_without_a_cork(segment_file: Any) -> None:
         parts: list[Part] = [b"head", FileSlice(segment_file, 0, 10), b"tail"]
         asyncio.run(SocketWriter(a).write(parts))
         assert receive(b, 18) == b"head" + bytes(range(10)) + b"tail"
+
+
+@pytest.mark.parametrize("zero_copy", [True, False])
+def test_a_segment_failing_while_it_is_sent_takes_its_directory_offline(
+    tmp_path: Path, zero_copy: bool
+) -> None:
+    """Issue 31 (KIP-112): a read that fails inside ``sendfile`` (or the copy made when
+    zero-copy is off) is a read of the log's disk like any other: the log's directory
+    is told (it goes offline and the partition answers KAFKA_STORAGE_ERROR), and the
+    response is not sent half-way as if nothing happened (the connection ends)."""
+    from headwater.log import disk_io
+    from headwater.log.config import LogConfig
+    from headwater.log.handles import FileHandleCache
+    from headwater.log.isolation import Isolation
+    from headwater.log.log import Log
+    from tests.unit.test_log import NOW, batch
+
+    log = Log(tmp_path / "t-0", LogConfig(), FileHandleCache())
+    told: list[OSError] = []
+    log.on_io_error = lambda _log, exc: told.append(exc)
+    log.append(batch(3), NOW)
+    records = log.read(0, 1 << 20, Isolation.LOG_END, True).records
+    assert records is not None
+    a, b = socket.socketpair()
+    disk_io.FAULTS.fail_under(tmp_path)
+    try:
+        with a, b:
+            a.setblocking(False)
+            with pytest.raises(OSError):
+                asyncio.run(SocketWriter(a, zero_copy=zero_copy).write([b"head", records]))
+    finally:
+        disk_io.FAULTS.clear()
+        log.close()
+    assert len(told) == 1 and told[0].errno == errno.EIO
