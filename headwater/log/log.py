@@ -36,7 +36,6 @@ import time
 import uuid
 from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Concatenate, NamedTuple, ParamSpec, TypeVar
 
@@ -209,6 +208,7 @@ class Log:
         "_loaded",
         "_log_end_offset",
         "_log_start_offset",
+        "_on_read_error",
         "_path",
         "_producers",
         "_recover",
@@ -247,6 +247,8 @@ class Log:
         #: Told of every I/O error a write met (the log directory takes itself
         #: offline on one that is not a full disk, KIP-112).
         self.on_io_error: Callable[[Log, OSError], None] | None = None
+        #: Given to the file slices reads return (one bound method, not one per read).
+        self._on_read_error = self._read_failed
         #: Why the log's directory is offline after an I/O error (KIP-112), or None:
         #: set, every append and read answers KAFKA_STORAGE_ERROR without touching the disk.
         self.offline: str | None = None
@@ -1218,13 +1220,13 @@ class Log:
                     if segment.base_offset > cap_base:
                         break
                     max_position = cap_position
-                found = segment.read(offset, max_bytes, max_position, min_one_batch)
+                found = segment.read(
+                    offset, max_bytes, max_position, min_one_batch, self._on_read_error
+                )
                 if found is not None and self.corrupt:
                     found = self._without_corrupt(segment, found)
                 if found is not None:
-                    records = (
-                        replace(found, on_read_error=self._read_failed) if found.size > 0 else None
-                    )
+                    records = found if found.size > 0 else None
                     if records is not None and isolation is Isolation.TXN_COMMITTED:
                         upper = self._upper_bound_after(i, records.position + records.size, end)
                     break
@@ -1248,7 +1250,7 @@ class Log:
                 stop = min(stop, bad.position)
         if stop == found.position + found.size:
             return found
-        return FileSlice(found.file, found.position, stop - found.position)
+        return FileSlice(found.file, found.position, stop - found.position, found.on_read_error)
 
     def mark_corrupt(self, bad: CorruptBatch) -> bool:
         """Remember a corrupt batch (any thread); False if it was known already."""

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import os
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from headwater.log import disk_io
 from headwater.log.handles import FileHandleCache
@@ -459,7 +459,12 @@ class Segment:
         return None
 
     def read(
-        self, start_offset: int, max_bytes: int, max_position: int, min_one_batch: bool
+        self,
+        start_offset: int,
+        max_bytes: int,
+        max_position: int,
+        min_one_batch: bool,
+        on_read_error: Callable[[OSError], None] | None = None,
     ) -> FileSlice | None:
         """A slice from the batch holding ``start_offset``; None if no batch here holds it.
 
@@ -473,7 +478,7 @@ class Segment:
         position, batch_size = found
         limit = max(max_bytes, batch_size) if min_one_batch else max_bytes
         size = max(0, min(max_position - position, limit))
-        return FileSlice(self._handles.get(self.log_path), position, size)
+        return FileSlice(self._handles.get(self.log_path), position, size, on_read_error)
 
     def find_offset_for_timestamp(
         self, timestamp: int, start_offset: int
