@@ -1185,6 +1185,10 @@ class ReplicaManager:
             self.isr_shrinks += 1
         else:
             self.isr_expands += 1
+            if replica.log.corrupt and replica.is_leader:
+                # A corrupt leader alone in its ISR kept leading (no good copy was in
+                # sync); now one is: ask the controller again to hand it over.
+                self.on_corrupt(replica.topic, replica.partition)
 
 
 class IsrIneligible:

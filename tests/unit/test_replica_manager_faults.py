@@ -26,6 +26,7 @@ from headwater.fetch.purgatory import FetchPurgatory
 from headwater.fetch.session import FetchSession
 from headwater.fetch.session_cache import FetchSessionCache
 from headwater.log.config import LogConfig
+from headwater.log.log import CorruptBatch
 from headwater.log.log_directory import LogDirectory
 from headwater.protocol.error_codes import ErrorCode
 from headwater.protocol.fetch_types import FetchRequestData, PartitionFetch
@@ -360,5 +361,32 @@ def test_delete_records_waits_for_the_followers_log_start(tmp_path: Path) -> Non
             )
             assert await asyncio.wait_for(waiting, 5.0) == ErrorCode.none
             assert c.replicas.low_watermark(*KEY) == 3
+
+    asyncio.run(main())
+
+
+def test_a_corrupt_leader_alone_in_its_isr_asks_again_once_a_follower_is_back(
+    tmp_path: Path,
+) -> None:
+    """Issue 31 item 4: the scrubber found a corrupt batch on a leader alone in its ISR;
+    no in-sync copy could take over, so it kept leading. When a follower rejoins the
+    ISR the leader tells the controller again (reason "corrupt"), which hands the
+    leadership to that good copy; it was never asked again."""
+
+    async def main() -> None:
+        async with leading(tmp_path) as c:
+            replica = c.replicas.replicas[KEY]
+            session = await c.caught_up_session(2)
+            c.set_state(isr=(1,))
+            assert await eventually(lambda: replica.isr == (1,))
+            told: list[tuple[int, list[tuple[str, int]], str]] = []
+            c.replicas.store.notify_log_dir_event = (  # type: ignore[method-assign]
+                lambda broker, keys, reason: told.append((broker, list(keys), reason))
+            )
+            segment = replica.log.loaded_segments()[0]
+            replica.log.mark_corrupt(CorruptBatch(segment, 0, 10, 0, 0, "crc"))
+            await c.follower_fetch(2, session_id=session.id, epoch=2)  # caught up: back in
+            assert await eventually(lambda: c.state().isr == (1, 2))
+            assert await eventually(lambda: told == [(1, [KEY], "corrupt")]), told
 
     asyncio.run(main())
