@@ -383,33 +383,32 @@ def test_controlled_shutdown_moves_leaders_and_leaves_isrs(cluster: Cluster) -> 
     assert cluster.controllers[1]._shutting_down == set()
 
 
+def _isr_the_cache_misses(cluster: Cluster) -> None:
+    """t-0 on brokers 1, 2, 3, led by 1; ZooKeeper's ISR has broker 2 (its leader took
+    it back, writing ZooKeeper itself), the controller's cache does not."""
+    for b in (1, 2, 3):
+        cluster.add_broker(b)
+    create_topic(cluster.stores[1], "t", 1, 3, replica_assignment={0: [1, 2, 3]})
+    cluster.settle()
+    state = cluster.state("t", 0)
+    cluster.controllers[1]._states[("t", 0)] = PartitionState(1, 0, (1, 3), 1, state.zk_version)
+    assert cluster.state("t", 0).isr == (1, 2, 3)  # what ZooKeeper holds
+
+
 def test_controlled_shutdown_takes_a_follower_out_of_an_isr_the_cache_does_not_show(
     cluster: Cluster,
 ) -> None:
     """The leader took broker 2 back into the ISR (a follower caught up after a pause),
     writing ZooKeeper itself: the controller's cache still shows it out. Its controlled
     shutdown must still take it out (it waited three attempts, then stopped anyway)."""
-    for b in (1, 2, 3):
-        cluster.add_broker(b)
-    create_topic(cluster.stores[1], "t", 1, 3, replica_assignment={0: [1, 2, 3]})
-    cluster.settle()
-    controller = cluster.controllers[1]
-    state = cluster.state("t", 0)
-    controller._states[("t", 0)] = PartitionState(1, 0, (1, 3), 1, state.zk_version)
-    assert cluster.state("t", 0).isr == (1, 2, 3)  # what ZooKeeper holds
+    _isr_the_cache_misses(cluster)
     cluster.stores[2].request_controlled_shutdown(2)
     cluster.settle()
     assert cluster.state("t", 0).leader == 1 and cluster.state("t", 0).isr == (1, 3)
 
 
 def test_a_dead_follower_leaves_an_isr_the_cache_does_not_show_it_in(cluster: Cluster) -> None:
-    for b in (1, 2, 3):
-        cluster.add_broker(b)
-    create_topic(cluster.stores[1], "t", 1, 3, replica_assignment={0: [1, 2, 3]})
-    cluster.settle()
-    controller = cluster.controllers[1]
-    state = cluster.state("t", 0)
-    controller._states[("t", 0)] = PartitionState(1, 0, (1, 3), 1, state.zk_version)
+    _isr_the_cache_misses(cluster)
     cluster.stores[2].close()
     cluster.settle()
     assert cluster.state("t", 0).leader == 1 and cluster.state("t", 0).isr == (1, 3)
