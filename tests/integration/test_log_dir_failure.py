@@ -176,6 +176,26 @@ def health(bootstrap: str) -> dict[str, Any]:
     return json.loads(out.stdout)  # type: ignore[no-any-return]
 
 
+def jbod_cluster(
+    tmp_path: Path, zk_connect: str, topic: str, replicas: list[int]
+) -> tuple[Cluster, Path, Path]:
+    """A started cluster whose broker 1 has two data directories, and ``topic`` of 4
+    partitions on ``replicas`` with min.insync.replicas=2: (cluster, first, second)."""
+    first, second = tmp_path / "broker-1-a", tmp_path / "broker-1-b"
+    cluster = Cluster(tmp_path, zk_connect)
+    cluster.brokers[1].args += ["--data-dir", f"{first},{second}"]
+    cluster.start()
+    try:
+        new = NewTopic(
+            topic, 4, replica_assignment=[replicas] * 4, config={"min.insync.replicas": "2"}
+        )
+        cluster.admin().create_topics([new], request_timeout=30)[topic].result(30)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster, first, second
+
+
 @pytest.mark.cluster
 def test_one_of_two_directories_failing_moves_only_its_partitions(
     tmp_path: Path, zk_connect: str, control: Path
@@ -184,16 +204,8 @@ def test_one_of_two_directories_failing_moves_only_its_partitions(
     answer KAFKA_STORAGE_ERROR and their leadership moves; the partitions in the first
     stay led by broker 1, which keeps running; nothing acknowledged is lost. Then the
     first directory fails too: the broker stops with its one line."""
-    first, second = tmp_path / "broker-1-a", tmp_path / "broker-1-b"
-    cluster = Cluster(tmp_path, zk_connect)
-    cluster.brokers[1].args += ["--data-dir", f"{first},{second}"]
-    cluster.start()
+    cluster, first, second = jbod_cluster(tmp_path, zk_connect, "j", [1, 0, 2])
     try:
-        admin = cluster.admin()
-        topic = NewTopic(
-            "j", 4, replica_assignment=[[1, 0, 2]] * 4, config={"min.insync.replicas": "2"}
-        )
-        admin.create_topics([topic], request_timeout=30)["j"].result(30)
         for p in range(4):
             wait_for(lambda p=p: cluster.leader("j", p) == 1, timeout=60, what=f"j-{p} on 1")
         errors: list[KafkaError] = []
@@ -290,22 +302,15 @@ def consume_partition(bootstrap: str, topic: str, partition: int, expected: int)
     return got
 
 
+@pytest.mark.cluster
 def test_a_broker_restarts_with_a_directory_still_failing(tmp_path: Path, zk_connect: str) -> None:
     """KIP-112 at start: broker 1's second data directory is gone when it restarts (here
     a regular file where the directory was: mkdir and every scan fail). It starts on
     the first, tells the controller its replicas in the second are offline (they leave
     the ISR and are not re-created empty elsewhere), and rejoins the ISR of the
     partitions in the first; every acknowledged record is still there, once."""
-    first, second = tmp_path / "broker-1-a", tmp_path / "broker-1-b"
-    cluster = Cluster(tmp_path, zk_connect)
-    cluster.brokers[1].args += ["--data-dir", f"{first},{second}"]
-    cluster.start()
+    cluster, first, second = jbod_cluster(tmp_path, zk_connect, "r", [0, 1, 2])
     try:
-        admin = cluster.admin()
-        topic = NewTopic(
-            "r", 4, replica_assignment=[[0, 1, 2]] * 4, config={"min.insync.replicas": "2"}
-        )
-        admin.create_topics([topic], request_timeout=30)["r"].result(30)
         for p in range(4):
             wait_for(lambda p=p: cluster.isr("r", p) == {0, 1, 2}, timeout=60, what=f"r-{p} ISR")
         producer = Producer(
