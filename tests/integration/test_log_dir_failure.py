@@ -189,7 +189,8 @@ def jbod_cluster(
         new = NewTopic(
             topic, 4, replica_assignment=[replicas] * 4, config={"min.insync.replicas": "2"}
         )
-        cluster.admin().create_topics([new], request_timeout=30)[topic].result(30)
+        admin = cluster.admin()  # kept until the answer: a dropped client cancels it
+        admin.create_topics([new], request_timeout=30)[topic].result(30)
     except BaseException:
         cluster.stop()
         raise
