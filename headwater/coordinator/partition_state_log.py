@@ -39,6 +39,11 @@ class PartitionStateLog:
     def __init__(self, log: Log) -> None:
         self._log = log
 
+    @property
+    def log_end_offset(self) -> int:
+        """The offset after the last record (what a load replays up to, at first)."""
+        return self._log.log_end_offset
+
     def append(self, entries: Sequence[tuple[bytes, bytes | None]]) -> int:
         """One batch per call: a commit of many partitions is applied all or nothing.
 

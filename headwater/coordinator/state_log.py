@@ -99,3 +99,7 @@ class InMemoryStateLog:
 
     def replay(self) -> Iterator[ReplayItem]:
         return iter(list(self.entries))
+
+    @property
+    def log_end_offset(self) -> int:
+        return len(self.entries)

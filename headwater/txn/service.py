@@ -69,6 +69,9 @@ class StateLog(Protocol):
 
     def replay(self) -> Iterator[object]: ...
 
+    @property
+    def log_end_offset(self) -> int: ...
+
 
 @dataclass(frozen=True, slots=True)
 class TxnConfig:
@@ -216,6 +219,8 @@ class TransactionCoordinatorService:
                     return  # unloaded meanwhile
         if self._partitions.get(partition) is not loaded:
             return
+        if not await self._committed(partition, loaded, state_log.log_end_offset):
+            return  # unloaded meanwhile
         loaded.loading = False
         log.log(
             logging.INFO if loaded.txns else logging.DEBUG,
@@ -231,6 +236,31 @@ class TransactionCoordinatorService:
                     self._complete_transaction(partition, loaded, meta),
                     f"txn-markers-{meta.transactional_id}",
                 )
+
+    async def _committed(self, partition: int, loaded: _Partition, end: int) -> bool:
+        """Until the ISR has every record replayed: True, or False once unloaded.
+
+        A new leader's log may end with records its predecessor wrote but never
+        had acknowledged. Answered from (an AddPartitionsToTxn of partitions already
+        in the transaction, a retried EndTxn, a refusal), such a record may be cut
+        away by the next election, and the client then meets a coordinator that
+        never saw its transaction (the campaign's fatal INVALID_TXN_STATE after a
+        kill and a pause in a row). So the partition stays COORDINATOR_LOAD_IN_PROGRESS
+        until the high watermark passes the end of what was loaded."""
+        if self._wait_replicated is None:
+            return True
+        delay = 0.05
+        while self._partitions.get(partition) is loaded:
+            try:
+                code = await self._wait_replicated(partition, end)
+            except Exception:
+                log.exception("waiting for __transaction_state-%d replication failed", partition)
+                code = int(ErrorCode.request_timed_out)
+            if code == 0:
+                return True
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+        return False
 
     def unload_partition(self, partition: int) -> None:
         """No longer the leader: forget its ids (their requests get NOT_COORDINATOR)."""

@@ -42,6 +42,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import os
 import random
 import re
 import signal
@@ -157,6 +158,20 @@ CLIENT_EVENT = re.compile(
     r"DRAIN|GETPID|IDEMPSTATE|ERRSEQ|DUPSEQ|UNKPID|ERRPID|IMPLICITACK|PID|epoch|[Ss]equence|"
     r"persisted|[Ff]atal|FATAL"
 )
+#: ``HEADWATER_CAMPAIGN_DUMP=DIR``: every broker line and the transactional producer's
+#: librdkafka ``debug=eos`` log, timestamped, are written there at the end of a run.
+DUMP_DIR = os.environ.get("HEADWATER_CAMPAIGN_DUMP", "")
+
+
+def dump_logs(broker_lines: TimedLines, txn_client_log: TimedLines) -> None:
+    if not DUMP_DIR:
+        return
+    os.makedirs(DUMP_DIR, exist_ok=True)
+    for name, lines in (("brokers.log", broker_lines), ("transactional.log", txn_client_log)):
+        with open(os.path.join(DUMP_DIR, name), "w") as f:
+            f.write("\n".join(lines.between(0, float("inf"), limit=10**9)) + "\n")
+
+
 #: The events that change what a retry means: epoch bumps, sequence errors, fatal ones.
 NOTABLE_EVENT = re.compile(
     r"previous PID|epoch bump|bumped epoch|ERRSEQ|DUPSEQ|UNKPID|ERRPID|IMPLICITACK|[Ff]atal|"
@@ -270,18 +285,24 @@ class TransactionalWriter(Workload):
         self.rng = random.Random(seed)
         self.outcome = TxnOutcome()
         self.fatal = 0
+        self.client_log = TimedLines()
         self.producer = self._producer()
 
     def _producer(self) -> Producer:
-        producer = Producer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "transactional.id": "campaign-txn",
-                "transaction.timeout.ms": 20_000,
-                "message.timeout.ms": 20_000,
-                "log_level": 2,
-            }
-        )
+        config: dict[str, Any] = {
+            "bootstrap.servers": self.bootstrap,
+            "transactional.id": "campaign-txn",
+            "transaction.timeout.ms": 20_000,
+            "message.timeout.ms": 20_000,
+            "log_level": 2,
+        }
+        if DUMP_DIR:  # forensics: librdkafka's transaction state machine, timestamped
+            logger = logging.getLogger(f"campaign.transactional.{id(self)}")
+            logger.propagate = False
+            logger.setLevel(logging.DEBUG)
+            logger.addHandler(ClientLogHandler(self.client_log, "librdkafka transactional"))
+            config.update({"log_level": 7, "debug": "eos", "logger": logger})
+        producer = Producer(config)
         self._retry(lambda: producer.init_transactions(30))
         return producer
 
@@ -948,6 +969,7 @@ class Campaign:
         clock.stop()
         explained = explain_duplicates(cluster, dups, idem, faults.log, broker_lines)
         problems += [d.text for d in explained if not d.epoch_bump]
+        dump_logs(broker_lines, txn.client_log)
         return Report(
             seed=self.seed,
             faults=faults.log.done,

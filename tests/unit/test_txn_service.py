@@ -11,7 +11,7 @@ from kio.schema.errors import ErrorCode
 from headwater.coordinator.state_log import InMemoryStateLog
 from headwater.txn.marker_sender import MarkerSender
 from headwater.txn.markers import TxnMarker
-from headwater.txn.metadata import TxnState
+from headwater.txn.metadata import TransactionMetadata, TxnState
 from headwater.txn.service import TransactionCoordinatorService, TxnConfig, WaitReplicated
 from headwater.txn.state_log import decode_key, decode_value, encode_key, encode_value
 
@@ -279,6 +279,41 @@ def test_a_refusal_is_answered_only_once_a_write_proves_the_coordinator_current(
         before = len(replicated)
         assert await service.add_partitions("tx", pid, epoch, {TP}) is ErrorCode.none
         assert len(replicated) == before + 1  # the Ongoing record only
+        await service.stop()
+
+    asyncio.run(run())
+
+
+def test_a_loaded_state_is_answered_from_only_once_the_isr_has_it() -> None:
+    """A new coordinator's log may end with records its predecessor never had
+    acknowledged; the next election may cut them away. Until the high watermark passes
+    what was loaded, the partition answers COORDINATOR_LOAD_IN_PROGRESS (retriable)."""
+
+    async def run() -> None:
+        committed = asyncio.Event()
+        waited: list[int] = []
+
+        async def wait_replicated(partition: int, offset: int) -> int:
+            waited.append(offset)
+            if not committed.is_set():
+                return int(ErrorCode.request_timed_out)
+            return int(ErrorCode.none)
+
+        service, log = make(FakeWriter(), Clock(), wait_replicated)
+        transit = TransactionMetadata(
+            "tx", producer_id=7, timeout_ms=60_000
+        ).prepare_add_partitions({TP}, 1)
+        log.append([(encode_key("tx"), encode_value(transit))])  # Ongoing, not yet committed
+        loading = asyncio.ensure_future(service.load_partition(0, log, 3))
+        for _ in range(5):
+            await asyncio.sleep(0.06)
+            assert await service.add_partitions("tx", 7, -1, {TP}) is (
+                ErrorCode.coordinator_load_in_progress
+            )
+        assert waited and set(waited) == {1}  # the end of what was loaded
+        committed.set()
+        await loading
+        assert await service.add_partitions("tx", 7, -1, {TP}) is ErrorCode.none
         await service.stop()
 
     asyncio.run(run())
