@@ -55,7 +55,7 @@ def _rename_if_present(source: str, target: str) -> None:
         os.rename(source, target)
 
 
-def fsync_directory(directory: str) -> None:
+def fsync_directory(directory: str | os.PathLike[str]) -> None:
     """Make renames and deletions in ``directory`` durable (power loss; kill -9 needs nothing)."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:

@@ -27,6 +27,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from headwater.gc_policy import COLLECTOR
+from headwater.log.cleaner_swap import fsync_directory
 from headwater.log.config import LogConfig
 from headwater.log.dir_lock import DataDirLock
 from headwater.log.disk_space import DirSpace, SpaceFloor, is_full_disk_error
@@ -120,14 +121,6 @@ def _same_dir(path: str | os.PathLike[str]) -> str:
     """A directory as compared: absolute, symlinks resolved, no trailing separator, so
     that ``data/``, ``./data`` and a symlink to it name one directory."""
     return os.path.realpath(path)
-
-
-def _fsync_directory(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclass(slots=True)
@@ -229,7 +222,7 @@ class LogDirectory:
                 extra.clean_shutdown = extra_marker.exists()
                 if extra.clean_shutdown:
                     extra_marker.unlink()
-                    _fsync_directory(extra.path)
+                    fsync_directory(extra.path)
                 _partition_names(extra.path)
             except OSError as exc:
                 # KIP-112 at start: a directory that cannot be opened is offline and
@@ -253,7 +246,7 @@ class LogDirectory:
         self.clean_shutdown = marker.exists()
         if self.clean_shutdown:
             marker.unlink()
-            _fsync_directory(self.path)
+            fsync_directory(self.path)
         self._topics = {}
         registry = self.path / REGISTRY_FILE
         if registry.exists():
@@ -337,7 +330,7 @@ class LogDirectory:
         """The clean-shutdown marker; a directory that cannot take it goes offline."""
         try:
             (directory / CLEAN_SHUTDOWN_FILE).touch()
-            _fsync_directory(directory)
+            fsync_directory(directory)
         except OSError as exc:
             if not is_full_disk_error(exc):
                 self.fail(f"{exc.strerror or exc} on {exc.filename or directory}", str(directory))
@@ -505,7 +498,7 @@ class LogDirectory:
         tail = f"-{partition}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}"
         target = source.parent / (topic[: 255 - len(tail)] + tail)
         os.rename(source, target)
-        _fsync_directory(source.parent)
+        fsync_directory(source.parent)
         self._placement.pop((topic, partition), None)
         return target
 
@@ -593,7 +586,7 @@ class LogDirectory:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
-        _fsync_directory(self.path)
+        fsync_directory(self.path)
 
     # -- logs -----------------------------------------------------------------------------
 

@@ -30,6 +30,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from headwater.log.cleaner_swap import fsync_directory
+
 FUTURE_DIR_SUFFIX = "-future"
 DELETE_DIR_SUFFIX = "-delete"
 _SIDE_DIR = re.compile(r"(\S+)-(\d+)\.([0-9a-f]{32})(-future|-delete)")
@@ -63,14 +65,6 @@ def side_dir_name(topic: str, partition: int, suffix: str) -> str:
 def name_too_long(topic: str, partition: int) -> bool:
     """Kafka refuses moves whose future directory name would pass 255 characters."""
     return len(side_dir_name(topic, partition, FUTURE_DIR_SUFFIX)) > MAX_DIR_NAME
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _copy(src: Path, dst: Path, start: int, end: int, durable: bool) -> int:
@@ -157,7 +151,7 @@ class DirSync:
                     os.unlink(self.target / name)
                 self.copied.pop(name, None)
         if final:
-            _fsync_dir(self.target)
+            fsync_directory(self.target)
         return moved
 
 
@@ -178,14 +172,14 @@ def swap_in(source: Path, future: Path, destination: Path) -> Path:
     aside = source.parent / side_dir_name(*_split(source.name), DELETE_DIR_SUFFIX)
     if source.exists():
         os.rename(source, aside)
-        _fsync_dir(source.parent)
+        fsync_directory(source.parent)
     try:
         os.rename(future, destination)
     except OSError:
         if aside.exists():
             os.rename(aside, source)  # the old copy stays the partition
         raise
-    _fsync_dir(destination.parent)
+    fsync_directory(destination.parent)
     return aside
 
 
@@ -215,7 +209,7 @@ def recover_moves(dirs: Iterable[Path]) -> list[Path]:
     for path, name, kind in side:
         if kind == FUTURE_DIR_SUFFIX and name not in live and name in aside:
             os.rename(path, path.parent / name)  # complete: the source was renamed away
-            _fsync_dir(path.parent)
+            fsync_directory(path.parent)
             live.add(name)
             touched.append(path)
     for path, _name, _kind in side:
