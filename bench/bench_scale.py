@@ -36,7 +36,12 @@ timed out or was skipped) is reported as such, never estimated.
 
 Run: ``nice -n 10 .venv/bin/python bench/bench_scale.py --partitions 10000``
 (options: ``--session-ms``, ``--topics``, ``--idle-seconds``,
-``--skip-failover``, ``--skip-restart``, ``--skip-metadata``, ``--help``).
+``--skip-failover``, ``--skip-restart``, ``--skip-metadata``,
+``--profile-idle SECONDS``, ``--help``).
+``--profile-idle`` runs ``py-spy record`` against every broker for that long
+after the idle sampling (not during it: the sampler would count py-spy's
+pauses), and prints each broker's top functions by own and by total samples;
+the raw collapsed stacks are written next to the JSON.
 Prints each phase as it ends and a final table; writes
 bench/results/scale-<N>.json.
 """
@@ -446,6 +451,64 @@ def restart(
     }
 
 
+def top_functions(raw: str, limit: int = 20) -> dict[str, Any]:
+    """Own and total samples per function of py-spy's raw (collapsed) stacks, busiest first."""
+    own: dict[str, int] = {}
+    total: dict[str, int] = {}
+    samples = 0
+    for line in raw.splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        if not stack or not count_text.isdigit():
+            continue
+        count = int(count_text)
+        samples += count
+        frames = stack.split(";")
+        if frames and frames[0].startswith("process "):
+            frames = frames[1:]
+        if frames and frames[0].startswith("thread "):
+            frames = frames[1:]
+        if not frames:
+            continue
+        own[frames[-1]] = own.get(frames[-1], 0) + count
+        for frame in set(frames):
+            total[frame] = total.get(frame, 0) + count
+
+    def ranked(counts: dict[str, int]) -> list[tuple[str, float]]:
+        rows = sorted(counts.items(), key=lambda kv: -kv[1])[:limit]
+        return [(name, round(100 * c / max(samples, 1), 1)) for name, c in rows]
+
+    return {"samples": samples, "own_pct": ranked(own), "total_pct": ranked(total)}
+
+
+def profile_brokers(cluster: LocalCluster, seconds: int, out: Path) -> dict[str, Any]:
+    """``py-spy record`` (non-blocking, busy samples only) on every broker at once for
+    ``seconds``; per broker the top functions, as % of the busy samples."""
+    import subprocess
+    import sys
+
+    spy = Path(sys.executable).with_name("py-spy")
+    procs = []
+    for i, b in enumerate(cluster.brokers):
+        raw_path = out.with_name(f"{out.stem}-profile-b{i}.txt")
+        cmd = [str(spy), "record", "--nonblocking", "--nolineno", "-r", "100"]
+        cmd += ["-f", "raw", "-d", str(seconds), "-p", str(b.pid), "-o", str(raw_path)]
+        procs.append((i, raw_path, subprocess.Popen(cmd, stdout=subprocess.DEVNULL)))
+    result: dict[str, Any] = {"seconds": seconds, "brokers": {}}
+    for i, raw_path, proc in procs:
+        proc.wait(seconds + 60)
+        try:
+            top = top_functions(raw_path.read_text())
+        except OSError as exc:
+            top = {"error": repr(exc)}
+        result["brokers"][i] = top
+        print(f"   profile b{i}: {top.get('samples')} busy samples in {seconds} s", flush=True)
+        for name, pct in top.get("own_pct", [])[:12]:
+            print(f"     own {pct:5.1f}%  {name}", flush=True)
+        for name, pct in top.get("total_pct", [])[:25]:
+            print(f"     tot {pct:5.1f}%  {name}", flush=True)
+    return result
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     n = args.partitions
     k = args.topics or max(1, -(-n // 1000))
@@ -562,6 +625,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 ),
             }
         phases["idle"] = {"seconds": args.idle_seconds, "brokers": idle}
+        if args.profile_idle:
+            sampler.phase = "profile"
+            phases["idle"]["profile"] = profile_brokers(
+                cluster, args.profile_idle, args.out or RESULTS_DIR / f"scale-{n}.json"
+            )
         print(
             f"3. idle {args.idle_seconds} s: "
             + "; ".join(
@@ -675,6 +743,13 @@ def main() -> int:
     parser.add_argument("--skip-failover", action="store_true", help="also skips the restart")
     parser.add_argument("--skip-restart", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--profile-idle",
+        type=int,
+        default=0,
+        metavar="SECONDS",
+        help="py-spy record every broker this long after the idle sampling",
+    )
     args = parser.parse_args()
     started = time.monotonic()
     out = run(args)
