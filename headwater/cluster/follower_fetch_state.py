@@ -14,13 +14,22 @@ offset, the leader epoch it believes in, and the epoch of its last record
 as they are (offsets and epochs kept), its high watermark, or, when the
 logs diverged after a leader change, the point to truncate to (Kafka's
 truncation on fetch, so no OffsetsForLeaderEpoch round trip is needed).
-One ``FetchSessionHandler`` (the consumer's) keeps one incremental session
-with the leader: a follower of thousands of idle partitions sends and
-receives a few dozen bytes per round trip.
+One ``FetchSessionHandler`` (the consumer's, extended by
+:class:`FollowerSessionHandler`) keeps one incremental session with the
+leader: a follower of thousands of idle partitions sends and receives a few
+dozen bytes per round trip. Building that request is O(changed) too: the
+state keeps what the session should hold (``_wanted``) and the partitions
+whose entry may have changed since the last request (``_dirty``: added,
+removed, log changed, answered with records, backed off or back from a
+backoff); an idle round trip visits no partition (issue 33 item 2: the
+follower's per-fetch scan of every partition was most of an idle broker's
+CPU).
 """
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from headwater.client.session_handler import FetchSessionHandler
@@ -35,12 +44,14 @@ from headwater.cluster.partition import PartitionReplica
 from headwater.cluster.replication_quota import ReplicationThrottles
 from headwater.log.log import Log
 from headwater.protocol.error_codes import ErrorCode
+from headwater.protocol.fetch_metadata import FIRST_SESSION_VERSION, FIRST_TOPIC_ID_VERSION
 from headwater.protocol.fetch_types import (
     ZERO_UUID,
     FetchRequestData,
     FetchResponseData,
     PartitionData,
     PartitionFetch,
+    TopicIdPartition,
 )
 
 #: A new leader answers these until it has applied the state ZooKeeper just
@@ -84,6 +95,80 @@ class FetchOutcome:
     pause_s: float = 0.0
 
 
+def _resend_state(p: PartitionFetch) -> tuple[int, int, int, int, int, uuid.UUID]:
+    """What an incremental request must resend when it changes (Kafka: PartitionData.equals)."""
+    return (
+        p.fetch_offset,
+        p.partition_max_bytes,
+        p.log_start_offset,
+        p.current_leader_epoch,
+        p.last_fetched_epoch,
+        p.topic_id,
+    )
+
+
+class FollowerSessionHandler(FetchSessionHandler):
+    """The consumer's session handler, plus incremental requests built from the
+    partitions that changed rather than from every partition wanted.
+
+    ``FetchSessionHandler.build`` compares the whole wanted set with the
+    session on each request, O(partitions) per round trip, which for a
+    follower of 10,000 idle partitions was most of the broker's idle CPU.
+    Full requests (a new session, after an error) still go through ``build``.
+    """
+
+    @property
+    def has_partitions(self) -> bool:
+        """Whether the broker holds partitions for us (``session_partitions`` without a copy)."""
+        return bool(self._session)
+
+    def builds_changes(self, version: int) -> bool:
+        """Whether the next request is incremental, so :meth:`build_changes` may make it."""
+        return self.enabled and version >= FIRST_SESSION_VERSION and not self.next_is_full
+
+    def build_changes(
+        self,
+        changes: Mapping[PartitionKey, PartitionFetch | None],
+        *,
+        version: int,
+        max_wait_ms: int,
+        min_bytes: int,
+        max_bytes: int,
+    ) -> FetchRequestData:
+        """The next incremental request, given each partition whose wanted entry may have
+        changed since the last request built (None: no longer wanted). Partitions not
+        named keep their session entry; only those whose fetch state differs are sent."""
+        req = FetchRequestData(
+            version=version, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes
+        )
+        req.session_id, req.session_epoch = self.session_id, self.epoch
+        session = self._session
+        uses_ids = version >= FIRST_TOPIC_ID_VERSION
+        to_send: list[PartitionFetch] = []
+        forgotten: list[TopicIdPartition] = []
+        for key, new in changes.items():
+            old = session.get(key)
+            if new is None:
+                if old is not None:
+                    forgotten.append(TopicIdPartition(old.topic_id, old.topic, old.partition))
+                    del session[key]
+                continue
+            if old is None:
+                to_send.append(new)
+            elif new is not old and _resend_state(new) != _resend_state(old):
+                if uses_ids and new.topic_id != old.topic_id:
+                    forgotten.append(TopicIdPartition(old.topic_id, old.topic, old.partition))
+                to_send.append(new)
+            session[key] = new
+            if new.topic_id != ZERO_UUID:
+                self._names_by_id[new.topic_id] = new.topic
+        req.partitions = to_send
+        req.forgotten = forgotten
+        self._last_full = False
+        self._last_sessionless = False
+        return req
+
+
 def truncation_offset(follower: Log, epoch: int, leader_end: int) -> int:
     """Where a follower cuts its log when the leader names (epoch, end) as the divergence.
 
@@ -112,16 +197,25 @@ class FollowerFetchState:
         self.config = config
         self.throttles = throttles
         self.partitions: dict[PartitionKey, PartitionReplica] = {}
-        self.session = FetchSessionHandler(leader_id, enabled=config.sessions)
+        self.session = FollowerSessionHandler(leader_id, enabled=config.sessions)
         self._delayed: dict[PartitionKey, float] = {}
+        #: What the next request should have the session hold: every partition not
+        #: backed off, with its request (the old per-fetch scan, kept up to date).
+        self._wanted: dict[PartitionKey, PartitionFetch] = {}
+        #: Partitions whose ``_wanted`` entry may be stale: the only ones the next
+        #: request looks at, so an idle round trip costs nothing per partition.
+        self._dirty: set[PartitionKey] = set()
+        #: Partitions removed (or re-added) since the request in flight was built:
+        #: an answer for them is for a log end we no longer fetch from.
+        self._stale: set[PartitionKey] = set()
+        #: Partitions visited to build requests (a counter for tests: O(changed)).
+        self.visited = 0
         #: Quick retries spent per partition on a leader still catching up.
         self._quick_retries: dict[PartitionKey, int] = {}
         #: The last PartitionFetch built per partition, dropped when its log changes:
         #: an idle partition costs no rebuilding, and the session handler sees
         #: the same object (nothing to resend) without comparing fields.
         self._requests: dict[PartitionKey, PartitionFetch] = {}
-        #: What each partition of the request in flight asked for.
-        self._in_flight: dict[PartitionKey, PartitionFetch] = {}
         #: Fetch requests answered (a metric).
         self.fetches = 0
 
@@ -130,18 +224,26 @@ class FollowerFetchState:
     def add(self, replica: PartitionReplica) -> None:
         self.remove(replica.key)
         self.partitions[replica.key] = replica
+        self._dirty.add(replica.key)
 
     def remove(self, key: PartitionKey) -> PartitionReplica | None:
         """Stop following ``key``; an answer for it already on its way is ignored."""
         self._delayed.pop(key, None)
         self._quick_retries.pop(key, None)
         self._requests.pop(key, None)
-        self._in_flight.pop(key, None)
+        if key in self._wanted:
+            self._stale.add(key)
+        self._dirty.add(key)
         return self.partitions.pop(key, None)
 
     def log_changed(self, key: PartitionKey) -> None:
         """The partition's log changed (an append, a truncation, retention): rebuild its request."""
+        self._invalidate(key)
+
+    def _invalidate(self, key: PartitionKey) -> None:
+        """Rebuild the partition's request before the next fetch."""
         self._requests.pop(key, None)
+        self._dirty.add(key)
 
     def __len__(self) -> int:
         return len(self.partitions)
@@ -152,7 +254,7 @@ class FollowerFetchState:
     @property
     def needs_leader(self) -> bool:
         """True while a request may be due: partitions to fetch, or a session to wind down."""
-        return bool(self.partitions) or bool(self.session.session_partitions)
+        return bool(self.partitions) or self.session.has_partitions
 
     # -- requests ----------------------------------------------------------------
 
@@ -163,66 +265,90 @@ class FollowerFetchState:
 
         ``now`` is monotonic seconds; ``version`` the Fetch version both ends speak.
         """
-        wanted = self._wanted(now)
-        if not wanted and not self.session.session_partitions:
+        changes = self._changes(now)
+        wanted = self._wanted
+        if not wanted and not self.session.has_partitions:
             return Idle(self.until_next_retry(now) if self._delayed else None)
         max_wait_ms = self.config.max_wait_ms
         if self._quick_retries and self._delayed:
             # Do not long-poll past a quick retry that is due.
             max_wait_ms = min(max_wait_ms, max(10, int(self.until_next_retry(now) * 1000)))
-        req = self.session.build(
-            wanted.values(),
-            version=version,
-            max_wait_ms=max_wait_ms,
-            min_bytes=self.config.min_bytes,
-            max_bytes=self.config.response_max_bytes,
-        )
+        if self.session.builds_changes(version):
+            req = self.session.build_changes(
+                changes,
+                version=version,
+                max_wait_ms=max_wait_ms,
+                min_bytes=self.config.min_bytes,
+                max_bytes=self.config.response_max_bytes,
+            )
+        else:  # a full (or sessionless) request names every partition wanted
+            self.visited += len(wanted)
+            req = self.session.build(
+                wanted.values(),
+                version=version,
+                max_wait_ms=max_wait_ms,
+                min_bytes=self.config.min_bytes,
+                max_bytes=self.config.response_max_bytes,
+            )
         req.replica_id = self.local_id
-        self._in_flight = wanted
+        self._stale.clear()
         return req
 
-    def _wanted(self, now: float) -> dict[PartitionKey, PartitionFetch]:
-        wanted: dict[PartitionKey, PartitionFetch] = {}
+    def _changes(self, now: float) -> dict[PartitionKey, PartitionFetch | None]:
+        """Bring ``_wanted`` up to date; each entry that may have changed, with its
+        request (None: not wanted now). Visits only the dirty, the backed off and,
+        while over the follower throttle's budget, the throttled partitions."""
+        dirty = self._dirty
         delayed = self._delayed
-        requests = self._requests
+        if delayed:
+            for key, until in list(delayed.items()):
+                if until <= now:
+                    del delayed[key]
+                    dirty.add(key)
         throttles = self.throttles
         # KIP-73: over the follower budget, throttled replicas that are not in
         # the ISR sit out (until the backoff) and the rest fetch on.
-        over_budget = (
+        if (
             throttles is not None
             and throttles.follower.enabled
             and throttles.follower.exceeded(now * 1000)
-        )
-        for key, replica in self.partitions.items():
-            if delayed:
-                until = delayed.get(key)
-                if until is not None:
-                    if until > now:
-                        continue
-                    del delayed[key]
-            if (
-                over_budget
-                and throttles is not None
-                and self.local_id not in replica.isr
-                and throttles.follower_throttled(*key)
-            ):
-                self._delay(replica, now)
+        ):
+            for key, replica in self.partitions.items():
+                if (
+                    key not in delayed
+                    and self.local_id not in replica.isr
+                    and throttles.follower_throttled(*key)
+                ):
+                    self._delay(replica, now)
+        changes: dict[PartitionKey, PartitionFetch | None] = {}
+        if not dirty:
+            return changes
+        self.visited += len(dirty)
+        wanted = self._wanted
+        requests = self._requests
+        for key in dirty:
+            followed = self.partitions.get(key)
+            if followed is None or key in delayed:
+                wanted.pop(key, None)
+                changes[key] = None
                 continue
             request = requests.get(key)
-            if request is None or request.current_leader_epoch != replica.leader_epoch:
-                plog = replica.log
+            if request is None or request.current_leader_epoch != followed.leader_epoch:
+                plog = followed.log
                 request = requests[key] = PartitionFetch(
                     topic_id=ZERO_UUID,
-                    topic=replica.topic,
-                    partition=replica.partition,
+                    topic=followed.topic,
+                    partition=followed.partition,
                     fetch_offset=plog.log_end_offset,
                     log_start_offset=plog.log_start_offset,
                     partition_max_bytes=self.config.max_bytes,
-                    current_leader_epoch=replica.leader_epoch,
+                    current_leader_epoch=followed.leader_epoch,
                     last_fetched_epoch=plog.latest_epoch,
                 )
             wanted[key] = request
-        return wanted
+            changes[key] = request
+        dirty.clear()
+        return changes
 
     # -- responses ---------------------------------------------------------------
 
@@ -236,7 +362,8 @@ class FollowerFetchState:
                 outcome.pause_s = self.config.backoff_ms / 1000
             return outcome
         throttles = self.throttles
-        in_flight = self._in_flight
+        asked_for = self._wanted  # unchanged since the request was built
+        stale = self._stale
         for data in response.partitions:
             key = (data.topic, data.partition)
             replica = self.partitions.get(key)
@@ -248,11 +375,11 @@ class FollowerFetchState:
                 and throttles.follower_throttled(data.topic, data.partition)
             ):
                 throttles.follower.record(data.records_size, now * 1000)
-            asked = in_flight.get(key)
+            asked = None if key in stale else asked_for.get(key)
             if asked is None or asked.fetch_offset != replica.log.log_end_offset:
                 # Re-added or truncated while the fetch was out: the answer is for
                 # another log end; the next request asks again from the right one.
-                self._requests.pop(key, None)
+                self._invalidate(key)
                 continue
             outcome.decisions.append(self._decide(replica, data, now))
         return outcome
@@ -271,7 +398,7 @@ class FollowerFetchState:
             # we led without writing is dropped) and fires no log listener: the
             # cached request would name that epoch again, get the same answer and
             # loop forever, never fetching (seen in the fault campaign).
-            self._requests.pop(key, None)
+            self._invalidate(key)
             return TruncateTo(
                 replica,
                 truncation_offset(replica.log, data.diverging_epoch, data.diverging_end_offset),
@@ -281,7 +408,7 @@ class FollowerFetchState:
         if not isinstance(records, (bytes, memoryview)):
             records = b""
         if records or data.log_start_offset > replica.log.log_start_offset:
-            self._requests.pop(key, None)
+            self._invalidate(key)
         return AppendRecords(replica, records, data.high_watermark, data.log_start_offset)
 
     def _out_of_range(self, replica: PartitionReplica, data: PartitionData, now: float) -> Decision:
@@ -297,7 +424,7 @@ class FollowerFetchState:
         """
         plog = replica.log
         offset = plog.log_end_offset
-        self._requests.pop(replica.key, None)
+        self._invalidate(replica.key)
         if data.log_start_offset >= 0 and offset < data.log_start_offset:
             return StartOver(replica, data.log_start_offset)
         if data.high_watermark >= 0 and offset > data.high_watermark:
@@ -316,7 +443,7 @@ class FollowerFetchState:
 
     def on_apply_error(self, replica: PartitionReplica, now: float) -> Backoff:
         """The log refused a decision (corrupt batch, append out of step): try later."""
-        self._requests.pop(replica.key, None)
+        self._invalidate(replica.key)
         return self._delay(replica, now)
 
     # -- backoff -----------------------------------------------------------------
@@ -332,6 +459,7 @@ class FollowerFetchState:
         until = now + backoff
         if key in self.partitions:  # not one removed meanwhile
             self._delayed[key] = until
+            self._dirty.add(key)  # out of the session until then
         return Backoff(replica, error, until)
 
     def until_next_retry(self, now: float) -> float:
