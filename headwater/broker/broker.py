@@ -519,6 +519,7 @@ class Broker(HandlerTable):
             self.config.log_scrub_bytes_per_second,
             on_corrupt=corrupt,
             pass_pause_s=self.config.log_scrub_pass_interval_ms / 1000,
+            generation=lambda: self.logs.logs_created,
         )
         self.metrics.bind_corrupt_batches(self._corrupt_counts)
         self.metrics.bind_log_dir_offline(self.logs.dir_statuses)

@@ -169,6 +169,8 @@ class LogDirectory:
         self._topic_ids: dict[uuid.UUID, TopicInfo] = {}
         self._topic_configs: dict[str, LogConfig] = {}
         self._logs: dict[tuple[str, int], Log] = {}
+        #: Log objects ever created here: the scrubber lists the logs only when it moved.
+        self.logs_created = 0
         self._opened = False
         self.lock = DataDirLock(self.path)
         self.space = DirSpace(str(self.path), SpaceFloor(config.free_space_min_bytes))
@@ -674,6 +676,7 @@ class LogDirectory:
         where = str(extra.path) if extra is not None else str(self.path)
         log.on_io_error = functools.partial(self._on_io_error_in, where)
         self._logs[(topic, partition)] = log
+        self.logs_created += 1
         # After it is listed: a directory failing meanwhile (another thread) either
         # saw this log in its list or set the reason read here.
         log.offline = extra.offline if extra is not None else self.primary_offline
