@@ -12,6 +12,7 @@ creates a topic and produces at once finds a leader.
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import logging
 import time
@@ -31,6 +32,7 @@ from headwater.broker.topic_config_validation import (
 )
 from headwater.cluster.cluster_view import ClusterChange, ClusterView
 from headwater.cluster.controller import add_partitions, create_topic
+from headwater.cluster.leaders_awaited import LeadersAwaited, TopicPartition
 from headwater.cluster.replica_placement import AdminOperationError, RackAwareMode
 from headwater.cluster.replication_quota import (
     FOLLOWER_REPLICAS,
@@ -320,7 +322,7 @@ class ClusterAdminApis:
 
     async def wait_for_leaders(self, names: list[str], timeout_ms: int) -> bool:
         """Until every partition of ``names`` has a leader (False: not within the timeout)."""
-        return await self._wait_until(lambda: all(self._has_leaders(n) for n in names), timeout_ms)
+        return not await self._wait_for_first_leaders(names, timeout_ms)
 
     def _is_gone(self, name: str) -> bool:
         return name not in self.view.topics
@@ -335,10 +337,22 @@ class ClusterAdminApis:
         )
 
     async def create_topics(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
-        results = []
+        """Check every topic, write every valid one to ZooKeeper, then wait for all
+        their leaders together (Kafka's ``ZkAdminManager.createTopics`` and one
+        ``DelayedCreatePartitions``).
+
+        Writing all topics before waiting matters at scale: waiting topic by topic
+        made a 50-topic request last longer than the client's timeout, and the
+        topics not yet written when the client gave up were never created.
+        """
         timeout_ms = getattr(req, "timeout_ms", 30_000)
+        names = [t.name for t in req.topics]
+        duplicates = {n for n, count in collections.Counter(names).items() if count > 1}
+        results: list[dict[str, Any]] = []
+        to_create: list[tuple[dict[str, Any], int, int, dict[str, str], dict[int, list[int]]]] = []
         for t in req.topics:
             result: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
+            results.append(result)
             configs = {c.name: c.value for c in t.configs if c.value is not None}
             num = t.num_partitions if t.num_partitions != -1 else self.config.num_partitions
             rf = (
@@ -351,7 +365,10 @@ class ClusterAdminApis:
                 num = len(explicit)
                 rf = len(next(iter(explicit.values())))
             live = len(self.view.brokers)
-            if not AdminApis.may_create(ctx, t.name):
+            if t.name in duplicates:  # as Kafka 4's controller answers
+                result["error_code"] = int(E.invalid_request)
+                result["error_message"] = "Duplicate topic name."
+            elif not AdminApis.may_create(ctx, t.name):
                 result["error_code"] = int(E.topic_authorization_failed)
             elif not is_valid_topic_name(t.name):
                 result["error_code"] = int(E.invalid_topic_exception)
@@ -382,36 +399,103 @@ class ClusterAdminApis:
             elif req.validate_only:
                 result.update(num_partitions=num, replication_factor=rf)
             else:
-                code, message = await self._create(t.name, num, rf, configs, explicit)
-                if code:
-                    result["error_code"] = code
-                    result["error_message"] = message
-                elif not await self._wait_until(
-                    functools.partial(self._has_leaders, t.name), timeout_ms
-                ):
-                    result["error_code"] = int(E.request_timed_out)
-                    result["error_message"] = "topic created; leaders not elected in time"
-                else:
-                    assignment = self.view.topics[t.name]
-                    result.update(
-                        topic_id=assignment.topic_id,
-                        num_partitions=num,
-                        replication_factor=rf,
-                        configs=[
-                            {
-                                "name": k,
-                                "value": v,
-                                "read_only": False,
-                                "config_source": 1 if k in configs else 5,
-                                "is_sensitive": False,
-                            }
-                            for k, v in {**TOPIC_CONFIG_DEFAULTS, **configs}.items()
-                        ],
-                    )
+                to_create.append((result, num, rf, configs, explicit))
+        # Every write is started before any is awaited: a client that gives up and
+        # closes its connection cancels this request, not the writes under way.
+        writes = [
+            asyncio.ensure_future(self._create(r["name"], num, rf, configs, explicit))
+            for r, num, rf, configs, explicit in to_create
+        ]
+        created = []
+        for (result, num, rf, configs, _), write in zip(to_create, writes, strict=True):
+            code, message = await write
+            if code:
+                result["error_code"] = code
+                result["error_message"] = message
+            else:
+                created.append((result, num, rf, configs))
+        # A client that would not wait (timeout 0) is answered at once, as Kafka does.
+        late = (
+            await self._wait_for_first_leaders([r["name"] for r, *_ in created], timeout_ms)
+            if timeout_ms > 0
+            else set()
+        )
+        for result, num, rf, configs in created:
+            if result["name"] in late:
+                result["error_code"] = int(E.request_timed_out)
+                result["error_message"] = "topic created; leaders not elected in time"
+                continue
+            assignment = self.view.topics.get(result["name"])
+            if assignment is not None:  # unknown yet only when the client would not wait
+                result["topic_id"] = assignment.topic_id
+            result.update(
+                num_partitions=num,
+                replication_factor=rf,
+                configs=[
+                    {
+                        "name": k,
+                        "value": v,
+                        "read_only": False,
+                        "config_source": 1 if k in configs else 5,
+                        "is_sensitive": False,
+                    }
+                    for k, v in {**TOPIC_CONFIG_DEFAULTS, **configs}.items()
+                ],
+            )
+        for result in results:
             if result["error_code"]:
                 result.update(num_partitions=-1, replication_factor=-1)
-            results.append(result)
         return {"topics": results}
+
+    def _new_partitions(self, names: list[str]) -> list[TopicPartition]:
+        """Every partition of ``names`` the view knows; a topic it does not know yet
+        stands for its partition 0 until it shows up."""
+        out: list[TopicPartition] = []
+        for name in names:
+            assignment = self.view.topics.get(name)
+            if assignment is None:
+                out.append((name, 0))
+            else:
+                out.extend((name, p) for p in assignment.replicas)
+        return out
+
+    def _partition_has_leader(self, key: TopicPartition) -> bool:
+        assignment = self.view.topics.get(key[0])
+        if assignment is None or key[1] not in assignment.replicas:
+            return False
+        state = self.view.partition_states.get(key)
+        return state is not None and state.leader >= 0
+
+    async def _wait_for_first_leaders(self, names: list[str], timeout_ms: int) -> set[str]:
+        """Wait until every partition of ``names`` has had a leader, fed by the
+        view's changes (O(changed), see ``LeadersAwaited``). Returns the topics
+        still without leaders when ``timeout_ms`` ran out."""
+        if not names:
+            return set()
+        awaited = LeadersAwaited(self._new_partitions(names), self._partition_has_leader)
+        if awaited.done or timeout_ms <= 0:
+            return awaited.topics_pending()
+
+        all_there = asyncio.Event()
+
+        def on_change(change: ClusterChange) -> None:
+            keys: list[TopicPartition] = list(change.partitions_changed)
+            for name in change.topics_added & {t for t, _ in awaited.pending}:
+                # the topic's partitions are now known: await them all, not only 0
+                awaited.pending.update(self._new_partitions([name]))
+                keys.extend(self._new_partitions([name]))
+            if awaited.changed(keys):
+                all_there.set()
+
+        stop_listening = self.view.on_change(on_change)
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                await all_there.wait()
+        except TimeoutError:
+            pass
+        finally:
+            stop_listening()
+        return awaited.topics_pending()
 
     async def create_partitions(self, ctx: RequestContext, req: Any) -> dict[str, Any]:
         """Grow topics in ZooKeeper (Kafka's AdminZkClient.addPartitions), from any broker."""
