@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import pytest
 
@@ -412,6 +412,63 @@ def test_a_dead_follower_leaves_an_isr_the_cache_does_not_show_it_in(cluster: Cl
     cluster.stores[2].close()
     cluster.settle()
     assert cluster.state("t", 0).leader == 1 and cluster.state("t", 0).isr == (1, 3)
+
+
+def _states_read_when_a_broker_dies(partitions: int) -> tuple[int, Cluster]:
+    """Partitions read from ZooKeeper by the controller between broker 3's death and
+    its elections, for a topic of ``partitions`` at RF 3 on brokers 1-3."""
+    cluster = Cluster()
+    for b in (1, 2, 3):
+        cluster.add_broker(b)
+    create_topic(cluster.stores[1], "t", partitions, 3)
+    cluster.settle()
+    store = cluster.stores[1]
+    reads: list[int] = []
+    real = store.partition_states
+
+    def counted(keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], PartitionState]:
+        listed = list(keys)
+        reads.append(len(listed))
+        return real(listed)
+
+    store.partition_states = counted  # type: ignore[method-assign,assignment]
+    cluster.stores[3].close()
+    cluster.settle()
+    return sum(reads), cluster
+
+
+@pytest.mark.parametrize("partitions", [100, 1_000])
+def test_a_broker_failure_elects_without_reading_every_partition_first(partitions: int) -> None:
+    """The cache decides where it shows the dead broker leading or in the ISR (the
+    compare-and-set catches a stale one): no read grows with the partition count."""
+    reads, cluster = _states_read_when_a_broker_dies(partitions)
+    try:
+        assert reads == 0
+        for p in range(partitions):
+            state = cluster.state("t", p)
+            assert 3 not in state.isr and state.leader in (1, 2), (p, state)
+    finally:
+        cluster.close()
+
+
+def test_a_stale_cached_isr_loses_its_compare_and_set_and_is_decided_again(
+    cluster: Cluster,
+) -> None:
+    """The leader shrank the ISR to (1, 3) in ZooKeeper; the cache still shows (1, 2, 3)
+    at the older version. Broker 3 dies: the write from the cache loses, is read
+    again, and the result is decided from what ZooKeeper holds."""
+    for b in (1, 2, 3):
+        cluster.add_broker(b)
+    create_topic(cluster.stores[1], "t", 1, 3, replica_assignment={0: [1, 2, 3]})
+    cluster.settle()
+    old = cluster.state("t", 0)
+    shrunk = PartitionState(1, old.leader_epoch, (1, 3), old.controller_epoch)
+    assert cluster.stores[1].update_partition_state("t", 0, shrunk, old.zk_version) is not None
+    assert cluster.controllers[1]._states[("t", 0)].isr == (1, 2, 3)  # the stale cache
+    cluster.stores[3].close()
+    cluster.settle()
+    state = cluster.state("t", 0)
+    assert state.leader == 1 and state.isr == (1,)
 
 
 def test_controlled_shutdown_of_the_controller_itself(cluster: Cluster) -> None:
