@@ -41,7 +41,9 @@ from typing import Any
 
 from headwater.cluster.cluster_view import ClusterChange, ClusterView
 from headwater.cluster.fetcher_assignment import fetcher_index, resize_plan
+from headwater.cluster.hw_checkpoint_tracker import HighWatermarkTracker
 from headwater.cluster.inter_broker import InterBrokerConnector
+from headwater.cluster.isr_watch import IsrWatch
 from headwater.cluster.partition import PartitionReplica, ReplicaAssignment
 from headwater.cluster.produce_purgatory import ProducePurgatory, await_acks
 from headwater.cluster.replica_fetcher import FetcherConfig, ReplicaFetcher
@@ -129,6 +131,10 @@ class ReplicaManager:
             self._checkpoint_dir_offline,
         )
         self._checkpointed: dict[PartitionKey, int] = {}
+        #: The checkpoint's content from log events: an idle tick reads no HW.
+        self._hw_tracker = HighWatermarkTracker()
+        #: The led partitions the next ISR check looks at: an idle round visits none.
+        self._isr_watch = IsrWatch()
         self._tasks: list[asyncio.Task[None]] = []
         self._isr_writes: set[asyncio.Future[Any]] = set()
         self._stopping: set[asyncio.Future[None]] = set()
@@ -172,6 +178,7 @@ class ReplicaManager:
 
     async def start(self) -> None:
         self._checkpointed = self._checkpoint.read()
+        self._hw_tracker.seed(self._checkpointed)
         self.view.on_change(self._on_change)
         self.view.on_session(self._on_session)
         self._apply_all()
@@ -253,14 +260,16 @@ class ReplicaManager:
     def checkpoint_high_watermarks(self) -> None:
         """Write every replica's HW to its directory's ``replication-offset-checkpoint``
         when one moved (one file per data directory, as Kafka; see DirectoryCheckpoints)."""
-        current = {key: r.log.high_watermark for key, r in self.replicas.items()}
-        if current != self._checkpointed:
-            failed = self._checkpoint.write(current)
-            for directory, exc in failed:  # a full or failing disk: try again next interval
-                log.warning("cannot write the high-watermark checkpoint of %s: %s", directory, exc)
-            if failed:
-                return
-            self._checkpointed = current
+        current = self._hw_tracker.due()
+        if current is None:
+            return
+        failed = self._checkpoint.write(current)
+        for directory, exc in failed:  # a full or failing disk: try again next interval
+            log.warning("cannot write the high-watermark checkpoint of %s: %s", directory, exc)
+        if failed:
+            return
+        self._hw_tracker.written()
+        self._checkpointed = current
 
     # -- the cluster view drives roles ----------------------------------------------------
 
@@ -547,6 +556,7 @@ class ReplicaManager:
             plog.enable_replication(self._checkpointed.get(key, 0))
             replica = PartitionReplica(topic, partition, plog, self.local_id)
             self.replicas[key] = replica
+            self._hw_tracker.track(key, plog)
             if plog.offline is not None:
                 self._offline_from_start(key)
         was_leader = replica.is_leader
@@ -560,6 +570,8 @@ class ReplicaManager:
             ),
             now_ms,
         )
+        if replica.is_leader:
+            self._isr_watch.touch(key)
         if role == "leader":
             self._led_since[key] = now_ms
             self._unfollow(key)
@@ -745,6 +757,7 @@ class ReplicaManager:
 
         def changed(_log: Log, _event: LogEvent) -> None:
             if replica.is_leader and replica.on_log_change(_now_ms()):
+                self._isr_watch.touch(replica.key)
                 self._high_watermark_may_move(replica)
 
         self._append_listeners[replica.key] = changed
@@ -775,6 +788,7 @@ class ReplicaManager:
 
     def _remove_replica(self, key: PartitionKey) -> None:
         replica = self.replicas.pop(key, None)
+        self._hw_tracker.untrack(key)
         if replica is not None:
             self._unwatch_appends(replica)
         self._unfollow(key)
@@ -1067,6 +1081,7 @@ class ReplicaManager:
             if replica is None or not replica.is_leader:
                 continue
             replica.update_follower(replica_id, p.fetch_offset, now, p.log_start_offset)
+            self._isr_watch.touch(replica.key)
             if replica.key in self._low_watermark_waiters:
                 self._check_low_watermark(replica)
             expanded = replica.isr_to_expand(replica_id, self._isr_ineligible)
@@ -1083,18 +1098,15 @@ class ReplicaManager:
     # -- ISR changes ---------------------------------------------------------------------
 
     def _check_isr(self) -> None:
-        now = _now_ms()
-        lag = self.config.replica_lag_time_max_ms
-        for replica in self.replicas.values():
-            if not replica.is_leader:
-                continue
-            shrunk = replica.isr_to_shrink(now, lag)
-            if shrunk is not None:
-                self._propose_isr(replica, shrunk, "shrink")
-            else:
-                # Again each round: a nudge read while an ISR write was in flight
-                # (or that lost its race) could not expand the ISR.
-                self._nudge_out_of_sync(replica)
+        """Shrink lagging followers out, nudge those outside the ISR: only for the led
+        partitions touched since or not settled (see IsrWatch)."""
+        self._isr_watch.check(
+            self.replicas,
+            _now_ms(),
+            self.config.replica_lag_time_max_ms,
+            lambda replica, isr: self._propose_isr(replica, isr, "shrink"),
+            self._nudge_out_of_sync,
+        )
 
     def _propose_isr(self, replica: PartitionReplica, isr: tuple[int, ...], why: str) -> None:
         """Write a new ISR to ZooKeeper, conditional on the state version we hold."""
