@@ -16,9 +16,9 @@ slice is therefore sent with ``TCP_CORK`` set, and uncorking pushes it whole.
 Small slices are copied instead (issue 33, item 3): a follower fetch at a
 modest rate carries a batch or two, and for a kilobyte ``sendfile`` plus the
 cork's two ``setsockopt`` calls and a separate send of the header cost more
-than one ``pread`` and one ``send`` of the joined response; profiled, the
-uncork was the leader's costliest line at 1,000 requests/s. The wire bytes are
-the same either way.
+than one ``pread`` and one ``send`` of the joined response (about 3 µs of
+some 25 per response here; the loopback transmit itself stays, it only moves
+from the uncork to the ``send``). The wire bytes are the same either way.
 """
 
 from __future__ import annotations
