@@ -62,6 +62,7 @@ class Segment:
         "_handles",
         "_index_interval_bytes",
         "_indexes_checked",
+        "_last_appended",
         "_max_timestamp",
         "_next_offset",
         "_offset_of_max_timestamp",
@@ -114,6 +115,10 @@ class Segment:
         self._offset_of_max_timestamp = base_offset
         self._bytes_since_index_entry = 0
         self._first_timestamp: int | None = None
+        #: (base offset, last offset, position, size) of the batch appended last, so
+        #: that a follower or consumer reading at the tail finds it without a pread
+        #: and a scan; None once anything but an append changed the file.
+        self._last_appended: tuple[int, int, int, int] | None = None
 
     @classmethod
     def create(
@@ -290,6 +295,13 @@ class Segment:
             raise
         self._next_offset = batches[-1].next_offset
         self.size = position + len(data)
+        last = batches[-1]
+        self._last_appended = (
+            last.base_offset,
+            last.last_offset,
+            position + last.position,
+            last.size,
+        )
 
     def _undo_append(
         self, position: int, first_offset: int, saved: tuple[int, int, int, int | None]
@@ -338,6 +350,7 @@ class Segment:
         self.time_index.delete()
         self.txn_index.delete()
         self.size = 0
+        self._last_appended = None
 
     # -- reading --------------------------------------------------------------------------
 
@@ -435,7 +448,14 @@ class Segment:
         The fetch hot path: it reads only the three header fields it needs
         with ``struct`` instead of building a ``BatchHeader`` per scanned
         batch, which was most of an incremental fetch over many small batches.
+        A read of the batch appended last (a follower or consumer at the
+        tail, one batch behind) needs neither the index nor the file.
         """
+        last = self._last_appended
+        if last is not None and last[0] <= offset <= last[1] and last[2] + last[3] <= end:
+            # Every earlier batch ends before ``last[0]``: this is the first ending at
+            # or after ``offset``.
+            return last[2], last[3]
         self._ensure_indexes()
         _, position = self.offset_index.lookup(offset)
         fd = self._handles.get(self.log_path).fileno()
@@ -508,6 +528,7 @@ class Segment:
         """
         file_size = os.fstat(self._handles.get(self.log_path).fileno()).st_size
         self.size = file_size
+        self._last_appended = None
         truncated = self._rebuild(validate=True)
         if truncated:
             # Acknowledged bytes may be among them: an operator must be able to see it.
@@ -593,3 +614,4 @@ class Segment:
     def _truncate_file(self, size: int) -> None:
         os.ftruncate(self._handles.get(self.log_path).fileno(), size)
         self.size = size
+        self._last_appended = None

@@ -20,6 +20,7 @@ from headwater.protocol.frame import encode_frame
 from headwater.protocol.wire import EMPTY_TAGS, INT16, INT32, skip_tagged_fields
 
 _FIXED = INT16.size * 2 + INT32.size  # api_key, api_version, correlation_id
+_FIXED_FIELDS = struct.Struct(">hhih")  # the three, then client_id's length: one unpack
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,10 +43,8 @@ def parse_request_header(frame: bytes | memoryview) -> tuple[RequestHeader, int]
     a header raise ``InvalidRequestError``. Unknown keys are read as v1.
     """
     try:
-        api_key, api_version = INT16.unpack_from(frame, 0)[0], INT16.unpack_from(frame, 2)[0]
-        correlation_id = INT32.unpack_from(frame, 4)[0]
         # client_id stays a non-compact nullable string even in header v2.
-        length = INT16.unpack_from(frame, _FIXED)[0]
+        api_key, api_version, correlation_id, length = _FIXED_FIELDS.unpack_from(frame, 0)
         pos = _FIXED + 2
         client_id: str | None = None
         if length >= 0:
