@@ -20,8 +20,11 @@ class CorruptCheckpointError(ValueError):
     """The file exists but is not a version-0 checkpoint with as many entries as it says."""
 
 
-def write_checkpoint(path: Path | str, entries: Sequence[Sequence[object]]) -> None:
-    """Replace ``path`` with ``entries`` (each a row of space-separated fields), durably."""
+def write_checkpoint(
+    path: Path | str, entries: Sequence[Sequence[object]], *, durable: bool = True
+) -> None:
+    """Replace ``path`` with ``entries`` (each a row of space-separated fields), atomically;
+    durably (fsync of the file and its directory) unless ``durable`` is False."""
     path = os.fspath(path)
     lines = [str(CHECKPOINT_VERSION), str(len(entries))]
     lines.extend(" ".join(str(field) for field in entry) for entry in entries)
@@ -29,9 +32,11 @@ def write_checkpoint(path: Path | str, entries: Sequence[Sequence[object]]) -> N
     with open(tmp, "w") as f:
         f.write("\n".join(lines) + "\n")
         f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            os.fsync(f.fileno())
     os.replace(tmp, path)
-    _fsync_directory(os.path.dirname(path) or ".")
+    if durable:
+        _fsync_directory(os.path.dirname(path) or ".")
 
 
 def _fsync_directory(directory: str) -> None:
