@@ -997,13 +997,24 @@ class Controller:
                 )
 
     def _reconcile(self, keys: Iterable[TopicPartition]) -> None:
-        changes: dict[TopicPartition, PartitionState] = {}
+        """Decide ``keys`` and write the changes, new leaders first.
+
+        ZooKeeper applies a session's requests in order and the brokers learn them
+        in that order, so partitions that lost their leader (no writes until they
+        get one) are not queued behind the ISR-only changes of the same event: a
+        broker failure at RF 3 changes every partition, a third of them leaders.
+        """
+        leader_changes: dict[TopicPartition, PartitionState] = {}
+        isr_changes: dict[TopicPartition, PartitionState] = {}
         for key in keys:
             new = self._decide(key)
             if new is not None:
-                changes[key] = new
-        if changes:
-            self._write(changes)
+                if new.leader != self._states[key].leader:
+                    leader_changes[key] = new
+                else:
+                    isr_changes[key] = new
+        if leader_changes or isr_changes:
+            self._write({**leader_changes, **isr_changes})
 
     def _write(self, changes: Mapping[TopicPartition, PartitionState], attempts: int = 5) -> None:
         """Compare-and-set each change against the cached version; on a lost race

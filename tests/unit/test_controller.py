@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import pytest
 
@@ -28,7 +29,9 @@ from headwater.cluster.replica_placement import (
 from headwater.cluster.store import (
     NO_LEADER,
     BrokerRegistration,
+    ControllerFence,
     PartitionState,
+    PartitionStateWrite,
     TopicAssignment,
 )
 from headwater.log.errors import InvalidPartitionsError
@@ -449,6 +452,32 @@ def test_a_broker_failure_elects_without_reading_every_partition_first(partition
             assert 3 not in state.isr and state.leader in (1, 2), (p, state)
     finally:
         cluster.close()
+
+
+def test_a_broker_failure_writes_the_new_leaders_before_the_isr_only_changes(
+    cluster: Cluster,
+) -> None:
+    for b in (1, 2, 3):
+        cluster.add_broker(b)
+    create_topic(cluster.stores[1], "t", 30, 3)
+    cluster.settle()
+    led_by_3 = {p for p in range(30) if cluster.state("t", p).leader == 3}
+    assert 0 < len(led_by_3) < 30
+    store = cluster.stores[1]
+    written: list[tuple[int, bool]] = []
+    real = store.write_partition_states
+
+    def recorded(fence: ControllerFence, writes: Sequence[PartitionStateWrite]) -> Any:
+        written.extend((w.partition, w.partition in led_by_3) for w in writes)
+        return real(fence, writes)
+
+    store.write_partition_states = recorded  # type: ignore[method-assign]
+    cluster.stores[3].close()
+    cluster.settle()
+    assert len(written) == 30
+    first = [new_leader for _, new_leader in written[: len(led_by_3)]]
+    assert all(first), written  # every new leader first, then the 20 ISR shrinks
+    assert not any(new_leader for _, new_leader in written[len(led_by_3) :])
 
 
 def test_a_stale_cached_isr_loses_its_compare_and_set_and_is_decided_again(
