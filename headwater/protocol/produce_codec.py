@@ -5,7 +5,9 @@ each partition's records as a ``memoryview`` slice of the request frame,
 which the log validates and appends as is (a 100 MB produce is parsed
 without touching its payload). Flexible from v9; v8 adds per-batch record
 errors and an error message to the response; v2 log_append_time, v5
-log_start_offset.
+log_start_offset; v10 (KIP-951) the current leader of a partition refused
+with NOT_LEADER_OR_FOLLOWER and that leader's endpoint, as tagged fields, so
+a client moves to the new leader without a Metadata round trip.
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ from headwater.protocol.wire import (
     read_array_length,
     read_bytes_view,
     read_string,
+    read_tagged_fields,
     skip_tagged_fields,
     write_array_length,
     write_bytes_length,
     write_string,
+    write_uvarint,
 )
 
 MIN_VERSION: Final = 3
@@ -79,6 +83,18 @@ class ProducePartitionResponse:
     log_start_offset: int = -1
     record_errors: list[RecordError] = field(default_factory=list)
     error_message: str | None = None
+    #: v10+ (KIP-951): (leader id, leader epoch) when refused for not being the leader.
+    current_leader: tuple[int, int] | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class NodeEndpoint:
+    """v10+ (KIP-951): where a leader named by ``current_leader`` listens."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
 
 
 @dataclass(slots=True)
@@ -91,6 +107,8 @@ class ProduceTopicResponse:
 class ProduceResponseData:
     topics: list[ProduceTopicResponse] = field(default_factory=list)
     throttle_time_ms: int = 0
+    #: v10+ (KIP-951): the endpoints of the leaders named in ``current_leader``.
+    node_endpoints: list[NodeEndpoint] = field(default_factory=list)
 
 
 def _check_version(version: int) -> None:
@@ -196,14 +214,63 @@ def encode_produce_response(resp: ProduceResponseData, version: int) -> bytes:
                     if flexible:
                         out.append(EMPTY_TAGS)
                 out.append(write_string(p.error_message, flexible))
-            if flexible:
+            if version >= 10 and p.current_leader is not None:
+                out.append(_current_leader_tag(*p.current_leader))
+            elif flexible:
                 out.append(EMPTY_TAGS)
         if flexible:
             out.append(EMPTY_TAGS)
     out.append(INT32.pack(resp.throttle_time_ms))
-    if flexible:
+    if version >= 10 and resp.node_endpoints:
+        out.append(_node_endpoints_tag(resp.node_endpoints))
+    elif flexible:
         out.append(EMPTY_TAGS)
     return b"".join(out)
+
+
+_LEADER_ID_AND_EPOCH: Final = struct.Struct(">ii")
+#: One tagged field (tag 0) holding a LeaderIdAndEpoch: two int32 and its own empty tags.
+_CURRENT_LEADER_HEADER: Final = write_uvarint(1) + write_uvarint(0) + write_uvarint(9)
+
+
+def _current_leader_tag(leader_id: int, leader_epoch: int) -> bytes:
+    return _CURRENT_LEADER_HEADER + _LEADER_ID_AND_EPOCH.pack(leader_id, leader_epoch) + EMPTY_TAGS
+
+
+def _node_endpoints_tag(endpoints: list[NodeEndpoint]) -> bytes:
+    body = [write_array_length(len(endpoints), True)]
+    for e in endpoints:
+        body.append(INT32.pack(e.node_id))
+        body.append(write_string(e.host, True))
+        body.append(INT32.pack(e.port))
+        body.append(write_string(e.rack, True))
+        body.append(EMPTY_TAGS)
+    data = b"".join(body)
+    return write_uvarint(1) + write_uvarint(0) + write_uvarint(len(data)) + data
+
+
+def _read_current_leader(tags: dict[int, memoryview]) -> tuple[int, int] | None:
+    raw = tags.get(0)
+    if raw is None:
+        return None
+    leader_id, leader_epoch = _LEADER_ID_AND_EPOCH.unpack_from(raw, 0)
+    return int(leader_id), int(leader_epoch)
+
+
+def _read_node_endpoints(tags: dict[int, memoryview]) -> list[NodeEndpoint]:
+    raw = tags.get(0)
+    if raw is None:
+        return []
+    out = []
+    count, pos = read_array_length(raw, 0, True)
+    for _ in range(count):
+        node_id = INT32.unpack_from(raw, pos)[0]
+        host, pos = read_string(raw, pos + 4, True)
+        port = INT32.unpack_from(raw, pos)[0]
+        rack, pos = read_string(raw, pos + 4, True)
+        pos = skip_tagged_fields(raw, pos)
+        out.append(NodeEndpoint(node_id, _non_null(host), port, rack))
+    return out
 
 
 def decode_produce_response(buf: Buffer, offset: int, version: int) -> ProduceResponseData:
@@ -231,7 +298,10 @@ def decode_produce_response(buf: Buffer, offset: int, version: int) -> ProduceRe
                             pos = skip_tagged_fields(buf, pos)
                         part.record_errors.append(RecordError(batch_index, message))
                     part.error_message, pos = read_string(buf, pos, flexible)
-                if flexible:
+                if version >= 10:
+                    tags, pos = read_tagged_fields(buf, pos)
+                    part.current_leader = _read_current_leader(tags)
+                elif flexible:
                     pos = skip_tagged_fields(buf, pos)
                 topic.partitions.append(part)
             if flexible:
@@ -239,7 +309,10 @@ def decode_produce_response(buf: Buffer, offset: int, version: int) -> ProduceRe
             resp.topics.append(topic)
         resp.throttle_time_ms = INT32.unpack_from(buf, pos)[0]
         pos += 4
-        if flexible:
+        if version >= 10:
+            tags, pos = read_tagged_fields(buf, pos)
+            resp.node_endpoints = _read_node_endpoints(tags)
+        elif flexible:
             skip_tagged_fields(buf, pos)
     except (struct.error, ValueError, IndexError) as exc:
         raise InvalidResponseError(f"bad Produce v{version} response: {exc}") from exc

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
@@ -316,26 +317,34 @@ def test_duplicate_broker_id_refuses_to_start(cluster: Cluster, tmp_path: Path) 
 
 
 def test_errors_of_a_non_leader(cluster: Cluster) -> None:
+    """NOT_LEADER_OR_FOLLOWER, and on Produce v10 (KIP-951) the current leader and where
+    it listens, so a client moves there without asking for Metadata."""
     cluster.create_topic("where", partitions=1, replication=2)
     parts = cluster.partitions("where")
+    leader = parts[0].leader
     outsider = ({0, 1, 2} - set(parts[0].replicas)).pop()
-    follower = next(r for r in parts[0].replicas if r != parts[0].leader)
-    for broker_id, expected in ((follower, 6), (outsider, 6)):
-        producer = KafkaProducer(bootstrap_servers=cluster.brokers[broker_id].bootstrap)
-        # kafka-python routes by metadata; talk to the wrong broker through the raw protocol.
-        producer.close()
-        code = raw_produce_error(cluster.brokers[broker_id].bootstrap, "where")
-        assert code == expected, (broker_id, code)
+    follower = next(r for r in parts[0].replicas if r != leader)
+    leader_port = int(cluster.brokers[leader].bootstrap.rsplit(":", 1)[1])
+    for broker_id in (follower, outsider):
+        version, response = raw_produce(cluster.brokers[broker_id].bootstrap, "where")
+        refused = response.topics[0].partitions[0]
+        assert int(refused.error_code) == 6, (broker_id, refused)
+        assert version == 10
+        assert refused.current_leader is not None and refused.current_leader[0] == leader
+        assert refused.current_leader[1] >= 0
+        assert [(e.node_id, e.port) for e in response.node_endpoints] == [(leader, leader_port)]
 
 
-def raw_produce_error(bootstrap: str, topic: str) -> int:
+def raw_produce(bootstrap: str, topic: str) -> tuple[int, Any]:
+    """(Produce version used, the response) of one record to partition 0 of ``topic``
+    sent to ``bootstrap`` whether it leads it or not (clients route by Metadata)."""
     import asyncio
 
     from headwater.client.connection import BrokerConnection
     from headwater.protocol.produce_codec import ProduceRequestData, ProduceTopicData
     from headwater.records.record import RecordBatchBuilder
 
-    async def go() -> int:
+    async def go() -> tuple[int, Any]:
         host, port = bootstrap.rsplit(":", 1)
         conn = await BrokerConnection.open(host, int(port))
         try:
@@ -344,9 +353,10 @@ def raw_produce_error(bootstrap: str, topic: str) -> int:
             req = ProduceRequestData(
                 acks=1, timeout_ms=5000, topics=[ProduceTopicData(topic, [(0, builder.build())])]
             )
-            resp = await conn.wait(conn.send_produce(req, conn.version(0)))
+            version = conn.version(0)
+            resp = await conn.wait(conn.send_produce(req, version))
             assert resp is not None
-            return int(resp.topics[0].partitions[0].error_code)
+            return version, resp
         finally:
             conn.close()
 

@@ -34,6 +34,7 @@ from headwater.log.errors import KafkaApiError, KafkaStorageError
 from headwater.log.log_directory import LogDirectory, TopicInfo
 from headwater.log.segment_files import precreate_segment_files
 from headwater.protocol.produce_codec import (
+    NodeEndpoint,
     ProducePartitionResponse,
     ProduceRequestData,
     ProduceResponseData,
@@ -262,6 +263,7 @@ class ProduceApi:
             return None
         response = ProduceResponseData(topics=topics, throttle_time_ms=throttle_ms)
         if not waits:
+            self._add_leader_hints(response, ctx, version)
             return encode_produce_response(response, version)
         return AwaitingAcks(
             self._acknowledge(replication, response, waits, req.timeout_ms, version, ctx)
@@ -311,7 +313,37 @@ class ProduceApi:
                 out = waits[key][0]
                 out.error_code = code
                 out.error_message = None
+        self._add_leader_hints(response, ctx, version)
         return encode_produce_response(response, version)
+
+    def _add_leader_hints(
+        self, response: ProduceResponseData, ctx: RequestContext, version: int
+    ) -> None:
+        """v10+ (KIP-951): name the current leader of each partition refused with
+        NOT_LEADER_OR_FOLLOWER, and where it listens on the client's listener, so
+        the client sends there at once instead of backing off and asking for
+        Metadata (as Kafka's ``handleProduceRequest``). A controlled shutdown or
+        a failover then costs a producer one round trip per moved partition."""
+        if version < 10:
+            return
+        view = self.replication.view
+        leaders: set[int] = set()
+        for topic in response.topics:
+            for out in topic.partitions:
+                if out.error_code != E.not_leader_or_follower:
+                    continue
+                state = view.partition_states.get((topic.name, out.index))
+                if state is None:
+                    continue
+                out.current_leader = (state.leader, state.leader_epoch)
+                leaders.add(state.leader)
+        listener = ctx.listener.name
+        for broker_id in sorted(leaders):
+            registration = view.brokers.get(broker_id)
+            if registration is None:  # not alive: the client learns it from Metadata
+                continue
+            host, port = registration.endpoint(listener) or (registration.host, registration.port)
+            response.node_endpoints.append(NodeEndpoint(broker_id, host, port, registration.rack))
 
     def _fresh_partitions(
         self, req: ProduceRequestData, infos: list[TopicInfo | None]
