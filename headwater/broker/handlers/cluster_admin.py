@@ -477,13 +477,20 @@ class ClusterAdminApis:
             return awaited.topics_pending()
 
         all_there = asyncio.Event()
+        # Topics the view does not know yet stand for their partition 0 (see
+        # _new_partitions) until they show up. Only these are looked up on a
+        # change, never the pending set: at 50,000 partitions rebuilding a set of
+        # the pending topics on every change kept the loop at 100 %.
+        unknown = {n for n in names if n not in self.view.topics}
 
         def on_change(change: ClusterChange) -> None:
             keys: list[TopicPartition] = list(change.partitions_changed)
-            for name in change.topics_added & {t for t, _ in awaited.pending}:
-                # the topic's partitions are now known: await them all, not only 0
-                awaited.pending.update(self._new_partitions([name]))
-                keys.extend(self._new_partitions([name]))
+            if unknown and change.topics_added:
+                for name in change.topics_added & unknown:
+                    unknown.discard(name)
+                    partitions = self._new_partitions([name])  # all known now
+                    awaited.pending.update(partitions)
+                    keys.extend(partitions)
             if awaited.changed(keys):
                 all_there.set()
 
