@@ -108,6 +108,8 @@ class Broker(HandlerTable):
         super().__init__()
         self.config = config
         self.metrics = BrokerMetrics()
+        #: headwater_requests_total's child per API key, labelled once.
+        self._request_counters: dict[int, Any] = {}
         self.logs = LogDirectory(config.data_dir, config.log, config.extra_data_dirs)
         self.purgatory = FetchPurgatory()
         self.sessions = FetchSessionCache(
@@ -389,11 +391,14 @@ class Broker(HandlerTable):
             raise CloseConnection(
                 f"unsupported version {header.api_version} of API key {header.api_key}"
             )
-        try:
-            name = ApiKey(header.api_key).name.lower()
-        except ValueError:
-            name = str(header.api_key)
-        self.metrics.requests.labels(name).inc()
+        counter = self._request_counters.get(header.api_key)
+        if counter is None:  # once per API key: labels() costs a lookup under a lock
+            try:
+                name = ApiKey(header.api_key).name.lower()
+            except ValueError:
+                name = str(header.api_key)
+            counter = self._request_counters[header.api_key] = self.metrics.requests.labels(name)
+        counter.inc()
         if (
             self.quotas.enabled
             and header.api_key not in SASL_APIS
