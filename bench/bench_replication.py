@@ -148,9 +148,12 @@ class LocalCluster(ClusterOps):
         overrides: list[str],
         session_timeout_ms: int = 3000,
         pythonpath: str | None = None,
+        log_dir: Path | None = None,
     ) -> None:
         self.session_timeout_ms = session_timeout_ms
         self.pythonpath = pythonpath
+        #: Each broker's whole output goes to ``<log_dir>/broker-<i>.log`` when set.
+        self.log_dir = log_dir
         self.zookeeper = ZooKeeperServer(root / "zookeeper", tick_time_ms=500)
         self.root = root
         self.size = size
@@ -176,6 +179,9 @@ class LocalCluster(ClusterOps):
             )
             if self.pythonpath is not None:
                 broker.env["PYTHONPATH"] = self.pythonpath
+            if self.log_dir is not None:
+                self.log_dir.mkdir(parents=True, exist_ok=True)
+                broker.log_path = self.log_dir / f"broker-{i}.log"
             broker.start(timeout=60)
             self.brokers.append(broker)
             self.metrics_ports.append(port)

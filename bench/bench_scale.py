@@ -37,7 +37,7 @@ timed out or was skipped) is reported as such, never estimated.
 Run: ``nice -n 10 .venv/bin/python bench/bench_scale.py --partitions 10000``
 (options: ``--session-ms``, ``--topics``, ``--idle-seconds``,
 ``--skip-failover``, ``--skip-restart``, ``--skip-metadata``,
-``--profile-idle SECONDS``, ``--help``).
+``--profile-idle SECONDS``, ``--keep-logs DIR``, ``--help``).
 ``--profile-idle`` runs ``py-spy record`` against every broker for that long
 after the idle sampling (not during it: the sampler would count py-spy's
 pauses), and prints each broker's top functions by own and by total samples;
@@ -527,7 +527,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     phases = out["phases"]
     with (
         ScratchDir(f"hw-bench-scale-{n}-") as root,
-        LocalCluster(root, 3, args.override, session_timeout_ms=args.session_ms) as cluster,
+        LocalCluster(
+            root, 3, args.override, session_timeout_ms=args.session_ms, log_dir=args.keep_logs
+        ) as cluster,
         Sampler(cluster) as sampler,
     ):
         # 1. baseline
@@ -749,6 +751,13 @@ def main() -> int:
         default=0,
         metavar="SECONDS",
         help="py-spy record every broker this long after the idle sampling",
+    )
+    parser.add_argument(
+        "--keep-logs",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write each broker's whole output to DIR/broker-<i>.log",
     )
     args = parser.parse_args()
     started = time.monotonic()

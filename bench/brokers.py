@@ -138,6 +138,9 @@ class BrokerUnderTest:
         self.lines: list[str] = []
         #: Extra environment (e.g. PYTHONPATH of another checkout, for side-by-side runs).
         self.env: dict[str, str] = {}
+        #: Where every output line also goes (``lines`` keeps only the first 10,000):
+        #: a long run's cause is often in its middle.
+        self.log_path: Path | None = None
 
     @property
     def bootstrap(self) -> str:
@@ -177,13 +180,20 @@ class BrokerUnderTest:
             env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONSAFEPATH": "1", **self.env},
         )
         proc = self.proc
+        log_file = None if self.log_path is None else open(self.log_path, "a")  # noqa: SIM115
 
         def pump() -> None:
             # Keep draining output so a chatty broker never blocks on a full pipe.
             assert proc.stdout is not None
-            for line in proc.stdout:
-                if len(self.lines) < 10_000:
-                    self.lines.append(line.rstrip("\n"))
+            try:
+                for line in proc.stdout:
+                    if len(self.lines) < 10_000:
+                        self.lines.append(line.rstrip("\n"))
+                    if log_file is not None:
+                        log_file.write(line)
+            finally:
+                if log_file is not None:
+                    log_file.close()
 
         threading.Thread(target=pump, daemon=True).start()
 
