@@ -14,10 +14,10 @@ offset, the leader epoch it believes in, and the epoch of its last record
 as they are (offsets and epochs kept), its high watermark, or, when the
 logs diverged after a leader change, the point to truncate to (Kafka's
 truncation on fetch, so no OffsetsForLeaderEpoch round trip is needed).
-One ``FetchSessionHandler`` (the consumer's, extended by
-:class:`FollowerSessionHandler`) keeps one incremental session with the
-leader: a follower of thousands of idle partitions sends and receives a few
-dozen bytes per round trip. Building that request is O(changed) too: the
+One ``FetchSessionHandler`` (the consumer's) keeps one incremental session
+with the leader: a follower of thousands of idle partitions sends and
+receives a few dozen bytes per round trip. Building that request is
+O(changed) too (``FetchSessionHandler.build_changes``): the
 state keeps what the session should hold (``_wanted``) and the partitions
 whose entry may have changed since the last request (``_dirty``: added,
 removed, log changed, answered with records, backed off or back from a
@@ -28,8 +28,6 @@ CPU).
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from headwater.client.session_handler import FetchSessionHandler
@@ -44,14 +42,12 @@ from headwater.cluster.partition import PartitionReplica
 from headwater.cluster.replication_quota import ReplicationThrottles
 from headwater.log.log import Log
 from headwater.protocol.error_codes import ErrorCode
-from headwater.protocol.fetch_metadata import FIRST_SESSION_VERSION, FIRST_TOPIC_ID_VERSION
 from headwater.protocol.fetch_types import (
     ZERO_UUID,
     FetchRequestData,
     FetchResponseData,
     PartitionData,
     PartitionFetch,
-    TopicIdPartition,
 )
 
 #: A new leader answers these until it has applied the state ZooKeeper just
@@ -95,80 +91,6 @@ class FetchOutcome:
     pause_s: float = 0.0
 
 
-def _resend_state(p: PartitionFetch) -> tuple[int, int, int, int, int, uuid.UUID]:
-    """What an incremental request must resend when it changes (Kafka: PartitionData.equals)."""
-    return (
-        p.fetch_offset,
-        p.partition_max_bytes,
-        p.log_start_offset,
-        p.current_leader_epoch,
-        p.last_fetched_epoch,
-        p.topic_id,
-    )
-
-
-class FollowerSessionHandler(FetchSessionHandler):
-    """The consumer's session handler, plus incremental requests built from the
-    partitions that changed rather than from every partition wanted.
-
-    ``FetchSessionHandler.build`` compares the whole wanted set with the
-    session on each request, O(partitions) per round trip, which for a
-    follower of 10,000 idle partitions was most of the broker's idle CPU.
-    Full requests (a new session, after an error) still go through ``build``.
-    """
-
-    @property
-    def has_partitions(self) -> bool:
-        """Whether the broker holds partitions for us (``session_partitions`` without a copy)."""
-        return bool(self._session)
-
-    def builds_changes(self, version: int) -> bool:
-        """Whether the next request is incremental, so :meth:`build_changes` may make it."""
-        return self.enabled and version >= FIRST_SESSION_VERSION and not self.next_is_full
-
-    def build_changes(
-        self,
-        changes: Mapping[PartitionKey, PartitionFetch | None],
-        *,
-        version: int,
-        max_wait_ms: int,
-        min_bytes: int,
-        max_bytes: int,
-    ) -> FetchRequestData:
-        """The next incremental request, given each partition whose wanted entry may have
-        changed since the last request built (None: no longer wanted). Partitions not
-        named keep their session entry; only those whose fetch state differs are sent."""
-        req = FetchRequestData(
-            version=version, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes
-        )
-        req.session_id, req.session_epoch = self.session_id, self.epoch
-        session = self._session
-        uses_ids = version >= FIRST_TOPIC_ID_VERSION
-        to_send: list[PartitionFetch] = []
-        forgotten: list[TopicIdPartition] = []
-        for key, new in changes.items():
-            old = session.get(key)
-            if new is None:
-                if old is not None:
-                    forgotten.append(TopicIdPartition(old.topic_id, old.topic, old.partition))
-                    del session[key]
-                continue
-            if old is None:
-                to_send.append(new)
-            elif new is not old and _resend_state(new) != _resend_state(old):
-                if uses_ids and new.topic_id != old.topic_id:
-                    forgotten.append(TopicIdPartition(old.topic_id, old.topic, old.partition))
-                to_send.append(new)
-            session[key] = new
-            if new.topic_id != ZERO_UUID:
-                self._names_by_id[new.topic_id] = new.topic
-        req.partitions = to_send
-        req.forgotten = forgotten
-        self._last_full = False
-        self._last_sessionless = False
-        return req
-
-
 def truncation_offset(follower: Log, epoch: int, leader_end: int) -> int:
     """Where a follower cuts its log when the leader names (epoch, end) as the divergence.
 
@@ -197,7 +119,7 @@ class FollowerFetchState:
         self.config = config
         self.throttles = throttles
         self.partitions: dict[PartitionKey, PartitionReplica] = {}
-        self.session = FollowerSessionHandler(leader_id, enabled=config.sessions)
+        self.session = FetchSessionHandler(leader_id, enabled=config.sessions)
         self._delayed: dict[PartitionKey, float] = {}
         #: What the next request should have the session hold: every partition not
         #: backed off, with its request (the old per-fetch scan, kept up to date).
