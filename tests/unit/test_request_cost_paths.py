@@ -1,100 +1,22 @@
 """Issue 33 item 3: the per-request shortcuts answer exactly what the long way did.
 
-A small response is copied and sent with one ``send`` (no cork, no
-``sendfile``); a read of the batch appended last skips the index and the file
-scan; a follower append of one run keeps its headers as they are.
+A read of the batch appended last skips the index and the file scan; a
+follower append of one run keeps its headers as they are. (A small response
+copied and sent with one ``send`` is tested with the other ``SocketWriter``
+cases, in ``test_socket_writer.py``.)
 """
 
 from __future__ import annotations
 
 import asyncio
-import socket
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from headwater.broker.connection import _is_awaitable
-from headwater.broker.socket_writer import COPY_SLICES_UP_TO, Part, SocketWriter
 from headwater.log.isolation import Isolation
 from headwater.protocol.fetch_codec import EncodedBody
-from headwater.protocol.file_slice import FileSlice
 from headwater.records import decode_batches
 from tests.unit.test_log import NOW, batch, make_log
-
-
-class CountingSocket(socket.socket):
-    """A TCP socket that counts its cork changes and sends."""
-
-    corks: list[int]
-    sends: int
-
-    def setsockopt(self, level: int, option: int, value: Any, *args: Any) -> None:
-        if level == socket.IPPROTO_TCP and option == socket.TCP_CORK:
-            self.corks.append(value)
-        super().setsockopt(level, option, value, *args)
-
-    def send(self, data: Any, flags: int = 0) -> int:
-        self.sends += 1
-        return super().send(data, flags)
-
-
-@pytest.fixture
-def tcp_pair() -> Iterator[tuple[CountingSocket, socket.socket]]:
-    with socket.create_server(("127.0.0.1", 0)) as server:
-        peer = socket.create_connection(server.getsockname())
-        accepted, _ = server.accept()
-        sender = CountingSocket(accepted.family, accepted.type, accepted.proto, accepted.detach())
-        sender.corks, sender.sends = [], 0
-        sender.setblocking(False)
-        yield sender, peer
-        sender.close()
-        peer.close()
-
-
-def receive(peer: socket.socket, size: int) -> bytes:
-    peer.settimeout(10)
-    got = b""
-    while len(got) < size:
-        chunk = peer.recv(size - len(got))
-        assert chunk
-        got += chunk
-    return got
-
-
-@pytest.fixture
-def segment_file() -> Iterator[Any]:
-    with tempfile.TemporaryFile() as f:
-        f.write(bytes(range(256)) * 64)
-        f.flush()
-        yield f
-
-
-def test_a_small_response_leaves_in_one_send_without_a_cork(
-    tcp_pair: tuple[CountingSocket, socket.socket], segment_file: Any
-) -> None:
-    sender, peer = tcp_pair
-    parts: list[Part] = [b"head", FileSlice(segment_file, 10, 1000), b"mid"]
-    parts += [FileSlice(segment_file, 2000, COPY_SLICES_UP_TO - 1000), b"tail"]
-    asyncio.run(SocketWriter(sender).write(parts))
-    data = bytes(range(256)) * 64
-    expected = b"head" + data[10:1010] + b"mid" + data[2000 : 2000 + COPY_SLICES_UP_TO - 1000]
-    expected += b"tail"
-    assert receive(peer, len(expected)) == expected
-    assert sender.corks == [] and sender.sends == 1
-
-
-def test_a_response_past_the_copy_limit_still_goes_by_sendfile_under_a_cork(
-    tcp_pair: tuple[CountingSocket, socket.socket], segment_file: Any
-) -> None:
-    sender, peer = tcp_pair
-    size = COPY_SLICES_UP_TO + 1
-    parts: list[Part] = [b"head", FileSlice(segment_file, 0, size), b"tail"]
-    asyncio.run(SocketWriter(sender).write(parts))
-    assert receive(peer, size + 8) == b"head" + (bytes(range(256)) * 64)[:size] + b"tail"
-    assert sender.corks == [1, 0]
 
 
 def test_the_awaitable_check_agrees_with_inspect() -> None:

@@ -12,19 +12,24 @@ from typing import Any
 
 import pytest
 
-from headwater.broker.socket_writer import Part, SocketWriter
+from headwater.broker.socket_writer import COPY_SLICES_UP_TO, Part, SocketWriter
 from headwater.protocol.file_slice import FileSlice
 
 
 class RecordingSocket(socket.socket):
-    """A TCP socket that remembers every TCP_CORK change."""
+    """A TCP socket that remembers every TCP_CORK change and counts its sends."""
 
     corks: list[int]
+    sends: int
 
     def setsockopt(self, level: int, option: int, value: Any, *args: Any) -> None:
         if level == socket.IPPROTO_TCP and option == socket.TCP_CORK:
             self.corks.append(value)
         super().setsockopt(level, option, value, *args)
+
+    def send(self, data: Any, flags: int = 0) -> int:
+        self.sends += 1
+        return super().send(data, flags)
 
 
 @pytest.fixture
@@ -33,7 +38,7 @@ def tcp_pair() -> Iterator[tuple[RecordingSocket, socket.socket]]:
         peer = socket.create_connection(server.getsockname())
         accepted, _ = server.accept()
         sender = RecordingSocket(accepted.family, accepted.type, accepted.proto, accepted.detach())
-        sender.corks = []
+        sender.corks, sender.sends = [], 0
         sender.setblocking(False)
         sender.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         yield sender, peer
@@ -132,3 +137,28 @@ def test_a_segment_failing_while_it_is_sent_takes_its_directory_offline(
         disk_io.FAULTS.clear()
         log.close()
     assert len(told) == 1 and told[0].errno == errno.EIO
+
+
+def test_a_small_response_leaves_in_one_send_without_a_cork(
+    tcp_pair: tuple[RecordingSocket, socket.socket], segment_file: Any
+) -> None:
+    sender, peer = tcp_pair
+    parts: list[Part] = [b"head", FileSlice(segment_file, 10, 1000), b"mid"]
+    parts += [FileSlice(segment_file, 2000, COPY_SLICES_UP_TO - 1000), b"tail"]
+    asyncio.run(SocketWriter(sender).write(parts))
+    data = bytes(range(256)) * 64
+    expected = b"head" + data[10:1010] + b"mid" + data[2000 : 2000 + COPY_SLICES_UP_TO - 1000]
+    expected += b"tail"
+    assert receive(peer, len(expected)) == expected
+    assert sender.corks == [] and sender.sends == 1
+
+
+def test_a_response_past_the_copy_limit_still_goes_by_sendfile_under_a_cork(
+    tcp_pair: tuple[RecordingSocket, socket.socket], segment_file: Any
+) -> None:
+    sender, peer = tcp_pair
+    size = COPY_SLICES_UP_TO + 1
+    parts: list[Part] = [b"head", FileSlice(segment_file, 0, size), b"tail"]
+    asyncio.run(SocketWriter(sender).write(parts))
+    assert receive(peer, size + 8) == b"head" + (bytes(range(256)) * 64)[:size] + b"tail"
+    assert sender.corks == [1, 0]
