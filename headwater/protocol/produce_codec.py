@@ -21,6 +21,7 @@ from headwater.protocol.errors import (
     InvalidResponseError,
     UnsupportedVersionError,
 )
+from headwater.protocol.metadata_codec import MetadataBroker
 from headwater.protocol.wire import (
     EMPTY_TAGS,
     INT32,
@@ -87,16 +88,6 @@ class ProducePartitionResponse:
     current_leader: tuple[int, int] | None = None
 
 
-@dataclass(slots=True, frozen=True)
-class NodeEndpoint:
-    """v10+ (KIP-951): where a leader named by ``current_leader`` listens."""
-
-    node_id: int
-    host: str
-    port: int
-    rack: str | None = None
-
-
 @dataclass(slots=True)
 class ProduceTopicResponse:
     name: str
@@ -107,8 +98,9 @@ class ProduceTopicResponse:
 class ProduceResponseData:
     topics: list[ProduceTopicResponse] = field(default_factory=list)
     throttle_time_ms: int = 0
-    #: v10+ (KIP-951): the endpoints of the leaders named in ``current_leader``.
-    node_endpoints: list[NodeEndpoint] = field(default_factory=list)
+    #: v10+ (KIP-951): the endpoints of the leaders named in ``current_leader``
+    #: (Kafka's NodeEndpoint: a Metadata answer's broker, field for field).
+    node_endpoints: list[MetadataBroker] = field(default_factory=list)
 
 
 def _check_version(version: int) -> None:
@@ -237,7 +229,7 @@ def _current_leader_tag(leader_id: int, leader_epoch: int) -> bytes:
     return _CURRENT_LEADER_HEADER + _LEADER_ID_AND_EPOCH.pack(leader_id, leader_epoch) + EMPTY_TAGS
 
 
-def _node_endpoints_tag(endpoints: list[NodeEndpoint]) -> bytes:
+def _node_endpoints_tag(endpoints: list[MetadataBroker]) -> bytes:
     body = [write_array_length(len(endpoints), True)]
     for e in endpoints:
         body.append(INT32.pack(e.node_id))
@@ -257,7 +249,7 @@ def _read_current_leader(tags: dict[int, memoryview]) -> tuple[int, int] | None:
     return int(leader_id), int(leader_epoch)
 
 
-def _read_node_endpoints(tags: dict[int, memoryview]) -> list[NodeEndpoint]:
+def _read_node_endpoints(tags: dict[int, memoryview]) -> list[MetadataBroker]:
     raw = tags.get(0)
     if raw is None:
         return []
@@ -269,7 +261,7 @@ def _read_node_endpoints(tags: dict[int, memoryview]) -> list[NodeEndpoint]:
         port = INT32.unpack_from(raw, pos)[0]
         rack, pos = read_string(raw, pos + 4, True)
         pos = skip_tagged_fields(raw, pos)
-        out.append(NodeEndpoint(node_id, _non_null(host), port, rack))
+        out.append(MetadataBroker(node_id, _non_null(host), port, rack))
     return out
 
 

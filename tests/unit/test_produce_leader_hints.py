@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from headwater.protocol.apis import ApiKey
 from headwater.protocol.messages import decode_response
+from headwater.protocol.metadata_codec import MetadataBroker
 from headwater.protocol.produce_codec import (
-    NodeEndpoint,
     ProducePartitionResponse,
     ProduceResponseData,
     ProduceTopicResponse,
@@ -34,7 +34,7 @@ def _response() -> ProduceResponseData:
             )
         ],
         throttle_time_ms=3,
-        node_endpoints=[NodeEndpoint(2, "broker-2.example", 9093, "eu-1a")],
+        node_endpoints=[MetadataBroker(2, "broker-2.example", 9093, "eu-1a")],
     )
 
 
@@ -60,7 +60,7 @@ def test_our_decoder_reads_them_back_and_v9_carries_none() -> None:
     back = decode_produce_response(encode_produce_response(_response(), 10), 0, 10)
     assert back.topics[0].partitions[1].current_leader == (2, 7)
     assert back.topics[0].partitions[0].current_leader is None
-    assert back.node_endpoints == [NodeEndpoint(2, "broker-2.example", 9093, "eu-1a")]
+    assert back.node_endpoints == [MetadataBroker(2, "broker-2.example", 9093, "eu-1a")]
     old = decode_produce_response(encode_produce_response(_response(), 9), 0, 9)
     assert old.topics[0].partitions[1].current_leader is None
     assert old.node_endpoints == []

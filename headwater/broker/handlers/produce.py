@@ -33,8 +33,8 @@ from headwater.cluster.replica_manager import ReplicaManager
 from headwater.log.errors import KafkaApiError, KafkaStorageError
 from headwater.log.log_directory import LogDirectory, TopicInfo
 from headwater.log.segment_files import precreate_segment_files
+from headwater.protocol.metadata_codec import MetadataBroker
 from headwater.protocol.produce_codec import (
-    NodeEndpoint,
     ProducePartitionResponse,
     ProduceRequestData,
     ProduceResponseData,
@@ -343,7 +343,7 @@ class ProduceApi:
             if registration is None:  # not alive: the client learns it from Metadata
                 continue
             host, port = registration.endpoint(listener) or (registration.host, registration.port)
-            response.node_endpoints.append(NodeEndpoint(broker_id, host, port, registration.rack))
+            response.node_endpoints.append(MetadataBroker(broker_id, host, port, registration.rack))
 
     def _fresh_partitions(
         self, req: ProduceRequestData, infos: list[TopicInfo | None]
