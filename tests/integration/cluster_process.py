@@ -9,9 +9,11 @@ operator's tools see it.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,8 @@ from typing import Any
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from headwater.client.connection import BrokerConnection
+from headwater.protocol.apis import ApiKey
 from tests.integration.broker_process import BrokerProcess, free_port
 
 #: Failure detection in seconds, not Kafka's default 18 s / 30 s.
@@ -146,6 +150,24 @@ class Cluster:
         admin = self.admin()  # keep it alive until the future completes
         admin.create_topics([topic], request_timeout=30)[name].result(30)
         wait_for(lambda: self.all_have_leaders(name, partitions), what=f"leaders of {name}")
+        wait_for(
+            lambda: self.known_everywhere(name, partitions), what=f"every broker to know {name}"
+        )
+
+    def known_everywhere(self, topic: str, count: int) -> bool:
+        """Every running broker's own Metadata answer lists ``count`` partitions of
+        ``topic``, each with a leader.
+
+        Each broker's cluster view follows ZooKeeper on its own, as Kafka's metadata
+        caches do, so one broker may already name the leaders while another does not
+        know the topic yet. A test that asks the admin client next may be answered by
+        either (Kafka's own test utils wait for the same propagation).
+        """
+        return all(
+            asyncio.run(_partitions_with_leaders(b.host, b.port, topic)) == count
+            for b in self.brokers
+            if b.proc is not None
+        )
 
     def partitions(self, topic: str) -> dict[int, Any]:
         md = self.admin().list_topics(topic, timeout=5)
@@ -176,6 +198,29 @@ class Cluster:
         proc = self.brokers[broker_id].proc
         assert proc is not None
         proc.send_signal(signal.SIGCONT)
+
+
+async def _partitions_with_leaders(host: str, port: int, topic: str) -> int:
+    """How many partitions of ``topic`` the broker at host:port names a leader for,
+    asked of it alone (no auto-creation)."""
+    conn = await BrokerConnection.open(host, port, request_timeout_ms=5_000, connect_timeout_s=5)
+    try:
+        data = {
+            "topics": [{"name": topic, "topic_id": uuid.UUID(int=0)}],
+            "allow_auto_topic_creation": False,
+            "include_topic_authorized_operations": False,
+            "include_cluster_authorized_operations": False,
+        }
+        resp = await conn.request(ApiKey.METADATA, data)
+        return sum(
+            1
+            for t in resp.topics
+            if t.name == topic and int(t.error_code) == 0
+            for p in t.partitions
+            if int(p.leader_id) >= 0
+        )
+    finally:
+        conn.close()
 
 
 def read_committed(
