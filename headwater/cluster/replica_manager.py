@@ -45,6 +45,7 @@ from headwater.cluster.hw_checkpoint_tracker import HighWatermarkTracker
 from headwater.cluster.inter_broker import InterBrokerConnector
 from headwater.cluster.isr_watch import IsrWatch
 from headwater.cluster.partition import PartitionReplica, ReplicaAssignment
+from headwater.cluster.process_pulse import ProcessPulse
 from headwater.cluster.produce_purgatory import ProducePurgatory, await_acks
 from headwater.cluster.replica_fetcher import FetcherConfig, ReplicaFetcher
 from headwater.cluster.replication_quota import ReplicationQuotaConfig, ReplicationThrottles
@@ -169,6 +170,10 @@ class ReplicaManager:
         self.stale_leader = StaleLeaderGuard(
             int(getattr(store, "session_timeout_ms", 18_000)), config.replica_lag_time_max_ms
         )
+        #: Tells a busy event loop from a paused process (``check_loop_stall``).
+        self.process_pulse = ProcessPulse(
+            max(50, min(500, self.stale_leader.stall_threshold_ms // 10))
+        )
         #: When this broker became leader of each partition it leads (its epoch's start).
         self._led_since: dict[PartitionKey, int] = {}
         #: Partitions given up by the rule above (a metric and the tests read it).
@@ -186,6 +191,8 @@ class ReplicaManager:
         interval = max(self.config.replica_lag_time_max_ms / 2, 100) / 1000
         self._tasks.append(asyncio.create_task(self._every(interval, self._check_isr), name="isr"))
         guard = self.stale_leader
+        self.store.add_session_listener(self.process_pulse.session_event)
+        self.process_pulse.start()
         guard.alive(_now_ms())  # stalls are measured from here
         tick_s = min(guard.session_timeout_ms, guard.replica_lag_time_max_ms) / 4000
         self._tasks.append(
@@ -221,6 +228,7 @@ class ReplicaManager:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        self.process_pulse.stop()
         for fetcher in list(self.fetchers.values()):
             await fetcher.stop()
         self.fetchers.clear()
@@ -358,7 +366,20 @@ class ReplicaManager:
         leading any, as after a session loss. Returns the partitions given up."""
         if not self._tasks:
             return []  # not started: nothing is led yet
-        stalled_ms = self.stale_leader.alive(_now_ms() if now_ms is None else now_ms)
+        now = _now_ms() if now_ms is None else now_ms
+        process_gap_ms, session_troubled = self.process_pulse.take(now)
+        session_troubled = session_troubled or not self.store.connected
+        guard = self.stale_leader
+        stalled_ms = guard.alive(now, process_gap_ms, session_troubled)
+        if guard.busy_stall_ms is not None:
+            log.warning(
+                "the event loop was blocked for %d ms, while the process ran (longest "
+                "pause %d ms) and ZooKeeper stayed connected: the session held, nothing "
+                "steps down",
+                guard.busy_stall_ms,
+                process_gap_ms,
+            )
+            guard.busy_stall_ms = None
         if stalled_ms is None:
             return []
         given_up = [

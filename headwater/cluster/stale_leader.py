@@ -43,7 +43,9 @@ The same doubt follows a stall of the whole process (SIGSTOP, swapping) longer
 than two thirds of the session timeout (``alive``): the session may have
 expired meanwhile, and the requests queued during the stall are read before
 the ZooKeeper client can say so. Led partitions with other replicas step down
-at once and the states are read again from ZooKeeper before any is led.
+at once and the states are read again from ZooKeeper before any is led. A loop
+that was only busy while the process ran (``headwater.cluster.process_pulse``)
+kept its session, and nothing steps down.
 
 Sans-I/O: times come in as arguments (``tick(now_ms)``); the replica
 manager applies the decision.
@@ -82,6 +84,8 @@ class StaleLeaderGuard:
     #: A stall longer than this is treated as a possible session loss (None: two
     #: thirds of the session timeout; see ``stall_threshold_ms``).
     stall_after_ms: int | None = None
+    #: The last long stall dismissed as a busy loop (see ``alive``), until logged.
+    busy_stall_ms: int | None = None
 
     def zookeeper_lost(self, now_ms: int) -> None:
         """The connection dropped (SUSPENDED) or the session expired (LOST)."""
@@ -123,16 +127,31 @@ class StaleLeaderGuard:
             return self.stall_after_ms
         return self.session_timeout_ms * 2 // 3
 
-    def alive(self, now_ms: int) -> int | None:
+    def alive(
+        self, now_ms: int, process_gap_ms: int | None = None, session_troubled: bool = False
+    ) -> int | None:
         """The event loop runs now: how long it was stalled when that may have cost the
         session (a SIGSTOP, a swapped-out process), None otherwise.
 
         After such a stall the requests that queued meanwhile are read before the
         ZooKeeper client has noticed anything, and answering them from the cached
         leaderships (a transaction coordinator's state above all) would answer for
-        partitions the controller has given away."""
+        partitions the controller has given away.
+
+        ``process_gap_ms``: the longest the whole process stood still meanwhile
+        (``ProcessPulse``; None: not known). A loop that was only busy, while the
+        process ran and ZooKeeper's client stayed connected (``session_troubled``
+        False), kept its session: kazoo pinged from its own thread. That stall is
+        recorded in ``busy_stall_ms`` (for a log line) and nothing steps down."""
         last, self.last_alive_ms = self.last_alive_ms, now_ms
         if last is None or now_ms - last <= self.stall_threshold_ms:
+            return None
+        if (
+            process_gap_ms is not None
+            and process_gap_ms <= self.stall_threshold_ms
+            and not session_troubled
+        ):
+            self.busy_stall_ms = now_ms - last
             return None
         return now_ms - last
 

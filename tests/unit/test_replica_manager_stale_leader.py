@@ -138,6 +138,69 @@ def test_a_stall_that_may_have_cost_the_session_is_told_apart() -> None:
     assert g.alive(15_500) is None
 
 
+def test_a_long_stall_of_a_busy_loop_in_a_running_process_is_not_a_pause() -> None:
+    """Issue 33: applying 50,000 new partition states held a loop 45 s while the
+    process ran and kazoo kept its session; the guard took it for a SIGSTOP and the
+    leader stepped down from every partition it had just been given."""
+    g = guard()
+    g.alive(10_000)
+    # The process ran (its pulse never stood still past the threshold): busy, not paused.
+    assert g.alive(55_000, process_gap_ms=150) is None
+    assert g.busy_stall_ms == 45_000
+    g.busy_stall_ms = None
+    # The process stood still for longer than the threshold: maybe a lost session.
+    assert g.alive(60_000, process_gap_ms=2_001) == 5_000
+    assert g.busy_stall_ms is None
+    # Busy, but ZooKeeper's client was suspended or lost meanwhile: maybe lost too.
+    assert g.alive(65_000, process_gap_ms=100, session_troubled=True) == 5_000
+    # No pulse known: every long stall is treated as a pause, as before.
+    assert g.alive(70_000) == 5_000
+
+
+def test_a_busy_stall_keeps_the_leader_and_a_paused_or_suspended_one_does_not(
+    tmp_path: Path,
+) -> None:
+    """The replica manager feeds the guard from its ``ProcessPulse`` (driven here by
+    hand at explicit times, its thread stopped): a pulse that beat through the stall
+    keeps every leadership; one that stopped, or a SUSPENDED heard on kazoo's
+    thread during the stall, steps down as after a SIGSTOP."""
+    from headwater.cluster.store import SessionEvent
+
+    async def main() -> None:
+        async with leading(tmp_path, lag_ms=RM_LAG_MS) as c:
+            rm = c.replicas
+            replica = rm.replicas[KEY]
+            pulse = rm.process_pulse
+            pulse.stop()
+            threshold = rm.stale_leader.stall_threshold_ms
+            last = rm.stale_leader.last_alive_ms
+            assert last is not None
+            rm.check_loop_stall(last)  # one window from here
+            # Busy: the loop is held for three thresholds while the pulse beats on.
+            end = last + 3 * threshold
+            for t in range(last, end + 1, 100):
+                pulse.beat(t)
+            assert rm.check_loop_stall(end) == []
+            assert replica.is_leader
+            assert rm.serving_error(TOPIC, 0) == ErrorCode.none
+            # Busy again, but kazoo heard the connection drop meanwhile.
+            for t in range(end, end + 3 * threshold + 1, 100):
+                pulse.beat(t)
+            pulse.session_event(SessionEvent.SUSPENDED)
+            assert rm.check_loop_stall(end + 3 * threshold) == [KEY]
+            assert not replica.is_leader
+            assert await eventually(lambda: replica.is_leader)
+            # Paused: the pulse stood still as long as the loop.
+            start = rm.stale_leader.last_alive_ms
+            assert start is not None
+            rm.check_loop_stall(start)
+            pulse.beat(start + 100)
+            assert rm.check_loop_stall(start + 100 + threshold + 1) == [KEY]
+            assert not replica.is_leader
+
+    asyncio.run(main())
+
+
 def test_after_a_stall_the_replica_manager_steps_down_before_answering_and_leads_again(
     tmp_path: Path,
 ) -> None:
