@@ -507,6 +507,11 @@ class ZkClusterStore:
         # Session events are handled here, in order, off kazoo's threads: kazoo's
         # state listeners must not block, and re-registering does ZooKeeper calls.
         self._session_worker = ThreadPoolExecutor(1, thread_name_prefix="hw-zk-session")
+        # New watches are armed here, not on the caller's thread (the event loop): kazoo
+        # wakes its connection thread with one byte per request on a blocking socket
+        # pair, and sends one request per wake-up. 50,000 partition watches armed from
+        # the loop filled that pair and blocked the loop for 10-45 s (issue 33).
+        self._armer = ThreadPoolExecutor(1, thread_name_prefix="hw-zk-arm")
         self._inline_session_events = False
         self._closed = False
 
@@ -578,6 +583,7 @@ class ZkClusterStore:
             except KazooException:
                 log.debug("closing the ZooKeeper client failed", exc_info=True)
         self._session_worker.shutdown(wait=False, cancel_futures=True)
+        self._armer.shutdown(wait=False, cancel_futures=True)
 
     def add_session_listener(self, listener: SessionListener) -> None:
         """``listener(SessionEvent)`` runs on the store's session thread, in event order."""
@@ -1225,7 +1231,13 @@ class ZkClusterStore:
         watch = _Watch(self, path, children, deliver, dedupe)
         with self._lock:
             self._watches.add(watch)
-        watch.arm()
+        if self._inline_session_events:
+            watch.arm()  # the in-memory store: no connection thread to wait for
+        else:
+            try:
+                self._armer.submit(watch.arm)
+            except RuntimeError:  # closed: the watch would never fire anyway
+                watch.cancelled = True
         return watch
 
     def _forget_watch(self, watch: _Watch) -> None:
