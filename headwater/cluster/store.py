@@ -12,7 +12,8 @@ Threading model. kazoo runs its own threads (a connection thread, a thread for
 watch events and one for async completions). The store's methods are
 synchronous and thread-safe: call them from any thread *except* the event
 loop's (the broker uses ``loop.run_in_executor``); each blocks at most
-``request_timeout_s``. Watch callbacks and session listeners run on kazoo's or
+``request_timeout_s`` once the connection is gone, and up to
+``slow_request_limit_s`` while it holds (see ``_wait``). Watch callbacks and session listeners run on kazoo's or
 the store's own threads (the in-memory store: synchronously, in the thread that
 made the change); they must be quick and must not block the caller's event
 loop: hand work to a queue or ``loop.call_soon_threadsafe``. A watch callback
@@ -486,6 +487,7 @@ class ZkClusterStore:
         *,
         session_timeout_ms: int = 18_000,
         request_timeout_s: float = 10.0,
+        slow_request_limit_s: float = 60.0,
         client_factory: Callable[[str, str], Any] | None = None,
         notification_expiry_ms: int = NOTIFICATION_EXPIRY_MS,
         wall_clock: Callable[[], float] = time.time,
@@ -493,6 +495,8 @@ class ZkClusterStore:
         self.connect = zk.parse_zookeeper_connect(connect)
         self.session_timeout_ms = session_timeout_ms
         self.request_timeout_s = request_timeout_s
+        #: How long a request may wait for its answer while the connection holds.
+        self.slow_request_limit_s = slow_request_limit_s
         #: How old a change notification gets before it is purged (tests shorten it).
         self.notification_expiry_ms = notification_expiry_ms
         #: Seconds since the epoch, compared with znode creation times (tests move it).
@@ -652,12 +656,31 @@ class ZkClusterStore:
         return client
 
     def _wait(self, result: Any, what: str) -> Any:
-        try:
-            return result.get(timeout=self.request_timeout_s)
-        except _UNAVAILABLE as exc:
-            raise ClusterStoreUnavailableError(
-                f"ZooKeeper at {self.connect}: {what}: {type(exc).__name__}"
-            ) from None
+        """The answer; waits ``request_timeout_s``, and again while still connected.
+
+        A request unanswered after ``request_timeout_s`` on a connection kazoo still
+        holds (its pings would have dropped a dead one within the session's read
+        timeout, failing every pending request) is queued behind others, not lost:
+        at 50,000 partitions the controller's requests waited behind the cluster
+        view's watch reads on the same session, and giving up at 10 s made the
+        controller re-read everything, which queued 50,000 reads more (issue 33).
+        Such a wait goes on up to ``slow_request_limit_s``.
+        """
+        waited = 0.0
+        while True:
+            try:
+                return result.get(timeout=self.request_timeout_s)
+            except KazooTimeoutError:
+                waited += self.request_timeout_s
+                if self.connected and waited < self.slow_request_limit_s:
+                    continue
+                raise ClusterStoreUnavailableError(
+                    f"ZooKeeper at {self.connect}: {what}: no answer in {waited:.0f} s"
+                ) from None
+            except _UNAVAILABLE as exc:
+                raise ClusterStoreUnavailableError(
+                    f"ZooKeeper at {self.connect}: {what}: {type(exc).__name__}"
+                ) from None
 
     def _get(self, path: str) -> tuple[bytes, int] | None:
         try:
