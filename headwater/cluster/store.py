@@ -13,12 +13,12 @@ watch events and one for async completions). The store's methods are
 synchronous and thread-safe: call them from any thread *except* the event
 loop's (the broker uses ``loop.run_in_executor``); each blocks at most
 ``request_timeout_s`` once the connection is gone, and up to
-``slow_request_limit_s`` while it holds (see ``_wait``). Watch callbacks and session listeners run on kazoo's or
-the store's own threads (the in-memory store: synchronously, in the thread that
-made the change); they must be quick and must not block the caller's event
-loop: hand work to a queue or ``loop.call_soon_threadsafe``. A watch callback
-gets each new value at most once, in order, and the current value right after
-it is registered.
+``slow_request_limit_s`` while it holds (see ``_wait``). Watch callbacks and
+session listeners run on kazoo's or the store's own threads (the in-memory
+store: synchronously, in the thread that made the change); they must be quick
+and must not block the caller's event loop: hand work to a queue or
+``loop.call_soon_threadsafe``. A watch callback gets each new value at most
+once, in order, and the current value right after it is registered.
 
 Failures are exceptions named for what they are: ``ClusterStoreUnavailableError``
 (ZooKeeper unreachable or the session gone: nothing was written, or the write's
