@@ -14,9 +14,10 @@ import signal
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -24,6 +25,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from headwater.client.connection import BrokerConnection
 from headwater.protocol.apis import ApiKey
 from tests.integration.broker_process import BrokerProcess, free_port
+
+T = TypeVar("T")
 
 #: Failure detection in seconds, not Kafka's default 18 s / 30 s.
 FAST_FAILOVER = (
@@ -164,7 +167,7 @@ class Cluster:
         either (Kafka's own test utils wait for the same propagation).
         """
         return all(
-            asyncio.run(_partitions_with_leaders(b.host, b.port, topic)) == count
+            _run_in_thread(lambda b=b: _partitions_with_leaders(b.host, b.port, topic)) == count
             for b in self.brokers
             if b.proc is not None
         )
@@ -198,6 +201,14 @@ class Cluster:
         proc = self.brokers[broker_id].proc
         assert proc is not None
         proc.send_signal(signal.SIGCONT)
+
+
+def _run_in_thread(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """``asyncio.run(make())`` on a thread of its own: a test driving a browser through
+    Playwright's sync API already runs an event loop on this one, where
+    ``asyncio.run`` refuses to start."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(lambda: asyncio.run(make())).result()
 
 
 async def _partitions_with_leaders(host: str, port: int, topic: str) -> int:
