@@ -13,11 +13,11 @@ What tells the two apart is a thread of our own that beats every
 ``interval_ms``. A paused process stops every thread, so its beats show a gap as
 long as the pause; a busy loop releases the GIL every switch interval, so the
 beats go on. The ZooKeeper client's own view is added: a SUSPENDED or LOST
-heard on kazoo's thread during the stall counts as a possible loss too, even
-though the loop has not yet run the listener that would say so.
+heard on the store's session thread during the stall counts as a possible loss
+too, even though the loop has not yet run the listener that would say so.
 
 The decision stays in ``StaleLeaderGuard``; this is only the I/O that feeds it
-(the thread's clock and kazoo's session events).
+(the thread's clock and the store's session events).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ class ProcessPulse:
     def start(self) -> None:
         if self._thread is not None:
             return
+        self._stopped.clear()  # a stopped pulse may start again
         with self._lock:
             self._last_beat_ms = _now_ms()
             self._largest_gap_ms = 0
@@ -71,7 +72,7 @@ class ProcessPulse:
             self._last_beat_ms = now_ms
 
     def session_event(self, event: SessionEvent) -> None:
-        """A store session listener, called on kazoo's thread."""
+        """A store session listener, called on the store's session thread."""
         if event in (SessionEvent.SUSPENDED, SessionEvent.LOST):
             with self._lock:
                 self._session_troubled = True

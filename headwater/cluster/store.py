@@ -516,7 +516,9 @@ class ZkClusterStore:
         # pair, and sends one request per wake-up. 50,000 partition watches armed from
         # the loop filled that pair and blocked the loop for 10-45 s (issue 33).
         self._armer = ThreadPoolExecutor(1, thread_name_prefix="hw-zk-arm")
-        self._inline_session_events = False
+        #: Session events handled and new watches armed in the caller's thread (the
+        #: in-memory store of unit tests, whose ZooKeeper has no connection thread).
+        self._inline_callbacks = False
         self._closed = False
 
     def _kazoo_client(self, hosts: str, chroot: str) -> KazooClient:
@@ -610,7 +612,7 @@ class ZkClusterStore:
                 self._submit(self._reconnected)
 
     def _submit(self, fn: Callable[..., None], *args: Any) -> None:
-        if self._inline_session_events:
+        if self._inline_callbacks:
             fn(*args)
             return
         with contextlib.suppress(RuntimeError):  # raised once shut down
@@ -1254,13 +1256,13 @@ class ZkClusterStore:
         watch = _Watch(self, path, children, deliver, dedupe)
         with self._lock:
             self._watches.add(watch)
-        if self._inline_session_events:
-            watch.arm()  # the in-memory store: no connection thread to wait for
+        if self._inline_callbacks:
+            watch.arm()
         else:
             try:
                 self._armer.submit(watch.arm)
             except RuntimeError:  # closed: the watch would never fire anyway
-                watch.cancelled = True
+                watch.cancel()
         return watch
 
     def _forget_watch(self, watch: _Watch) -> None:

@@ -22,8 +22,9 @@ class InMemoryClusterStore(LocalClusterStore):
         self, zookeeper: FakeZooKeeper | None = None, chroot: str = "", **kwargs: Any
     ) -> None:
         super().__init__(zookeeper or FakeZooKeeper(), chroot, **kwargs)
-        # Deterministic for unit tests: session events handled in the caller's thread.
-        self._inline_session_events = True
+        # Deterministic for unit tests: session events handled, and watches armed, in
+        # the caller's thread.
+        self._inline_callbacks = True
 
     def expire_session(self) -> None:
         self._client.expire_session()

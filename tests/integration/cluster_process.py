@@ -13,7 +13,6 @@ import asyncio
 import signal
 import time
 import urllib.request
-import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -24,6 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from headwater.client.connection import BrokerConnection
 from headwater.protocol.apis import ApiKey
+from headwater.protocol.fetch_types import ZERO_UUID
 from tests.integration.broker_process import BrokerProcess, free_port
 
 T = TypeVar("T")
@@ -217,7 +217,7 @@ async def _partitions_with_leaders(host: str, port: int, topic: str) -> int:
     conn = await BrokerConnection.open(host, port, request_timeout_ms=5_000, connect_timeout_s=5)
     try:
         data = {
-            "topics": [{"name": topic, "topic_id": uuid.UUID(int=0)}],
+            "topics": [{"name": topic, "topic_id": ZERO_UUID}],
             "allow_auto_topic_creation": False,
             "include_topic_authorized_operations": False,
             "include_cluster_authorized_operations": False,

@@ -162,7 +162,7 @@ def test_a_busy_stall_keeps_the_leader_and_a_paused_or_suspended_one_does_not(
 ) -> None:
     """The replica manager feeds the guard from its ``ProcessPulse`` (driven here by
     hand at explicit times, its thread stopped): a pulse that beat through the stall
-    keeps every leadership; one that stopped, or a SUSPENDED heard on kazoo's
+    keeps every leadership; one that stopped, or a SUSPENDED heard on the store's session
     thread during the stall, steps down as after a SIGSTOP."""
     from headwater.cluster.store import SessionEvent
 
