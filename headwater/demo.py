@@ -459,6 +459,32 @@ def committed_records(bootstrap: str, topic: str = COUNTS_TOPIC, timeout_s: floa
         return count
 
 
+def drain_queries(queries: list[Any], timeout: float = 60.0) -> bool:
+    """Let every query process what the generator wrote before it stopped: True if all did.
+
+    A short run on a busy machine may stop after a batch or two, before the
+    watermark has passed any window, and leave no final window in parquet.
+    ``processAllAvailable`` runs the batches still due, and the no-data batch
+    after the last one emits every window the watermark has passed. It has no
+    timeout of its own, so each call runs in a thread that is abandoned after
+    ``timeout`` (stopping the query afterwards ends the call)."""
+
+    def process(query: Any) -> None:
+        with contextlib.suppress(Exception):
+            query.processAllAvailable()
+
+    threads = [
+        threading.Thread(target=process, args=(q,), name=f"demo-drain-{q.name}", daemon=True)
+        for q in queries
+    ]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return not any(thread.is_alive() for thread in threads)
+
+
 def stop_between_batches(query: Any, timeout: float = 30.0) -> None:
     """Stop ``query`` while no batch runs: interrupting one mid-way is safe but noisy."""
     deadline = time.monotonic() + timeout
@@ -504,7 +530,10 @@ class StopRequest:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
-        print("\nstopping after the current batches (Ctrl-C again to abort)...", flush=True)
+        print(
+            "\nstopping: the queries finish what was produced (Ctrl-C again to abort)...",
+            flush=True,
+        )
 
 
 @contextlib.contextmanager
@@ -545,6 +574,7 @@ def run_demo(
         queries: list[Any] = []
         producer: EventProducer | None = None
         final_rows = 0
+        clean = False
         with StopRequest() as stop:
             try:
                 producer = EventProducer(s.bootstrap, events_per_second).start()
@@ -569,9 +599,14 @@ def run_demo(
                         print(
                             _status(time.monotonic() - started, producer, queries, live), flush=True
                         )
+                clean = True
             finally:
                 if producer is not None:
                     producer.stop()
+                if clean:
+                    with phase("processing what was produced"):
+                        if not drain_queries(queries):
+                            print("the queries had not caught up after 60 s; stopping anyway")
                 with phase("stopping the queries and Spark"):
                     for q in queries:
                         stop_between_batches(q)
