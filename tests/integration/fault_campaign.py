@@ -179,6 +179,9 @@ NOTABLE_EVENT = re.compile(
 )
 #: A note from librdkafka's log: reported, but a problem only when it says fatal.
 CLIENT_NOTE = "librdkafka: "
+#: The librdkafka lines that tell a transaction's story: API calls, state changes,
+#: partition registration, EndTxn answers, errors.
+TXN_STORY = re.compile(r"TXNAPI|TXNSTATE|ADDPARTS|ENDTXN|TXNERR|TXNCOORD|FATAL|[Ff]atal")
 
 
 class IdempotentWriter(Workload):
@@ -285,24 +288,29 @@ class TransactionalWriter(Workload):
         self.rng = random.Random(seed)
         self.outcome = TxnOutcome()
         self.fatal = 0
+        #: librdkafka's transaction state machine (``debug=eos``), timestamped: a fatal
+        #: error's transaction is reported with its lines (``fatal_story``).
         self.client_log = TimedLines()
+        self.fatal_story: list[str] = []
         self.producer = self._producer()
 
     def _producer(self) -> Producer:
-        config: dict[str, Any] = {
-            "bootstrap.servers": self.bootstrap,
-            "transactional.id": "campaign-txn",
-            "transaction.timeout.ms": 20_000,
-            "message.timeout.ms": 20_000,
-            "log_level": 2,
-        }
-        if DUMP_DIR:  # forensics: librdkafka's transaction state machine, timestamped
-            logger = logging.getLogger(f"campaign.transactional.{id(self)}")
-            logger.propagate = False
-            logger.setLevel(logging.DEBUG)
+        logger = logging.getLogger(f"campaign.transactional.{id(self)}")
+        logger.propagate = False
+        logger.setLevel(logging.DEBUG)
+        if not logger.handlers:
             logger.addHandler(ClientLogHandler(self.client_log, "librdkafka transactional"))
-            config.update({"log_level": 7, "debug": "eos", "logger": logger})
-        producer = Producer(config)
+        producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "transactional.id": "campaign-txn",
+                "transaction.timeout.ms": 20_000,
+                "message.timeout.ms": 20_000,
+                "log_level": 7,
+                "debug": "eos",
+                "logger": logger,
+            }
+        )
         self._retry(lambda: producer.init_transactions(30))
         return producer
 
@@ -323,6 +331,8 @@ class TransactionalWriter(Workload):
             pair = tuple(self.rng.sample(range(PARTITIONS), 2))
             self.outcome.partitions[txn] = (pair[0], pair[1])
             commit = self.rng.random() < 0.7
+            began = time.time()
+            self.now_doing("begin_transaction/produce")
             try:
                 self.producer.begin_transaction()
                 for i in range(10):
@@ -332,7 +342,11 @@ class TransactionalWriter(Workload):
                 self.outcome.unknown.add(txn)
                 if is_fatal(exc):
                     self.fatal += 1
-                    self.notes.append(f"fatal: {exc}")
+                    self.notes.append(f"fatal in {self.doing}, transaction {txn}: {exc}")
+                    self.fatal_story += [
+                        f"librdkafka's transaction lines of transaction {txn} ({self.doing}):",
+                        *self.client_log.between(began - 0.5, time.time(), keep=TXN_STORY.search),
+                    ]
                     self.producer = self._producer()
                     continue
                 self._settle(txn)
@@ -340,9 +354,23 @@ class TransactionalWriter(Workload):
 
     def _end(self, txn: int, commit: bool) -> None:
         if commit:
+            self.now_doing("commit_transaction")
             self.producer.commit_transaction(30)
             self.outcome.committed.add(txn)
         else:
+            # librdkafka sends EndTxn(abort) once it has *sent* an AddPartitionsToTxn,
+            # even one the coordinator refused: its handler counts every answer but
+            # success as "maybe received" (rdkafka_txnmgr.c, txn_req_cnt). A refusal is
+            # CONCURRENT_TRANSACTIONS while the previous commit's markers are still being
+            # written, and the coordinator, still at PrepareCommit or CompleteCommit of
+            # that commit, answers the abort INVALID_TXN_STATE, as Kafka's does
+            # (TransactionCoordinator.endTransaction); librdkafka makes it fatal
+            # (confluentinc/librdkafka#4849, open). Faults slow the markers and widen the
+            # window. Delivering the records first means the coordinator took the
+            # partitions, so the abort ends a transaction it knows.
+            self.now_doing("flush before abort_transaction")
+            self.producer.flush(30)
+            self.now_doing("abort_transaction")
             self.producer.abort_transaction(30)
             self.outcome.aborted.add(txn)
 
@@ -809,6 +837,9 @@ class Report:
     #: Records librdkafka acknowledged without an offset (implicit acks): checked for
     #: presence, once, but not for their offset.
     idempotent_acked_without_offset: int = 0
+    #: librdkafka's transaction lines (API calls, state changes, registrations, EndTxn
+    #: answers) of each transaction that ended in a fatal error.
+    transactional_fatal_story: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         return [
@@ -830,6 +861,7 @@ class Report:
             f"({self.copy_errors or 'no errors'})",
             f"partitions whose replicas were compared byte for byte: {self.partitions_compared}",
             f"problems: {self.problems or 'none'}",
+            *self.transactional_fatal_story,
         ]
 
 
@@ -996,6 +1028,7 @@ class Campaign:
             ][:500],
             redelivered=self.redelivered,
             idempotent_acked_without_offset=sum(map(len, idem.acked_without_offset.values())),
+            transactional_fatal_story=txn.fatal_story[:300],
         )
 
     # -- healing and checks --------------------------------------------------------------

@@ -114,6 +114,7 @@ def failure_message(report: dict[str, Any]) -> str:
         f"offsets a checking consumer delivered twice: {report['redelivered'] or 'none'}",
         "records acknowledged without an offset (librdkafka's implicit ack): "
         f"{report['idempotent_acked_without_offset']}",
+        *report.get("transactional_fatal_story", []),
     ]
     return "\n".join(lines)
 
