@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +21,14 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         yield b
     finally:
         b.stop()
+
+
+def sigint_default() -> None:
+    """Ctrl-C as a terminal sends it, whatever started the tests: a command started in
+    the background by a shell without job control (``make test &`` in a script)
+    inherits an ignored SIGINT, and Python then installs no KeyboardInterrupt
+    handler, so the CLI would never see the test's SIGINT."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def hw(broker: BrokerProcess, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
@@ -156,14 +165,13 @@ def test_groups_reset_offsets_then_a_consumer_starts_there(broker: BrokerProcess
 
 
 def test_ctrl_c_on_produce_says_what_was_acknowledged(broker: BrokerProcess) -> None:
-    import signal
     import time
 
     hw(broker, "topics", "create", "interrupted")
     proc = subprocess.Popen(
         [sys.executable, "-m", "headwater.cli", "produce", "interrupted", "--linger-ms", "0",
          "--bootstrap", broker.bootstrap],
-        stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default,
     )  # fmt: skip
     assert proc.stdin is not None
     proc.stdin.write("".join(f"r{i}\n" for i in range(50)))
@@ -246,7 +254,6 @@ def test_health_log_dirs_and_quotas(broker: BrokerProcess) -> None:
 
 
 def test_ctrl_c_on_consume_counts_what_was_printed(broker: BrokerProcess) -> None:
-    import signal
     import time
 
     hw(broker, "topics", "create", "long-read")
@@ -258,7 +265,7 @@ def test_ctrl_c_on_consume_counts_what_was_printed(broker: BrokerProcess) -> Non
     proc = subprocess.Popen(
         [sys.executable, "-m", "headwater.cli", "consume", "long-read", "--from-beginning",
          "--bootstrap", broker.bootstrap],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=sigint_default,
     )  # fmt: skip
     assert proc.stdout is not None
     first = proc.stdout.readline()  # printing has begun
