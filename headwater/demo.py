@@ -459,7 +459,11 @@ def committed_records(bootstrap: str, topic: str = COUNTS_TOPIC, timeout_s: floa
         return count
 
 
-def drain_queries(queries: list[Any], timeout: float = 60.0) -> bool:
+#: How long the queries may take, once the generator stops, to process what it wrote.
+DRAIN_TIMEOUT_S = 60.0
+
+
+def drain_queries(queries: list[Any], timeout: float = DRAIN_TIMEOUT_S) -> bool:
     """Let every query process what the generator wrote before it stopped: True if all did.
 
     A short run on a busy machine may stop after a batch or two, before the
@@ -606,7 +610,10 @@ def run_demo(
                 if clean:
                     with phase("processing what was produced"):
                         if not drain_queries(queries):
-                            print("the queries had not caught up after 60 s; stopping anyway")
+                            print(
+                                f"the queries had not caught up after {DRAIN_TIMEOUT_S:g} s; "
+                                "stopping anyway"
+                            )
                 with phase("stopping the queries and Spark"):
                     for q in queries:
                         stop_between_batches(q)

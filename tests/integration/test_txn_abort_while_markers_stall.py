@@ -27,7 +27,6 @@ partitions and the abort ends a transaction it knows.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -37,34 +36,18 @@ from confluent_kafka.admin import NewTopic
 
 from headwater.coordinator.placement import partition_for
 from tests.integration.cluster_process import Cluster, wait_for
+from tests.integration.idempotence_forensics import ClientLogHandler, TimedLines
 
 pytestmark = pytest.mark.cluster
 
 TXN_PARTITIONS = 4
 
 
-class EosLog(logging.Handler):
-    """librdkafka's ``debug=eos`` lines, to wait on what the client has seen."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-        self._lock = threading.Lock()
-
-    def emit(self, record: logging.LogRecord) -> None:
-        with self._lock:
-            self.lines.append(record.getMessage())
-
-    def saw(self, text: str) -> bool:
-        with self._lock:
-            return any(text in line for line in self.lines)
-
-
-def transactional_producer(bootstrap: str, transactional_id: str, log: EosLog) -> Producer:
+def transactional_producer(bootstrap: str, transactional_id: str, log: TimedLines) -> Producer:
     logger = logging.getLogger(f"test.txn.{transactional_id}")
     logger.propagate = False
     logger.setLevel(logging.DEBUG)
-    logger.addHandler(log)
+    logger.addHandler(ClientLogHandler(log, transactional_id))
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -78,11 +61,13 @@ def transactional_producer(bootstrap: str, transactional_id: str, log: EosLog) -
     return producer
 
 
-def refused(producer: Producer, log: EosLog) -> bool:
+def refused(producer: Producer, log: TimedLines) -> bool:
     """The coordinator answered the partition CONCURRENT_TRANSACTIONS (librdkafka hands
-    its log lines over in ``poll``)."""
+    its ``debug=eos`` lines over in ``poll``)."""
     producer.poll(0.1)
-    return log.saw("another concurrent operation on the same transaction")
+    return any(
+        "another concurrent operation on the same transaction" in line for line in log.lines()
+    )
 
 
 @pytest.fixture
@@ -102,7 +87,7 @@ def cluster(tmp_path: Path, zk_connect: str) -> Iterator[Cluster]:
 
 
 def test_an_abort_while_the_previous_commits_markers_stall(cluster: Cluster) -> None:
-    plain_log, flushing_log = EosLog(), EosLog()
+    plain_log, flushing_log = TimedLines(), TimedLines()
     plain = transactional_producer(cluster.bootstrap, "stall-plain", plain_log)
     flushing = transactional_producer(cluster.bootstrap, "stall-flushing", flushing_log)
     coordinators = {
