@@ -30,6 +30,22 @@ HW_MAY_MOVE = LogEvent.HIGH_WATERMARK_MOVED | LogEvent.LOG_START_MOVED | LogEven
 FULL_EVERY = 12
 
 
+class _MarksDirty:
+    """One hosted log's listener: marks its partition dirty when its HW may have moved.
+    A slotted object, not a closure: a closure per hosted log cost about 290 bytes at
+    50,000 partitions (issue 33), this about 50."""
+
+    __slots__ = ("_dirty", "_key")
+
+    def __init__(self, dirty: set[PartitionKey], key: PartitionKey) -> None:
+        self._dirty = dirty
+        self._key = key
+
+    def __call__(self, _log: Log, event: LogEvent) -> None:
+        if event & HW_MAY_MOVE:
+            self._dirty.add(self._key)
+
+
 class HighWatermarkTracker:
     """The HW checkpoint's content, kept up to date from log events (see the module)."""
 
@@ -57,16 +73,11 @@ class HighWatermarkTracker:
     def track(self, key: PartitionKey, log: Log) -> None:
         """The partition is hosted here with ``log``: its HW belongs in the checkpoint."""
         self.untrack(key)
-        dirty = self._dirty
-
-        def changed(_log: Log, event: LogEvent) -> None:
-            if event & HW_MAY_MOVE:
-                dirty.add(key)
-
+        changed = _MarksDirty(self._dirty, key)
         self._logs[key] = log
         self._listeners[key] = changed
         log.add_listener(changed)
-        dirty.add(key)
+        self._dirty.add(key)
 
     def untrack(self, key: PartitionKey) -> None:
         """The partition is no longer hosted here: it leaves the checkpoint."""

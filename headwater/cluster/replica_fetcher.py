@@ -39,6 +39,21 @@ __all__ = ["FetcherConfig", "ReplicaFetcher"]
 log = logging.getLogger(__name__)
 
 
+class _TellsFetchState:
+    """One followed log's listener: tells the fetch state that its log changed. A
+    slotted object, not a closure: a closure per followed log cost about 290 bytes at
+    50,000 partitions (issue 33), this about 50."""
+
+    __slots__ = ("_key", "_state")
+
+    def __init__(self, state: FollowerFetchState, key: PartitionKey) -> None:
+        self._state = state
+        self._key = key
+
+    def __call__(self, _log: Log, _event: LogEvent) -> None:
+        self._state.log_changed(self._key)
+
+
 class ReplicaFetcher:
     """Fetches the partitions this broker follows on ``leader_id``."""
 
@@ -81,11 +96,7 @@ class ReplicaFetcher:
         self.remove(key)
         self.state.add(replica)
         self._changed.set()
-        state = self.state
-
-        def changed(_log: Log, _event: LogEvent) -> None:
-            state.log_changed(key)
-
+        changed = _TellsFetchState(self.state, key)
         self._listeners[key] = changed
         replica.log.add_listener(changed)
 

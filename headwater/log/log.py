@@ -223,7 +223,6 @@ class Log:
         "_unflushed_since_ms",
         "config",
         "corrupt",
-        "directory",
         "handles",
         "offline",
         "on_io_error",
@@ -241,7 +240,6 @@ class Log:
         topic_id: uuid.UUID | None = None,
         recover: bool = False,
     ) -> None:
-        self.directory = directory
         self.config = config
         self.handles = handles
         self.topic_id = topic_id
@@ -286,6 +284,13 @@ class Log:
 
     def __repr__(self) -> str:
         return f"Log({self._path!r})"
+
+    @property
+    def directory(self) -> Path:
+        """The partition's directory. Only its string is kept: a ``Path`` held by every
+        log cost about 450 bytes each (its parts list and cached strings), 5 % of the
+        memory of a replica at 50,000 partitions (issue 33)."""
+        return Path(self._path)
 
     # -- loading --------------------------------------------------------------------------
 
@@ -1708,7 +1713,6 @@ class Log:
         if self._loaded:
             raise RuntimeError(f"{self!r} must be closed before it moves")
         self.handles.forget_under(self._path)
-        self.directory = directory
         self._path = os.fspath(directory)
 
     def delete(self) -> None:

@@ -12,7 +12,6 @@ A ``.clean_shutdown`` marker written by :meth:`close` and consumed by
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -164,6 +163,7 @@ class LogDirectory:
         self.path = Path(path)
         self.config = config
         self.handles = FileHandleCache(config.file_handle_cache_size)
+        self._log_io_error = self._on_io_error
         self.clean_shutdown = False  # known after open()
         self._topics: dict[str, TopicInfo] = {}
         self._topic_ids: dict[uuid.UUID, TopicInfo] = {}
@@ -673,8 +673,7 @@ class LogDirectory:
             topic_id=info.topic_id,
             recover=not (extra.clean_shutdown if extra is not None else self.clean_shutdown),
         )
-        where = str(extra.path) if extra is not None else str(self.path)
-        log.on_io_error = functools.partial(self._on_io_error_in, where)
+        log.on_io_error = self._log_io_error
         self._logs[(topic, partition)] = log
         self.logs_created += 1
         # After it is listed: a directory failing meanwhile (another thread) either
@@ -776,7 +775,7 @@ class LogDirectory:
             self._placement.pop(key, None)
             self._in_primary.add(key)
         log.relocate(target)
-        log.on_io_error = functools.partial(self._on_io_error_in, str(target.parent))
+        log.on_io_error = self._log_io_error
         self.moves.pop(key, None)
         return aside
 
@@ -877,8 +876,8 @@ class LogDirectory:
         return [space.path for space in spaces if space.is_full]
 
     def _on_io_error_in(self, where: str, log: Log, exc: OSError) -> None:
-        """A log met an I/O error: ``where`` is the directory it was created in (bound
-        then, so no path of the error has to be matched against the directories)."""
+        """A log met an I/O error: ``where`` is the data directory holding it (its own
+        path's parent, so no path of the error has to be matched against the directories)."""
         if is_full_disk_error(exc):
             extra = self._extra_named(where)
             (extra.space if extra is not None else self.space).note_full()
@@ -886,8 +885,10 @@ class LogDirectory:
             self.fail(f"{exc.strerror or exc} on {exc.filename or log.directory}", where)
 
     def _on_io_error(self, log: Log, exc: OSError) -> None:
-        """The directory of ``log`` found from its path (a log made elsewhere)."""
-        self._on_io_error_in(str(Path(log.directory).parent), log, exc)
+        """The directory of ``log`` is its path's parent. Every log is told through this
+        one bound method (``_log_io_error``): a callable bound per log to its directory
+        cost about 260 bytes each at 50,000 partitions (issue 33)."""
+        self._on_io_error_in(str(log.directory.parent), log, exc)
 
     def fail(self, reason: str, path: str | None = None) -> None:
         """Take a data directory (the first by default) offline (KIP-112): every log in
