@@ -119,6 +119,8 @@ class ClusterView:
         self._global_watches: list[WatchHandle] = []
         self._topic_watches: dict[str, list[WatchHandle]] = {}
         self._partition_watches: dict[TopicPartition, WatchHandle | None] = {}
+        #: Bound once: every partition's watch holds this same object.
+        self._on_state_read = self._state_read
         self._initial: set[TopicPartition] = set()
         self._initial_done: asyncio.Event | None = None
         #: Updates from kazoo's threads waiting for the loop, in arrival order.
@@ -249,14 +251,7 @@ class ClusterView:
     def _watch_partitions(self, keys: list[TopicPartition]) -> list[WatchHandle]:
         """Executor thread: arming thousands of watches is thousands of (pipelined,
         non-blocking) requests, which would hold up the loop for a while."""
-        return [
-            self.store.watch_partition_state(
-                t,
-                p,
-                lambda s, key=(t, p): self._post(self._apply_state, (key, s)),  # type: ignore[misc]
-            )
-            for t, p in keys
-        ]
+        return [self.store.watch_partition_state(t, p, self._on_state_read) for t, p in keys]
 
     def stop(self) -> None:
         """Drop every watch; the snapshot stays as it was."""
@@ -327,8 +322,13 @@ class ClusterView:
         if key in self._partition_watches:
             return
         self._partition_watches[key] = self.store.watch_partition_state(
-            topic, partition, lambda s: self._post(self._apply_state, (key, s))
+            topic, partition, self._on_state_read
         )
+
+    def _state_read(self, key: TopicPartition, state: PartitionState | None) -> None:
+        """Store thread: a partition's new state, for the loop. Every partition's watch
+        calls this one bound method (``_on_state_read``), not a closure of its own."""
+        self._post(self._apply_state, (key, state))
 
     def _unwatch_topic(self, name: str) -> None:
         for handle in self._topic_watches.pop(name, []):

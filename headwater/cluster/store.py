@@ -286,7 +286,10 @@ class ClusterStore(Protocol):
         self, callback: Callable[[frozenset[str]], None]
     ) -> WatchHandle: ...
     def watch_partition_state(
-        self, topic: str, partition: int, callback: Callable[[PartitionState | None], None]
+        self,
+        topic: str,
+        partition: int,
+        callback: Callable[[tuple[str, int], PartitionState | None], None],
     ) -> WatchHandle: ...
     # Controlled shutdown (Headwater's request through ZooKeeper, see zk_layout).
     def request_controlled_shutdown(self, broker_id: int) -> None: ...
@@ -367,14 +370,30 @@ class _Watch:
     Reads are asynchronous: arming never blocks, so thousands of watches are set
     with pipelined requests. On a session loss the watch waits; the store re-arms
     every live watch on the new session.
+
+    A broker holds one per partition, so it is kept small (issue 33: 50,000
+    partitions within 8 KB of RSS per replica): slots, the store's one publish lock,
+    and for a data watch only the znode's ``mzxid`` kept to drop repeats (it names
+    the write that made the value; the value itself is not kept).
     """
+
+    __slots__ = (
+        "_children",
+        "_dedupe",
+        "_deliver",
+        "_last",
+        "_store",
+        "cancelled",
+        "path",
+        "pending",
+    )
 
     def __init__(
         self,
         store: ZkClusterStore,
         path: str,
         children: bool,
-        deliver: Callable[[Any], None],
+        deliver: Callable[[Any], None] | None,
         dedupe: bool = True,
     ) -> None:
         self._store = store
@@ -382,7 +401,6 @@ class _Watch:
         self.path = path
         self._children = children
         self._deliver = deliver
-        self._lock = threading.Lock()
         self._last: Any = _UNSET
         self.cancelled = False
         self.pending = False
@@ -443,10 +461,11 @@ class _Watch:
             self.pending = True
             return
         if self._children:
-            self._publish(tuple(sorted(value)))
+            names = tuple(sorted(value))
+            self._publish(names, names)
         else:
             data, stat = value
-            self._publish((data, stat.version))
+            self._publish((data, stat.version), stat.mzxid)
 
     def _got_exists(self, result: Any) -> None:
         try:
@@ -457,17 +476,48 @@ class _Watch:
         if stat is not None:  # created between the two reads: read it
             self.arm()
             return
-        self._publish(None)
+        self._publish(None, None)
 
-    def _publish(self, value: Any) -> None:
-        with self._lock:
-            if self.cancelled or (self._dedupe and value == self._last):
+    def _publish(self, value: Any, seen: Any) -> None:
+        """Deliver ``value`` unless ``seen`` (what identifies it) was delivered last."""
+        with self._store._publish_lock:
+            if self.cancelled or (self._dedupe and seen == self._last):
                 return
-            self._last = value
+            self._last = seen
             try:
-                self._deliver(value)
+                self._tell(value)
             except Exception:
                 log.exception("watch callback for %s failed", self.path)
+
+    def _tell(self, value: Any) -> None:
+        assert self._deliver is not None
+        self._deliver(value)
+
+
+class _PartitionStateWatch(_Watch):
+    """The watch on one partition's state: decodes it and tells ``callback`` the
+    partition too, so that a broker needs no closure per partition to know which
+    partition a state is for (two closures per partition cost about 500 bytes)."""
+
+    __slots__ = ("_callback", "_key")
+
+    def __init__(
+        self,
+        store: ZkClusterStore,
+        key: tuple[str, int],
+        callback: Callable[[tuple[str, int], PartitionState | None], None],
+    ) -> None:
+        super().__init__(store, zk.partition_state_path(*key), False, None)
+        self._key = key
+        self._callback = callback
+
+    def _tell(self, value: Any) -> None:
+        try:
+            state = self._store._decode_state(value)
+        except zk.ZkLayoutError:
+            log.error("malformed state of %s-%d", *self._key)
+            return
+        self._callback(self._key, state)
 
 
 # --- the store -------------------------------------------------------------------
@@ -505,6 +555,10 @@ class ZkClusterStore:
         self._client: Any = None
         self._lock = threading.RLock()
         self._watches: set[_Watch] = set()
+        #: Held while a watch compares and delivers a value: one lock for every watch
+        #: (they are published from kazoo's one completion thread, so it is uncontended;
+        #: reentrant in case a callback ever publishes in turn).
+        self._publish_lock = threading.RLock()
         self._session_listeners: list[SessionListener] = []
         self._registration: BrokerRegistration | None = None
         self._session_lost = False
@@ -1253,7 +1307,9 @@ class ZkClusterStore:
     def _watch(
         self, path: str, children: bool, deliver: Callable[[Any], None], dedupe: bool = True
     ) -> _Watch:
-        watch = _Watch(self, path, children, deliver, dedupe)
+        return self._arm_new(_Watch(self, path, children, deliver, dedupe))
+
+    def _arm_new(self, watch: _Watch) -> _Watch:
         with self._lock:
             self._watches.add(watch)
         if self._inline_callbacks:
@@ -1517,15 +1573,14 @@ class ZkClusterStore:
         return self._watch(zk.topic_config_path(name), False, deliver)
 
     def watch_partition_state(
-        self, topic: str, partition: int, callback: Callable[[PartitionState | None], None]
+        self,
+        topic: str,
+        partition: int,
+        callback: Callable[[tuple[str, int], PartitionState | None], None],
     ) -> WatchHandle:
-        def deliver(value: tuple[bytes, int] | None) -> None:
-            try:
-                callback(self._decode_state(value))
-            except zk.ZkLayoutError:
-                log.error("malformed state of %s-%d", topic, partition)
-
-        return self._watch(zk.partition_state_path(topic, partition), False, deliver)
+        """``callback((topic, partition), state)`` on every new state (None: deleted).
+        The partition is passed back so that one bound method serves every partition."""
+        return self._arm_new(_PartitionStateWatch(self, (topic, partition), callback))
 
     # -- plain znodes (the security metadata of ``zk_security`` lives beside the cluster's) --
 

@@ -179,7 +179,7 @@ def test_a_watch_dropped_with_the_connection_is_rearmed_however_late_kazoo_says_
     events: list[SessionEvent] = []
     broker.add_session_listener(events.append)
     seen: list[PartitionState | None] = []
-    broker.watch_partition_state("t", 0, seen.append)
+    broker.watch_partition_state("t", 0, lambda _key, state: seen.append(state))
     wait_for(lambda: seen == [None])
     gate = threading.Event()
     broker.client.handler.callback_queue.put(lambda: gate.wait(10))  # a busy watch thread

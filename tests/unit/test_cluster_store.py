@@ -190,7 +190,13 @@ def test_watches_deliver_the_current_value_then_each_change(zk: FakeZooKeeper) -
     controllers: list[int | None] = []
     b.watch_topics(topics.append)
     b.watch_controller(controllers.append)
-    handle = b.watch_partition_state("t", 0, states.append)
+    keys: set[tuple[str, int]] = set()
+
+    def state_read(key: tuple[str, int], state: PartitionState | None) -> None:
+        keys.add(key)
+        states.append(state)
+
+    handle = b.watch_partition_state("t", 0, state_read)
     a.create_topic("t", TOPIC_ID, {0: [1]}, {})
     a.write_partition_states(
         fence, [PartitionStateWrite("t", 0, PartitionState(1, 0, (1,), 0), None)]
@@ -201,6 +207,7 @@ def test_watches_deliver_the_current_value_then_each_change(zk: FakeZooKeeper) -
     assert topics == [frozenset(), frozenset({"t"})]
     assert controllers == [1]
     assert states == [None, PartitionState(1, 0, (1,), 1, 0), PartitionState(1, 0, (1,), 1, 1)]
+    assert keys == {("t", 0)}  # the partition comes back with each state
 
 
 def test_watches_are_rearmed_on_the_new_session(zk: FakeZooKeeper) -> None:
@@ -283,7 +290,7 @@ def test_a_watch_lost_with_the_connection_is_rearmed_when_kazoo_tells_it_late(
     states: a broker's view missed two partitions' states until its shutdown read them)."""
     broker, controller = started(zk), started(zk)
     seen: list[PartitionState | None] = []
-    watch = broker.watch_partition_state("t", 0, seen.append)
+    watch = broker.watch_partition_state("t", 0, lambda _key, state: seen.append(state))
     assert seen == [None]  # no state yet: an exists watch waits for it
     path = zk_layout.partition_state_path("t", 0)
     broker.suspend()
