@@ -241,6 +241,33 @@ def test_unreachable_zookeeper_is_a_clear_error(zk: FakeZooKeeper) -> None:
     assert a.topics() == []
 
 
+def test_leaders_compare_and_sets_go_together_and_a_lost_race_fails_no_other(
+    zk: FakeZooKeeper,
+) -> None:
+    """``update_partition_states``: many leaders' ISR writes pipelined, each still its
+    own compare-and-set (issue 33: a restarted broker's followers rejoin every ISR)."""
+    a, b = started(zk), started(zk)
+    fence = a.try_become_controller(1)
+    assert fence is not None
+    a.create_topic("t", TOPIC_ID, {p: [1, 2] for p in range(3)}, {})
+    a.write_partition_states(
+        fence,
+        [PartitionStateWrite("t", p, PartitionState(1, 0, (1, 2), 0), None) for p in range(3)],
+    )
+    shrunk = PartitionState(1, 0, (1,), 0)
+    results = b.update_partition_states(
+        [("t", 0, shrunk, 0), ("t", 1, shrunk, 5), ("t", 2, shrunk, 0), ("gone", 0, shrunk, 0)]
+    )
+    assert results == [1, None, 1, None]  # a stale version, a missing partition: None
+    assert [a.partition_state("t", p).isr for p in range(3)] == [(1,), (1, 2), (1,)]  # type: ignore[union-attr]
+    b.suspend()
+    failed = b.update_partition_states([("t", 1, shrunk, 0), ("t", 2, shrunk, 1)])
+    assert len(failed) == 2
+    assert all(isinstance(r, ClusterStoreUnavailableError) for r in failed)
+    b.resume()
+    assert a.partition_state("t", 1).isr == (1, 2)  # type: ignore[union-attr]
+
+
 def test_cluster_id_is_set_once(zk: FakeZooKeeper) -> None:
     a, b = started(zk), started(zk)
     assert a.cluster_id("first") == "first"

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from headwater.broker.config import BrokerConfig
 from headwater.broker.handlers.fetch import FetchApi
 from headwater.broker.metrics import BrokerMetrics
@@ -123,14 +125,20 @@ class Leader:
 
 
 @asynccontextmanager
-async def leading(tmp_path: Path, *, lag_ms: int = 30_000) -> AsyncIterator[Leader]:
+async def leading(
+    tmp_path: Path, *, lag_ms: int = 30_000, partitions: int = 1
+) -> AsyncIterator[Leader]:
     zk = FakeZooKeeper()
     admin = started(zk)
     fence = admin.try_become_controller(9)
     assert fence is not None
-    admin.create_topic(TOPIC, uuid.uuid4(), {0: [1, 2]}, {})
+    admin.create_topic(TOPIC, uuid.uuid4(), {p: [1, 2] for p in range(partitions)}, {})
     admin.write_partition_states(
-        fence, [PartitionStateWrite(TOPIC, 0, PartitionState(1, 0, (1, 2), 1), None)]
+        fence,
+        [
+            PartitionStateWrite(TOPIC, p, PartitionState(1, 0, (1, 2), 1), None)
+            for p in range(partitions)
+        ],
     )
     store = started(zk, 1)
     started(zk, 2)
@@ -388,5 +396,56 @@ def test_a_corrupt_leader_alone_in_its_isr_asks_again_once_a_follower_is_back(
             await c.follower_fetch(2, session_id=session.id, epoch=2)  # caught up: back in
             assert await eventually(lambda: c.state().isr == (1, 2))
             assert await eventually(lambda: told == [(1, [KEY], "corrupt")]), told
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("partitions", [20, 200])
+def test_isr_changes_of_one_turn_go_to_zookeeper_together(tmp_path: Path, partitions: int) -> None:
+    """Issue 33: after a restart a broker's followers rejoin tens of thousands of ISRs
+    at once. Each expansion is still its own compare-and-set, but those proposed in
+    one turn of the loop are sent together (pipelined, one executor job): the number
+    of batches does not grow with the partitions, only the updates do."""
+
+    async def main() -> None:
+        async with leading(tmp_path, partitions=partitions) as c:
+            keys = [(TOPIC, p) for p in range(partitions)]
+            for key in keys:  # the controller took broker 2 out of every ISR
+                old = c.admin.partition_state(*key)
+                assert old is not None
+                shrunk = PartitionState(1, 0, (1,), old.controller_epoch)
+                assert c.admin.update_partition_state(*key, shrunk, old.zk_version) is not None
+            assert await eventually(lambda: all(c.replicas.replicas[k].isr == (1,) for k in keys))
+            batches: list[int] = []
+            one_at_a_time: list[tuple[str, int]] = []
+            write_many = c.store.update_partition_states
+
+            def counted(updates: Any) -> Any:
+                batches.append(len(updates))
+                return write_many(updates)
+
+            c.store.update_partition_states = counted  # type: ignore[method-assign]
+            c.store.update_partition_state = (  # type: ignore[method-assign]
+                lambda t, p, *_: one_at_a_time.append((t, p))
+            )
+            # Broker 2 fetches every partition at its (empty) log end: caught up.
+            await c.fetch.serve_follower(
+                FetchRequestData(
+                    version=12,
+                    replica_id=2,
+                    max_wait_ms=0,
+                    partitions=[
+                        PartitionFetch(uuid.UUID(int=0), TOPIC, p, 0) for p in range(partitions)
+                    ],
+                )
+            )
+            assert await eventually(
+                lambda: all(c.admin.partition_state(*k).isr == (1, 2) for k in keys)  # type: ignore[union-attr]
+            )
+            assert await eventually(lambda: all(c.replicas.replicas[k].isr == (1, 2) for k in keys))
+            assert sum(batches) == partitions  # each expansion written once
+            assert len(batches) <= 2, batches  # in one or two batches, at 20 as at 200
+            assert not one_at_a_time
+            assert c.replicas.isr_expands == partitions
 
     asyncio.run(main())
