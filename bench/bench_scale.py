@@ -37,7 +37,8 @@ timed out or was skipped) is reported as such, never estimated.
 Run: ``nice -n 10 .venv/bin/python bench/bench_scale.py --partitions 10000``
 (options: ``--session-ms``, ``--topics``, ``--idle-seconds``,
 ``--skip-failover``, ``--skip-restart``, ``--skip-metadata``,
-``--profile-idle SECONDS``, ``--keep-logs DIR``, ``--help``).
+``--profile-idle SECONDS``, ``--profile-failover SECONDS``, ``--keep-logs DIR``,
+``--help``).
 ``--profile-idle`` runs ``py-spy record`` against every broker for that long
 after the idle sampling (not during it: the sampler would count py-spy's
 pauses), and prints each broker's top functions by own and by total samples;
@@ -54,6 +55,8 @@ import json
 import os
 import socket
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -312,6 +315,8 @@ def failover(
     topics: list[str],
     session_ms: int,
     timeout_s: float,
+    profile_s: int = 0,
+    out: Path | None = None,
 ) -> dict[str, Any]:
     st = state_of(metadata(cluster.bootstrap), topics)
     victim = max(st["leaders"], key=lambda b: len(st["leaders"][b]))
@@ -377,6 +382,11 @@ def failover(
     broker.proc.kill()
     broker.proc.wait()
     broker.proc = None
+    profiling = (
+        start_profiles(cluster, profile_s, out, "failover", skip=victim)
+        if profile_s and out is not None
+        else None
+    )
     watch = FailoverWatch(cluster, victim, owned, survivors, killed_at)
     # Round robin: each partition gets a record produced after the kill; one
     # whose delivery failed (and has none in flight) gets another.
@@ -409,6 +419,9 @@ def failover(
         "delivery_errors_sample": errors,
         "timed_out_after_s": None if done == len(owned) else timeout_s,
     }
+    if profiling is not None:
+        print(f"  profiles of the survivors, {profile_s} s from the kill:", flush=True)
+        result["profile"] = collect_profiles(profiling, profile_s)
     return result
 
 
@@ -480,19 +493,28 @@ def top_functions(raw: str, limit: int = 20) -> dict[str, Any]:
     return {"samples": samples, "own_pct": ranked(own), "total_pct": ranked(total)}
 
 
-def profile_brokers(cluster: LocalCluster, seconds: int, out: Path) -> dict[str, Any]:
-    """``py-spy record`` (non-blocking, busy samples only) on every broker at once for
-    ``seconds``; per broker the top functions, as % of the busy samples."""
-    import subprocess
-    import sys
+Profiling = list[tuple[int, Path, "subprocess.Popen[bytes]"]]
 
+
+def start_profiles(
+    cluster: LocalCluster, seconds: int, out: Path, label: str, skip: int | None = None
+) -> Profiling:
+    """``py-spy record`` (non-blocking, busy samples only) on every live broker but
+    ``skip``, in the background, for ``seconds``."""
     spy = Path(sys.executable).with_name("py-spy")
-    procs = []
+    procs: Profiling = []
     for i, b in enumerate(cluster.brokers):
-        raw_path = out.with_name(f"{out.stem}-profile-b{i}.txt")
+        if i == skip or b.proc is None:
+            continue
+        raw_path = out.with_name(f"{out.stem}-{label}-b{i}.txt")
         cmd = [str(spy), "record", "--nonblocking", "--nolineno", "-r", "100"]
         cmd += ["-f", "raw", "-d", str(seconds), "-p", str(b.pid), "-o", str(raw_path)]
         procs.append((i, raw_path, subprocess.Popen(cmd, stdout=subprocess.DEVNULL)))
+    return procs
+
+
+def collect_profiles(procs: Profiling, seconds: int) -> dict[str, Any]:
+    """Per profiled broker the top functions, as % of the busy samples."""
     result: dict[str, Any] = {"seconds": seconds, "brokers": {}}
     for i, raw_path, proc in procs:
         proc.wait(seconds + 60)
@@ -507,6 +529,11 @@ def profile_brokers(cluster: LocalCluster, seconds: int, out: Path) -> dict[str,
         for name, pct in top.get("total_pct", [])[:25]:
             print(f"     tot {pct:5.1f}%  {name}", flush=True)
     return result
+
+
+def profile_brokers(cluster: LocalCluster, seconds: int, out: Path) -> dict[str, Any]:
+    """Every broker profiled at once for ``seconds`` (see ``start_profiles``)."""
+    return collect_profiles(start_profiles(cluster, seconds, out, "profile"), seconds)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -668,7 +695,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         # 5. failover, 6. restart
         if not args.skip_failover:
             sampler.phase = "failover"
-            fo = failover(cluster, topics, args.session_ms, args.phase_timeout)
+            fo = failover(
+                cluster,
+                topics,
+                args.session_ms,
+                args.phase_timeout,
+                args.profile_failover,
+                args.out or RESULTS_DIR / f"scale-{n}.json",
+            )
             phases["failover"] = fo
             print(
                 f"5. failover: killed broker {fo['killed_broker']} leading "
@@ -751,6 +785,13 @@ def main() -> int:
         default=0,
         metavar="SECONDS",
         help="py-spy record every broker this long after the idle sampling",
+    )
+    parser.add_argument(
+        "--profile-failover",
+        type=int,
+        default=0,
+        metavar="SECONDS",
+        help="py-spy record the surviving brokers this long from the kill on",
     )
     parser.add_argument(
         "--keep-logs",
