@@ -119,6 +119,9 @@ class ClusterView:
         self._global_watches: list[WatchHandle] = []
         self._topic_watches: dict[str, list[WatchHandle]] = {}
         self._partition_watches: dict[TopicPartition, WatchHandle | None] = {}
+        #: Per watched topic, its partitions that have a znode (the controller wrote a
+        #: state): only those get a state watch.
+        self._partition_znodes: dict[str, frozenset[int]] = {}
         #: Bound once: every partition's watch holds this same object.
         self._on_state_read = self._state_read
         self._initial: set[TopicPartition] = set()
@@ -315,6 +318,9 @@ class ClusterView:
             self.store.watch_topic_configs(
                 name, lambda c: self._post(self._apply_configs, (name, c))
             ),
+            self.store.watch_partition_znodes(
+                name, lambda ps: self._post(self._apply_partition_znodes, (name, ps))
+            ),
         ]
 
     def _watch_partition(self, topic: str, partition: int) -> None:
@@ -331,6 +337,7 @@ class ClusterView:
         self._post(self._apply_state, (key, state))
 
     def _unwatch_topic(self, name: str) -> None:
+        self._partition_znodes.pop(name, None)
         for handle in self._topic_watches.pop(name, []):
             handle.cancel()
         for key in [k for k in self._partition_watches if k[0] == name]:
@@ -407,10 +414,27 @@ class ClusterView:
             change.topics_added.add(name)
             change.topics_removed.discard(name)
         old_replicas = old.replicas if old is not None else {}
+        created = self._partition_znodes.get(name, frozenset())
         for partition, replicas in topic.replicas.items():
             if old_replicas.get(partition) != replicas:
                 change.partitions_changed.add((name, partition))
-            self._watch_partition(name, partition)
+            if partition in created:  # else armed once its znode is listed
+                self._watch_partition(name, partition)
+
+    def _apply_partition_znodes(self, update: tuple[str, frozenset[int]]) -> None:
+        """The topic's partitions that have a znode (so a state): watch the new ones.
+        A partition of the assignment is watched only from here on, never before its
+        znode exists (see ``ClusterStore.watch_partition_znodes``)."""
+        name, partitions = update
+        if name not in self._topic_watches:  # a late callback after removal
+            return
+        self._partition_znodes[name] = partitions
+        topic = self._topics.get(name)
+        if topic is None:  # the assignment comes next, and arms these
+            return
+        for partition in sorted(partitions):
+            if partition in topic.replicas:
+                self._watch_partition(name, partition)
 
     def _apply_configs(self, update: tuple[str, dict[str, str] | None]) -> None:
         name, configs = update

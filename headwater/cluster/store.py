@@ -288,6 +288,9 @@ class ClusterStore(Protocol):
     def watch_deletion_requests(
         self, callback: Callable[[frozenset[str]], None]
     ) -> WatchHandle: ...
+    def watch_partition_znodes(
+        self, topic: str, callback: Callable[[frozenset[int]], None]
+    ) -> WatchHandle: ...
     def watch_partition_state(
         self,
         topic: str,
@@ -1412,6 +1415,21 @@ class ZkClusterStore:
 
     def watch_deletion_requests(self, callback: Callable[[frozenset[str]], None]) -> WatchHandle:
         return self._watch(zk.DELETE_TOPICS, True, lambda c: callback(frozenset(c or ())))
+
+    def watch_partition_znodes(
+        self, topic: str, callback: Callable[[frozenset[int]], None]
+    ) -> WatchHandle:
+        """The partitions of ``topic`` that have a znode, now and on every change: one
+        watch per topic. The controller creates a partition's znode in the transaction
+        that writes its first state, so a partition listed here has a state to read.
+        A view that armed a state watch on a partition not created yet paid a failed
+        read, an exists watch, its event and the read again: four ZooKeeper messages
+        per partition and broker where one does (issue 33, creating 50,000)."""
+        return self._watch(
+            zk.partitions_path(topic),
+            True,
+            lambda c: callback(frozenset(int(n) for n in (c or ()) if n.isdigit())),
+        )
 
     def request_controlled_shutdown(self, broker_id: int) -> None:
         """Ask the controller (again) to move this broker's leaderships: (re)create the

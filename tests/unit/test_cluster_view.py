@@ -5,7 +5,10 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
+from collections.abc import Callable
+from typing import Any
 
+from headwater.cluster import zk_layout
 from headwater.cluster.cluster_view import ClusterChange, ClusterView
 from headwater.cluster.controller import Controller, create_topic
 from headwater.cluster.store import (
@@ -127,3 +130,68 @@ def test_session_events_reach_the_loop() -> None:
 
     assert asyncio.run(main()) == [SessionEvent.LOST, SessionEvent.RESTORED]
     assert set(started(zk).brokers()) == {1}  # re-registered on the new session
+
+
+async def eventually(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    """``condition`` within a bounded deadline (watches are armed on the store's thread)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not condition():
+        if asyncio.get_running_loop().time() >= deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
+def test_a_new_partition_costs_each_broker_one_read_of_its_state() -> None:
+    """Issue 33: a view watches a partition's state only once the partition's znode is
+    listed (the controller creates it with the first state). Armed as soon as the
+    topic was known, each state watch of a new topic first failed (no znode yet),
+    then set an exists watch, got its event and read again: four ZooKeeper messages
+    per partition and broker where one does. Here the topic is known to the view
+    before any state is written, so the old way would have made 40 exists calls."""
+    zk = FakeZooKeeper()
+    admin = started(zk, 1)
+    fence = admin.try_become_controller(1)
+    assert fence is not None
+    partitions = 40
+
+    async def main() -> None:
+        store = started(zk)
+        view = ClusterView(store)
+        await view.start()
+        client: Any = store.client
+        reads: list[str] = []
+        exists: list[str] = []
+        get_async, exists_async = client.get_async, client.exists_async
+
+        def counted_get(path: str, *args: Any, **kwargs: Any) -> Any:
+            if path.endswith("/state"):
+                reads.append(path)
+            return get_async(path, *args, **kwargs)
+
+        def counted_exists(path: str, *args: Any, **kwargs: Any) -> Any:
+            if path.endswith("/state"):
+                exists.append(path)
+            return exists_async(path, *args, **kwargs)
+
+        client.get_async, client.exists_async = counted_get, counted_exists
+        await asyncio.to_thread(
+            admin.create_topic, "new", uuid.uuid4(), {p: [1] for p in range(partitions)}, {}
+        )
+        assert await eventually(lambda: "new" in view.topics)
+        await asyncio.to_thread(
+            admin.write_partition_states,
+            fence,
+            [
+                PartitionStateWrite("new", p, PartitionState(1, 0, (1,), fence.epoch), None)
+                for p in range(partitions)
+            ],
+        )
+        assert await eventually(lambda: all(view.leader("new", p) == 1 for p in range(partitions)))
+        assert exists == []  # no watch waited on a znode not created yet
+        assert sorted(reads) == sorted(
+            zk_layout.partition_state_path("new", p) for p in range(partitions)
+        )  # one read per partition
+        view.stop()
+
+    asyncio.run(main())
