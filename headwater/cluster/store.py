@@ -61,6 +61,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 
 from headwater.cluster import zk_layout as zk
+from headwater.cluster.zk_poll_handler import PollThreadingHandler
 from headwater.log import errors as log_errors
 
 log = logging.getLogger(__name__)
@@ -585,6 +586,7 @@ class ZkClusterStore:
         return KazooClient(
             hosts=hosts + chroot,
             timeout=self.session_timeout_ms / 1000,
+            handler=PollThreadingHandler(),  # see zk_poll_handler: kazoo's select is costly
             # Reconnect forever (with backoff) while running; start() bounds the first try.
             connection_retry={"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": 2.0},
         )
