@@ -1197,15 +1197,10 @@ class ZkClusterStore:
         ``expected_version`` was read (or the partition is gone): re-read it.
         Raises ``ClusterStoreUnavailableError`` when ZooKeeper is unreachable.
         """
-        data = zk.encode_partition_state(
-            state.leader, state.leader_epoch, state.isr, state.controller_epoch
-        )
-        path = zk.partition_state_path(topic, partition)
-        try:
-            stat = self._wait(self._require().set_async(path, data, expected_version), path)
-        except (BadVersionError, NoNodeError):
-            return None
-        return int(stat.version)
+        (result,) = self.update_partition_states([(topic, partition, state, expected_version)])
+        if isinstance(result, ClusterStoreUnavailableError):
+            raise result
+        return result
 
     def update_partition_states(
         self, updates: Sequence[tuple[str, int, PartitionState, int]]
