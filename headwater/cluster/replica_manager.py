@@ -1152,9 +1152,7 @@ class ReplicaManager:
             isr=isr,
             controller_epoch=current.controller_epoch if current is not None else 0,
         )
-        self._isr_proposals.append(
-            _IsrProposal(replica, isr, why, replica.leader_epoch, replica.zk_version, state)
-        )
+        self._isr_proposals.append(_IsrProposal(replica, why, replica.zk_version, state))
         if len(self._isr_proposals) == 1:
             asyncio.get_running_loop().call_soon(self._write_isr_proposals)
 
@@ -1185,7 +1183,7 @@ class ReplicaManager:
 
     def _isr_written(self, proposal: _IsrProposal, result: int | BaseException | None) -> None:
         """One proposal's answer: the new znode version, None (a lost race), or an error."""
-        replica, isr, why = proposal.replica, proposal.isr, proposal.why
+        replica, isr, why = proposal.replica, proposal.state.isr, proposal.why
         if replica.pending_isr != isr:
             # A newer state arrived from ZooKeeper meanwhile (often this very
             # write, through the watch): say what was written all the same.
@@ -1211,7 +1209,7 @@ class ReplicaManager:
                 replica.partition,
             )
             return
-        if replica.leader_epoch != proposal.epoch or not replica.is_leader:
+        if replica.leader_epoch != proposal.state.leader_epoch or not replica.is_leader:
             return
         self._isr_changed(replica, replica.isr, isr, why)
         replica.isr = isr
@@ -1254,13 +1252,11 @@ class ReplicaManager:
 
 @dataclass(frozen=True, slots=True)
 class _IsrProposal:
-    """A leader's ISR change on its way to ZooKeeper: the state to write, and what the
-    answer is checked against (the epoch it was proposed in, the version it expects)."""
+    """A leader's ISR change on its way to ZooKeeper: the state to write (its ISR, and
+    the leader epoch the answer is checked against) and the version it expects."""
 
     replica: PartitionReplica
-    isr: tuple[int, ...]
     why: str
-    epoch: int
     expected: int
     state: PartitionState
 
