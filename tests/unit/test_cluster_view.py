@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,6 +19,7 @@ from headwater.cluster.store import (
     SessionEvent,
 )
 from headwater.testing import FakeZooKeeper, InMemoryClusterStore
+from tests.unit.test_replica_manager_faults import eventually
 
 
 def started(zk: FakeZooKeeper, broker_id: int | None = None) -> InMemoryClusterStore:
@@ -134,14 +134,19 @@ def test_session_events_reach_the_loop() -> None:
     assert set(started(zk).brokers()) == {1}  # re-registered on the new session
 
 
-async def eventually(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
-    """``condition`` within a bounded deadline (watches are armed on the store's thread)."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not condition():
-        if asyncio.get_running_loop().time() >= deadline:
-            return False
-        await asyncio.sleep(0.01)
-    return True
+def paths_requested(client: Any, method: str, suffix: str) -> list[str]:
+    """From now on, the paths ending in ``suffix`` that ``client.<method>`` is called
+    with (the call itself goes through)."""
+    paths: list[str] = []
+    request = getattr(client, method)
+
+    def recorded(path: str, *args: Any, **kwargs: Any) -> Any:
+        if path.endswith(suffix):
+            paths.append(path)
+        return request(path, *args, **kwargs)
+
+    setattr(client, method, recorded)
+    return paths
 
 
 def test_a_new_partition_costs_each_broker_one_read_of_its_state() -> None:
@@ -161,22 +166,8 @@ def test_a_new_partition_costs_each_broker_one_read_of_its_state() -> None:
         store = started(zk)
         view = ClusterView(store)
         await view.start()
-        client: Any = store.client
-        reads: list[str] = []
-        exists: list[str] = []
-        get_async, exists_async = client.get_async, client.exists_async
-
-        def counted_get(path: str, *args: Any, **kwargs: Any) -> Any:
-            if path.endswith("/state"):
-                reads.append(path)
-            return get_async(path, *args, **kwargs)
-
-        def counted_exists(path: str, *args: Any, **kwargs: Any) -> Any:
-            if path.endswith("/state"):
-                exists.append(path)
-            return exists_async(path, *args, **kwargs)
-
-        client.get_async, client.exists_async = counted_get, counted_exists
+        reads = paths_requested(store.client, "get_async", "/state")
+        exists = paths_requested(store.client, "exists_async", "/state")
         await asyncio.to_thread(
             admin.create_topic, "new", uuid.uuid4(), {p: [1] for p in range(partitions)}, {}
         )
@@ -217,16 +208,7 @@ def test_a_topic_over_the_listing_bound_is_watched_partition_by_partition(
         store = started(zk)
         view = ClusterView(store)
         await view.start()
-        client: Any = store.client
-        listed: list[str] = []
-        get_children_async = client.get_children_async
-
-        def counted(path: str, *args: Any, **kwargs: Any) -> Any:
-            if path.endswith("/partitions"):
-                listed.append(path)
-            return get_children_async(path, *args, **kwargs)
-
-        client.get_children_async = counted
+        listed = paths_requested(store.client, "get_children_async", "/partitions")
         for name, partitions in (("big", 40), ("small", 20)):
             await asyncio.to_thread(create_topic, admin, name, partitions, 1)
             await asyncio.to_thread(controller.wait_idle)
