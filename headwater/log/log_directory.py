@@ -916,7 +916,7 @@ class LogDirectory:
             # The first directory takes every log with it (registry and checkpoints).
             # A snapshot: another thread may be adding logs; those created from now
             # on are offline from the start (see ``log``).
-            for key, found in list(self._logs.items()):
+            for key, found in self._logs_snapshot():
                 if extra is None or self._placement.get(key) is extra:
                     found.offline = reason
         listener = self.on_offline
@@ -933,8 +933,19 @@ class LogDirectory:
 
     def loaded_logs(self) -> Iterator[tuple[str, int, Log]]:
         """(topic, partition, log) for every log handed out since open()."""
-        for (topic, partition), log in list(self._logs.items()):
+        for (topic, partition), log in self._logs_snapshot():
             yield topic, partition, log
+
+    def _logs_snapshot(self) -> list[tuple[tuple[str, int], Log]]:
+        """The logs as they are now, safe from a thread that is not the loop's.
+
+        ``list(self._logs.items())`` is not: each item's tuple is a new object, so a
+        garbage collection can run midway, its finalizers hand the GIL to the loop,
+        and a log added there ends the listing with "dictionary changed size during
+        iteration" (the scrubber hit it at 200,000 partitions). ``dict.copy`` of a
+        dict takes its keys in one step before it allocates anything collectable.
+        """
+        return list(self._logs.copy().items())
 
     # -- housekeeping for the broker's timer ----------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
@@ -196,3 +197,34 @@ def test_topic_config_overrides_reach_the_log(tmp_path: Path) -> None:
     for _ in range(3):
         log.append(batch(), NOW)
     assert len(log.segments) == 3
+
+
+def test_loaded_logs_is_a_snapshot_when_a_collection_adds_a_log_midway(tmp_path: Path) -> None:
+    """The scrubber lists logs from its own thread; a garbage collection in the
+    middle of the listing can hand the GIL to the loop, which adds a log. The
+    collection callback below plays the loop, at every allocation."""
+    directory = opened(tmp_path)
+    # More logs than CPython keeps spare 2-tuples for, so the listing allocates.
+    directory.create_topic("t", 3_010)
+    for p in range(3_000):
+        directory.log("t", p)
+    added: list[int] = []
+
+    def loop_adds_a_log(phase: str, _info: dict[str, int]) -> None:
+        if phase == "start" and len(added) < 10:
+            added.append(3_000 + len(added))
+            directory.log("t", added[-1])
+
+    thresholds = gc.get_threshold()
+    gc.callbacks.append(loop_adds_a_log)
+    gc.set_threshold(1)
+    try:
+        listed = list(directory.loaded_logs())
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.callbacks.remove(loop_adds_a_log)
+    assert added, "no collection ran during the listing"
+    partitions = [p for _, p, _ in listed]
+    assert len(set(partitions)) == len(partitions)
+    assert set(range(3_000)) <= set(partitions)
+    assert [p for _, p, _ in directory.loaded_logs()] == list(range(3_000 + len(added)))
