@@ -190,7 +190,11 @@ class BrokerUnderTest:
                     if len(self.lines) < 10_000:
                         self.lines.append(line.rstrip("\n"))
                     if log_file is not None:
-                        log_file.write(line)
+                        # Headwater's INFO lines carry no time; the kept log gets the
+                        # time each line was read, so a phase reads as a timeline.
+                        now = time.time()
+                        stamp = time.strftime("%H:%M:%S", time.localtime(now))
+                        log_file.write(f"{stamp}.{int(now % 1 * 1000):03d} {line}")
             finally:
                 if log_file is not None:
                     log_file.close()
