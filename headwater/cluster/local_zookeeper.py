@@ -685,6 +685,9 @@ class LocalClusterStore(ZkClusterStore):
     the unit tests' in-memory store models a cluster.
     """
 
+    #: In-process: the controller's writes share no socket with the view's reads.
+    WRITES_ON_OWN_SESSION = False
+
     def __init__(
         self,
         zookeeper: LocalZooKeeper,

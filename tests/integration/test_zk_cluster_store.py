@@ -190,3 +190,35 @@ def test_a_watch_dropped_with_the_connection_is_rearmed_however_late_kazoo_says_
     controller.write_znode(zk_layout.partition_state_path("t", 0), state, None)
     wait_for(lambda: bool(seen) and seen[-1] is not None, timeout=5)
     assert seen[-1] == PartitionState(1, 0, (1,), 1, zk_version=0)
+
+
+def test_the_controller_writes_states_on_a_session_of_its_own(stores: StoreFactory) -> None:
+    """The broker's session carries the cluster view's watch on every partition state;
+    the controller's transactions go on another, so their answers do not queue
+    behind the reads those watches cause. A lost writer session is replaced."""
+    a, b = stores(), stores()
+    fence = a.try_become_controller(1)
+    assert fence is not None
+    a.create_topic("t", uuid.uuid4(), {0: [1, 2], 1: [2, 1]}, {})
+    seen: list[PartitionState | None] = []
+    a.watch_partition_state("t", 0, lambda _key, state: seen.append(state))
+    assert a.writer_client is None
+    first = PartitionState(1, 0, (1, 2), 0)
+    assert a.write_partition_states(
+        fence,
+        [PartitionStateWrite("t", 0, first, None), PartitionStateWrite("t", 1, first, None)],
+    ) == {("t", 0): 0, ("t", 1): 0}
+    writer = a.writer_client
+    assert writer is not None and writer.connected
+    assert writer.client_id[0] != a.client.client_id[0]
+    wait_for(lambda: PartitionState(1, 0, (1, 2), fence.epoch, 0) in seen)
+    # Its session expires: the next write opens another and is answered.
+    old_session = writer.client_id[0]
+    expire_session(writer)
+    wait_for(lambda: writer.connected and writer.client_id[0] != old_session, timeout=20)
+    assert a.write_partition_states(
+        fence, [PartitionStateWrite("t", 0, PartitionState(2, 1, (2, 1), 0), 0)]
+    ) == {("t", 0): 1}
+    assert b.partition_state("t", 0) == PartitionState(2, 1, (2, 1), fence.epoch, 1)
+    a.close()
+    assert not writer.connected
