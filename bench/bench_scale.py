@@ -37,8 +37,8 @@ timed out or was skipped) is reported as such, never estimated.
 Run: ``nice -n 10 .venv/bin/python bench/bench_scale.py --partitions 10000``
 (options: ``--session-ms``, ``--topics``, ``--idle-seconds``,
 ``--skip-failover``, ``--skip-restart``, ``--skip-metadata``,
-``--profile-idle SECONDS``, ``--profile-failover SECONDS``, ``--keep-logs DIR``,
-``--help``).
+``--profile-idle SECONDS``, ``--profile-failover SECONDS``,
+``--profile-restart SECONDS``, ``--keep-logs DIR``, ``--help``).
 ``--profile-idle`` runs ``py-spy record`` against every broker for that long
 after the idle sampling (not during it: the sampler would count py-spy's
 pauses), and prints each broker's top functions by own and by total samples;
@@ -426,12 +426,23 @@ def failover(
 
 
 def restart(
-    cluster: LocalCluster, victim: int, topics: list[str], n: int, timeout_s: float
+    cluster: LocalCluster,
+    victim: int,
+    topics: list[str],
+    n: int,
+    timeout_s: float,
+    profile_s: int = 0,
+    out: Path | None = None,
 ) -> dict[str, Any]:
     broker = cluster.brokers[victim]
     broker.lines.clear()
     launched = time.monotonic()
     broker.launch()
+    profiling = (
+        start_profiles(cluster, profile_s, out, "restart", only=victim)
+        if profile_s and out is not None
+        else None
+    )
     # Not ``wait_ready``: the launcher keeps only a broker's first 10,000
     # output lines, and a broker restarting with thousands of replicas prints
     # one line per partition before ``listening on``. Its port accepting a
@@ -456,12 +467,16 @@ def restart(
         return {"port_accepting_s": None, "launch_to_full_isr_s": None, "error": "no port"}
     print(f"  broker {victim} accepts connections after {ready:.1f} s", flush=True)
     full, last = wait_full_isr(cluster.bootstrap, topics, n, timeout_s, launched)
-    return {
+    result: dict[str, Any] = {
         "port_accepting_s": ready,
         "launch_to_full_isr_s": full,
         "port_accepting_to_full_isr_s": None if full is None else full - ready,
         "last_state": {k: last.get(k) for k in ("seen", "led", "full", "error")},
     }
+    if profiling is not None:
+        print(f"  profile of the restarted broker, {profile_s} s from its launch:", flush=True)
+        result["profile"] = collect_profiles(profiling, profile_s)
+    return result
 
 
 def top_functions(raw: str, limit: int = 20) -> dict[str, Any]:
@@ -497,14 +512,19 @@ Profiling = list[tuple[int, Path, "subprocess.Popen[bytes]"]]
 
 
 def start_profiles(
-    cluster: LocalCluster, seconds: int, out: Path, label: str, skip: int | None = None
+    cluster: LocalCluster,
+    seconds: int,
+    out: Path,
+    label: str,
+    skip: int | None = None,
+    only: int | None = None,
 ) -> Profiling:
     """``py-spy record`` (non-blocking, busy samples only) on every live broker but
-    ``skip``, in the background, for ``seconds``."""
+    ``skip`` (or on ``only``), in the background, for ``seconds``."""
     spy = Path(sys.executable).with_name("py-spy")
     procs: Profiling = []
     for i, b in enumerate(cluster.brokers):
-        if i == skip or b.proc is None:
+        if i == skip or b.proc is None or (only is not None and i != only):
             continue
         raw_path = out.with_name(f"{out.stem}-{label}-b{i}.txt")
         cmd = [str(spy), "record", "--nonblocking", "--nolineno", "-r", "100"]
@@ -719,7 +739,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             )
             if not args.skip_restart:
                 sampler.phase = "restart"
-                rs = restart(cluster, fo["killed_broker"], topics, n, args.phase_timeout)
+                rs = restart(
+                    cluster,
+                    fo["killed_broker"],
+                    topics,
+                    n,
+                    args.phase_timeout,
+                    args.profile_restart,
+                    args.out or RESULTS_DIR / f"scale-{n}.json",
+                )
                 phases["restart"] = rs
                 print(
                     f"6. restart: port open {fmt(rs.get('port_accepting_s'))}, every ISR full "
@@ -792,6 +820,13 @@ def main() -> int:
         default=0,
         metavar="SECONDS",
         help="py-spy record the surviving brokers this long from the kill on",
+    )
+    parser.add_argument(
+        "--profile-restart",
+        type=int,
+        default=0,
+        metavar="SECONDS",
+        help="py-spy record the restarted broker this long from its launch",
     )
     parser.add_argument(
         "--keep-logs",
