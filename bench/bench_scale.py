@@ -38,7 +38,8 @@ Run: ``nice -n 10 .venv/bin/python bench/bench_scale.py --partitions 10000``
 (options: ``--session-ms``, ``--topics``, ``--idle-seconds``,
 ``--skip-failover``, ``--skip-restart``, ``--skip-metadata``,
 ``--profile-idle SECONDS``, ``--profile-failover SECONDS``,
-``--profile-restart SECONDS``, ``--keep-logs DIR``, ``--help``).
+``--profile-restart SECONDS``, ``--keep-logs DIR``,
+``--producer-override KEY=VALUE``, ``--help``).
 ``--profile-idle`` runs ``py-spy record`` against every broker for that long
 after the idle sampling (not during it: the sampler would count py-spy's
 pauses), and prints each broker's top functions by own and by total samples;
@@ -59,6 +60,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -317,6 +319,7 @@ def failover(
     timeout_s: float,
     profile_s: int = 0,
     out: Path | None = None,
+    producer_overrides: Sequence[str] = (),
 ) -> dict[str, Any]:
     st = state_of(metadata(cluster.bootstrap), topics)
     victim = max(st["leaders"], key=lambda b: len(st["leaders"][b]))
@@ -334,6 +337,11 @@ def failover(
             "retry.backoff.ms": 20,
             "retry.backoff.max.ms": 250,
             "queue.buffering.max.messages": 1_000_000,
+            # librdkafka sends one partition per ProduceRequest (its issue #1700) and,
+            # idempotent, at most 5 requests in flight per broker: with thousands of
+            # partitions per broker that, not the broker, can bound this phase.
+            # ``--producer-override enable.idempotence=false`` lifts the 5.
+            **dict(o.split("=", 1) for o in producer_overrides),
         }
     )
     first_ack: dict[tuple[str, int], float] = {}
@@ -406,6 +414,7 @@ def failover(
         producer.flush(10)
     result: dict[str, Any] = {
         "killed_broker": victim,
+        "producer_overrides": list(producer_overrides),
         "partitions_led": len(owned),
         "partitions_written_after_kill": done,
         "warm_up_one_record_each_before_kill_s": warm_s,
@@ -722,6 +731,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 args.phase_timeout,
                 args.profile_failover,
                 args.out or RESULTS_DIR / f"scale-{n}.json",
+                args.producer_override,
             )
             phases["failover"] = fo
             print(
@@ -803,6 +813,13 @@ def main() -> int:
     parser.add_argument("--baseline-seconds", type=int, default=5, help="before the baseline")
     parser.add_argument("--phase-timeout", type=float, default=600, help="give up a phase after")
     parser.add_argument("--override", action="append", default=[], help="extra broker config")
+    parser.add_argument(
+        "--producer-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra librdkafka config of the failover's producer",
+    )
     parser.add_argument("--skip-metadata", action="store_true")
     parser.add_argument("--skip-failover", action="store_true", help="also skips the restart")
     parser.add_argument("--skip-restart", action="store_true")
