@@ -560,6 +560,7 @@ class Controller:
         self._epochs = {}
         self._topics = {}
         self._states = {}
+        self.store.release_writer()
 
     def _resync(self) -> None:
         """Load everything from ZooKeeper and bring every partition to a valid state."""

@@ -273,6 +273,7 @@ class ClusterStore(Protocol):
     def write_partition_states(
         self, fence: ControllerFence, writes: Sequence[PartitionStateWrite]
     ) -> dict[tuple[str, int], int | None]: ...
+    def release_writer(self) -> None: ...
 
     # watches
     def watch_brokers(
@@ -783,6 +784,18 @@ class ZkClusterStore:
                 f"the controller's session to ZooKeeper at {self.connect} is not connected"
             )
         return writer
+
+    def release_writer(self) -> None:
+        """Close the controller's own session (``_require_writer``): a broker that is
+        no longer controller keeps no second session open."""
+        with self._lock:
+            writer, self._writer = self._writer, None
+        if writer is not None:
+            try:
+                writer.stop()
+                writer.close()
+            except KazooException:
+                log.debug("closing the controller's ZooKeeper session failed", exc_info=True)
 
     def _wait(self, result: Any, what: str) -> Any:
         """The answer; waits ``request_timeout_s``, and again while still connected.

@@ -220,5 +220,12 @@ def test_the_controller_writes_states_on_a_session_of_its_own(stores: StoreFacto
         fence, [PartitionStateWrite("t", 0, PartitionState(2, 1, (2, 1), 0), 0)]
     ) == {("t", 0): 1}
     assert b.partition_state("t", 0) == PartitionState(2, 1, (2, 1), fence.epoch, 1)
+    a.release_writer()  # no longer controller: the second session closes
+    assert a.writer_client is None and not writer.connected
+    assert a.write_partition_states(
+        fence, [PartitionStateWrite("t", 1, PartitionState(2, 1, (2, 1), 0), 0)]
+    ) == {("t", 1): 1}
+    reopened = a.writer_client
+    assert reopened is not None and reopened.connected
     a.close()
-    assert not writer.connected
+    assert not reopened.connected

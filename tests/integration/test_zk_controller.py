@@ -68,7 +68,9 @@ def test_controller_failover_reelects_leaders_of_the_dead_broker(nodes: dict[int
     # controller thread ends and its ZooKeeper session closes, taking its
     # registration and /controller with it. (A kill -9 is noticed after the session
     # timeout instead; the next test expires a session.)
+    assert nodes[1].store.writer_client is not None  # the controller wrote the states
     nodes[1].controller.stop()
+    assert nodes[1].store.writer_client is None  # released with the controllership
     nodes[1].store.client.stop()
 
     wait_for(lambda: nodes[2].controller.is_active or nodes[3].controller.is_active)
