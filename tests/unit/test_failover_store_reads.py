@@ -92,6 +92,7 @@ def store_on_stub() -> tuple[ZkClusterStore, StubClient]:
     store = ZkClusterStore("127.0.0.1:2181")
     client = StubClient()
     store._client = client
+    store._writer = client  # the controller's write session answers in order too
     return store, client
 
 
