@@ -654,12 +654,11 @@ class ZkClusterStore:
             for watch in list(self._watches):
                 watch.cancelled = True
             self._watches.clear()
-        with self._lock:
-            clients = [c for c in (self._client, self._writer) if c is not None]
-        for client in clients:
+        self.release_writer()
+        if self._client is not None:
             try:
-                client.stop()
-                client.close()
+                self._client.stop()
+                self._client.close()
             except KazooException:
                 log.debug("closing the ZooKeeper client failed", exc_info=True)
         self._session_worker.shutdown(wait=False, cancel_futures=True)
@@ -775,9 +774,7 @@ class ZkClusterStore:
                 with contextlib.suppress(Exception):
                     fresh.stop()
                     fresh.close()
-            if writer is None:
-                raise ClusterStoreUnavailableError("the cluster store is not started")
-        if self._closed:
+        if writer is None or self._closed:
             raise ClusterStoreUnavailableError("the cluster store is not started")
         if not writer.connected:
             raise ClusterStoreUnavailableError(
